@@ -1,0 +1,1 @@
+"""rocketstore: a durable message store with Apache RocketMQ's storage model, as gRPC services."""

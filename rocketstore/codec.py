@@ -1,0 +1,304 @@
+"""The CommitLog record codec: RocketMQ's V1 message format, byte for byte.
+
+All integers are big-endian. A record is::
+
+    TOTALSIZE(4) MAGICCODE(4) BODYCRC(4) QUEUEID(4) FLAG(4) QUEUEOFFSET(8)
+    PHYSICALOFFSET(8) SYSFLAG(4) BORNTIMESTAMP(8) BORNHOST(8|20) STORETIMESTAMP(8)
+    STOREHOSTADDRESS(8|20) RECONSUMETIMES(4) PREPAREDTRANSACTIONOFFSET(8)
+    BODYLEN(4) BODY TOPICLEN(1) TOPIC PROPERTIESLEN(2) PROPERTIES
+
+Appending is split in two so the put lock is held as briefly as possible: ``prepare``
+validates and measures a message outside the lock, ``PreparedMessage.write`` packs it in
+one call into the mapped file once the lock has assigned its offsets.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass
+
+from rocketstore.message import (
+    BORNHOST_V6_FLAG,
+    PROPERTY_WAIT_STORE_MSG_OK,
+    STOREHOSTADDRESS_V6_FLAG,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    Message,
+    MessageExt,
+    format_host,
+    parse_host,
+    string_to_properties,
+)
+from rocketstore.message_id import create_message_id
+from rocketstore.statuses import PutMessageStatus
+
+MESSAGE_MAGIC_CODE = 0xDAA320A7
+BLANK_MAGIC_CODE = 0xCBD43194
+END_FILE_MIN_BLANK_LENGTH = 4 + 4
+MAX_TOPIC_LENGTH = 127
+MAX_PROPERTIES_LENGTH = 32767
+# 4.9.4+: a record may exceed maxMessageSize by this much (topic and properties).
+RECORD_SIZE_SLACK = 64 * 1024
+
+POS_TOTALSIZE = 0
+POS_MAGIC = 4
+POS_BODYCRC = 8
+POS_QUEUEID = 12
+POS_FLAG = 16
+POS_QUEUEOFFSET = 20
+POS_PHYSICALOFFSET = 28
+POS_SYSFLAG = 36
+POS_BORNTIMESTAMP = 40
+POS_BORNHOST = 48
+
+_HEAD = struct.Struct(">iIIiiqqiq")  # TOTALSIZE .. BORNTIMESTAMP: 48 bytes
+_INT = struct.Struct(">i")
+_UINT = struct.Struct(">I")
+_SHORT = struct.Struct(">h")
+_BLANK = struct.Struct(">iI")
+
+
+def host_length(v6: bool) -> int:
+    return 20 if v6 else 8
+
+
+def record_length(body_len: int, topic_len: int, props_len: int, born_v6: bool, store_v6: bool) -> int:
+    """RocketMQ's calMsgLength for V1 (1-byte topic length)."""
+    return 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + host_length(born_v6) + 8 + host_length(store_v6) + 4 + 8 + 4 + \
+        body_len + 1 + topic_len + 2 + props_len
+
+
+def body_crc(body: bytes) -> int:
+    """java.util.zip.CRC32 of the body with the sign bit cleared (UtilAll.crc32)."""
+    return zlib.crc32(body) & 0x7FFFFFFF if body else 0
+
+
+class MessageRefused(ValueError):
+    """A message the store will not take; ``status`` is the PutMessageStatus to answer."""
+
+    def __init__(self, status: PutMessageStatus, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+_struct_cache: dict[tuple[int, int, int, int, int], struct.Struct] = {}
+
+
+def _record_struct(born_len: int, store_len: int, body_len: int, topic_len: int, props_len: int) -> struct.Struct:
+    key = (born_len, store_len, body_len, topic_len, props_len)
+    st = _struct_cache.get(key)
+    if st is None:
+        if len(_struct_cache) > 4096:
+            _struct_cache.clear()
+        st = struct.Struct(
+            f">iIIiiqqiq{born_len - 4}siq{store_len - 4}siiqi{body_len}sB{topic_len}sh{props_len}s"
+        )
+        _struct_cache[key] = st
+    return st
+
+
+class PreparedMessage:
+    """A validated message with everything but its offsets and store time already laid out.
+
+    Built outside the put lock; ``write`` packs the whole record in one struct call."""
+
+    __slots__ = ("size", "topic", "queue_id", "tx_type", "wait", "_pack", "_before", "_mid", "_after")
+
+    def __init__(self, msg: Message, store_v6: bool, max_message_size: int) -> None:
+        topic_b = msg.topic.encode()
+        body = msg.body
+        props = msg.properties
+        props_b = "".join([f"{k}\x01{v}\x02" for k, v in props.items() if v is not None]).encode()
+        born_addr, born_port, born_v6 = parse_host(msg.born_host)
+        sys_flag = msg.sys_flag & ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
+        size = 91 + len(body) + len(topic_b) + len(props_b)
+        if born_v6:
+            sys_flag |= BORNHOST_V6_FLAG
+            size += 12
+        if store_v6:
+            sys_flag |= STOREHOSTADDRESS_V6_FLAG
+            size += 12
+        if not 0 < len(topic_b) <= MAX_TOPIC_LENGTH or len(body) > max_message_size \
+                or len(props_b) > MAX_PROPERTIES_LENGTH or size > max_message_size + RECORD_SIZE_SLACK \
+                or not 0 <= msg.queue_id <= 0x7FFFFFFF:
+            _refuse(topic_b, body, props_b, size, msg.queue_id, max_message_size)
+        crc = zlib.crc32(body) & 0x7FFFFFFF if body else 0
+        self.size = size
+        self.topic = msg.topic
+        self.queue_id = msg.queue_id
+        self.tx_type = sys_flag & TRANSACTION_ROLLBACK_TYPE
+        self.wait = props.get(PROPERTY_WAIT_STORE_MSG_OK) != "false"
+        self._pack = _record_struct(20 if born_v6 else 8, 20 if store_v6 else 8,
+                                    len(body), len(topic_b), len(props_b)).pack_into
+        self._before = (size, MESSAGE_MAGIC_CODE, crc, msg.queue_id, msg.flag)
+        self._mid = (sys_flag, msg.born_timestamp, born_addr, born_port)
+        self._after = (msg.reconsume_times, msg.prepared_transaction_offset, len(body), body,
+                       len(topic_b), topic_b, len(props_b), props_b)
+
+    @property
+    def takes_queue_offset(self) -> bool:
+        """Prepared and rolled-back transaction records get queue offset 0 and do not advance it."""
+        return self.tx_type != TRANSACTION_PREPARED_TYPE and self.tx_type != TRANSACTION_ROLLBACK_TYPE
+
+    def write(self, buf, pos: int, queue_offset: int, physical_offset: int, store_timestamp: int,
+              store_addr: bytes, store_port: int) -> None:
+        """Pack the whole record into ``buf`` at ``pos`` in one call."""
+        self._pack(buf, pos, *self._before, queue_offset, physical_offset, *self._mid,
+                   store_timestamp, store_addr, store_port, *self._after)
+
+
+def _refuse(topic_b: bytes, body: bytes, props_b: bytes, size: int, queue_id: int, max_message_size: int) -> None:
+    """Raise the MessageRefused that names what is wrong with a message."""
+    illegal = PutMessageStatus.MESSAGE_ILLEGAL
+    if not topic_b:
+        raise MessageRefused(illegal, "topic is empty")
+    if len(topic_b) > MAX_TOPIC_LENGTH:
+        raise MessageRefused(illegal, f"topic is {len(topic_b)} bytes long; at most {MAX_TOPIC_LENGTH} are allowed")
+    if len(body) > max_message_size:
+        raise MessageRefused(illegal, f"message body is {len(body)} bytes; maxMessageSize is {max_message_size}")
+    if len(props_b) > MAX_PROPERTIES_LENGTH:
+        raise MessageRefused(
+            PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
+            f"properties are {len(props_b)} bytes encoded; at most {MAX_PROPERTIES_LENGTH} are allowed",
+        )
+    if size > max_message_size + RECORD_SIZE_SLACK:
+        raise MessageRefused(illegal, f"message record is {size} bytes; at most maxMessageSize + 64 KiB are allowed")
+    raise MessageRefused(illegal, f"queue id {queue_id} is out of range")
+
+
+def prepare(msg: Message, store_v6: bool = False, max_message_size: int = 4 * 1024 * 1024) -> PreparedMessage:
+    """Validate ``msg`` and lay it out; raises MessageRefused with RocketMQ's status.
+    A bad born host is refused as MESSAGE_ILLEGAL."""
+    try:
+        return PreparedMessage(msg, store_v6, max_message_size)
+    except ValueError as e:
+        if isinstance(e, MessageRefused):
+            raise
+        raise MessageRefused(PutMessageStatus.MESSAGE_ILLEGAL, str(e)) from e
+
+
+def encode_message(msg: Message, queue_offset: int, physical_offset: int, store_timestamp: int,
+                   store_host: str = "127.0.0.1:10911", max_message_size: int = 4 * 1024 * 1024) -> bytes:
+    """Encode one record to bytes (the append path writes into the mapped file instead)."""
+    store_addr, store_port, store_v6 = parse_host(store_host)
+    p = prepare(msg, store_v6, max_message_size)
+    buf = bytearray(p.size)
+    p.write(buf, 0, queue_offset, physical_offset, store_timestamp, store_addr, store_port)
+    return bytes(buf)
+
+
+def write_blank(buf, pos: int, total_size: int) -> None:
+    """The END_OF_FILE filler: only TOTALSIZE (the rest of the file) and BLANK_MAGIC_CODE."""
+    _BLANK.pack_into(buf, pos, total_size, BLANK_MAGIC_CODE)
+
+
+# --- reading -----------------------------------------------------------------------------
+BLANK = 0
+INVALID = -1
+
+
+def check_record(buf, pos: int, limit: int, physical_offset: int | None = None, check_crc: bool = True) -> int:
+    """RocketMQ's checkMessageAndReturnSize, for recovery and tailing.
+
+    Returns the record's size when a whole valid record starts at ``pos``, ``BLANK`` (0) for
+    an END_OF_FILE filler and ``INVALID`` (-1) for anything else: bad magic (a zero-filled
+    tail), a record running past ``limit``, a size that disagrees with its fields, a wrong
+    body CRC, or (beyond RocketMQ) a PHYSICALOFFSET that is not where the record stands,
+    which catches stale records left behind an earlier truncation.
+    """
+    if limit - pos < 8:
+        return INVALID
+    total, magic = _BLANK.unpack_from(buf, pos)
+    if magic == BLANK_MAGIC_CODE:
+        return BLANK
+    if magic != MESSAGE_MAGIC_CODE or total < 91 or pos + total > limit:
+        return INVALID
+    sys_flag = _INT.unpack_from(buf, pos + POS_SYSFLAG)[0]
+    born_len = host_length(bool(sys_flag & BORNHOST_V6_FLAG))
+    store_len = host_length(bool(sys_flag & STOREHOSTADDRESS_V6_FLAG))
+    p = pos + POS_BORNHOST + born_len + 8 + store_len + 4 + 8
+    body_len = _INT.unpack_from(buf, p)[0]
+    if body_len < 0 or p + 4 + body_len + 1 > pos + total:
+        return INVALID
+    body_start = p + 4
+    p = body_start + body_len
+    topic_len = buf[p]
+    if topic_len > 127 or p + 1 + topic_len + 2 > pos + total:
+        return INVALID
+    p += 1 + topic_len
+    props_len = _SHORT.unpack_from(buf, p)[0]
+    if props_len < 0 or total != record_length(body_len, topic_len, props_len, born_len == 20, store_len == 20):
+        return INVALID
+    if physical_offset is not None and struct.unpack_from(">q", buf, pos + POS_PHYSICALOFFSET)[0] != physical_offset:
+        return INVALID
+    if check_crc:
+        crc = _UINT.unpack_from(buf, pos + POS_BODYCRC)[0]
+        if crc != (zlib.crc32(buf[body_start:body_start + body_len]) & 0x7FFFFFFF if body_len else 0):
+            return INVALID
+    return total
+
+
+@dataclass(slots=True, frozen=True)
+class RecordInfo:
+    """What recovery and the dispatcher need of a record without decoding its body."""
+
+    size: int
+    queue_id: int
+    queue_offset: int
+    physical_offset: int
+    sys_flag: int
+    store_timestamp: int
+    topic: str
+    properties_text: str
+
+
+def read_record_info(buf, pos: int) -> RecordInfo:
+    """The header fields, topic and raw properties of the (already checked) record at ``pos``."""
+    total, _, _, queue_id, _, queue_offset, physical_offset, sys_flag, _ = _HEAD.unpack_from(buf, pos)
+    born_len = host_length(bool(sys_flag & BORNHOST_V6_FLAG))
+    store_len = host_length(bool(sys_flag & STOREHOSTADDRESS_V6_FLAG))
+    store_ts = struct.unpack_from(">q", buf, pos + POS_BORNHOST + born_len)[0]
+    p = pos + POS_BORNHOST + born_len + 8 + store_len + 4 + 8
+    body_len = _INT.unpack_from(buf, p)[0]
+    p += 4 + body_len
+    topic_len = buf[p]
+    topic = bytes(buf[p + 1:p + 1 + topic_len]).decode()
+    p += 1 + topic_len
+    props_len = _SHORT.unpack_from(buf, p)[0]
+    props = bytes(buf[p + 2:p + 2 + props_len]).decode()
+    return RecordInfo(total, queue_id, queue_offset, physical_offset, sys_flag, store_ts, topic, props)
+
+
+def decode_message(buf, pos: int = 0, check_crc: bool = False) -> MessageExt:
+    """Decode the record at ``pos`` into a MessageExt; raises ValueError on a bad record."""
+    limit = len(buf)
+    if check_record(buf, pos, limit, None, check_crc) <= 0:
+        raise ValueError(f"no valid message record at position {pos}")
+    total, _, crc, queue_id, flag, queue_offset, physical_offset, sys_flag, born_ts = _HEAD.unpack_from(buf, pos)
+    p = POS_BORNHOST + pos
+    born_len = host_length(bool(sys_flag & BORNHOST_V6_FLAG))
+    born_host = format_host(bytes(buf[p:p + born_len - 4]), _UINT.unpack_from(buf, p + born_len - 4)[0])
+    p += born_len
+    store_ts = struct.unpack_from(">q", buf, p)[0]
+    p += 8
+    store_len = host_length(bool(sys_flag & STOREHOSTADDRESS_V6_FLAG))
+    store_host = format_host(bytes(buf[p:p + store_len - 4]), _UINT.unpack_from(buf, p + store_len - 4)[0])
+    p += store_len
+    reconsume, prepared_offset, body_len = struct.unpack_from(">iqi", buf, p)
+    p += 16
+    body = bytes(buf[p:p + body_len])
+    p += body_len
+    topic_len = buf[p]
+    topic = bytes(buf[p + 1:p + 1 + topic_len]).decode()
+    p += 1 + topic_len
+    props_len = _SHORT.unpack_from(buf, p)[0]
+    props = string_to_properties(bytes(buf[p + 2:p + 2 + props_len]).decode())
+    return MessageExt(
+        topic=topic, body=body, queue_id=queue_id, flag=flag, properties=props, sys_flag=sys_flag,
+        born_timestamp=born_ts, born_host=born_host, reconsume_times=reconsume,
+        prepared_transaction_offset=prepared_offset, store_size=total, body_crc=crc,
+        queue_offset=queue_offset, commitlog_offset=physical_offset, store_timestamp=store_ts,
+        store_host=store_host, msg_id=create_message_id(store_host, physical_offset),
+    )

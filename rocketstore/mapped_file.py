@@ -1,0 +1,211 @@
+"""One fixed-size file mapped into memory (RocketMQ's MappedFile).
+
+A file is named by the 20-digit offset of its first byte in the whole log. It keeps three
+positions: ``wrote`` (bytes written), ``committed`` (bytes handed to the file; differs from
+``wrote`` only with a transient write buffer) and ``flushed`` (bytes known durable).
+There is one writer; readers see at most ``read_position``, which is published only after
+the bytes below it are complete.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import mmap
+import os
+import threading
+from collections.abc import Callable
+
+OS_PAGE_SIZE = 4096
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+
+
+def offset_to_file_name(offset: int) -> str:
+    """RocketMQ's UtilAll.offset2FileName: 20 digits, zero padded."""
+    return f"{offset:020d}"
+
+
+class MappedFile:
+    """A mapped file of exactly ``file_size`` bytes, created full size."""
+
+    def __init__(self, path: str, file_size: int, write_buffer: bytearray | None = None,
+                 release_buffer: Callable[[bytearray], None] | None = None) -> None:
+        self.path = path
+        self.file_name = os.path.basename(path)
+        self.file_from_offset = int(self.file_name)
+        self.file_size = file_size
+        self.wrote_position = 0
+        self.committed_position = 0
+        self.flushed_position = 0
+        self.store_timestamp = 0
+        self.write_buffer = write_buffer
+        self._release_buffer = release_buffer
+        self._close_lock = threading.Lock()
+        self._locked_address: int | None = None
+        self.available = True
+        if not os.path.exists(path):
+            _create_full_size(path, file_size)
+        self._fd = os.open(path, os.O_RDWR)
+        try:
+            actual = os.fstat(self._fd).st_size
+            if actual != file_size:
+                raise OSError(f"{path} is {actual} bytes; every file of this queue must be {file_size}")
+            self.mm = mmap.mmap(self._fd, file_size)
+        except BaseException:
+            os.close(self._fd)
+            raise
+
+    # --- positions -------------------------------------------------------------------------
+    @property
+    def read_position(self) -> int:
+        """What readers may see: the committed bytes with a write buffer, else the written ones."""
+        return self.committed_position if self.write_buffer is not None else self.wrote_position
+
+    def is_full(self) -> bool:
+        return self.wrote_position >= self.file_size
+
+    def set_positions(self, position: int) -> None:
+        """Set wrote, committed and flushed to one position (load and recovery)."""
+        self.wrote_position = self.committed_position = self.flushed_position = position
+
+    @property
+    def write_target(self):
+        """Where appends land: the transient buffer if there is one, else the mapping."""
+        return self.write_buffer if self.write_buffer is not None else self.mm
+
+    # --- commit and flush ------------------------------------------------------------------
+    def _able(self, done: int, target: int, least_pages: int) -> bool:
+        if self.is_full() and target > done:
+            return True
+        if least_pages > 0:
+            return target // OS_PAGE_SIZE - done // OS_PAGE_SIZE >= least_pages
+        return target > done
+
+    def commit(self, least_pages: int) -> int:
+        """Copy written bytes from the transient buffer into the file; returns committed position.
+
+        Hands the buffer back to its pool once the whole file is committed."""
+        buf = self.write_buffer
+        if buf is None:
+            return self.wrote_position
+        start, end = self.committed_position, self.wrote_position
+        if self._able(start, end, least_pages):
+            os.pwrite(self._fd, memoryview(buf)[start:end], start)
+            self.committed_position = end
+            if end >= self.file_size:
+                self.write_buffer = None
+                if self._release_buffer is not None:
+                    self._release_buffer(buf)
+        return self.committed_position
+
+    def flush(self, least_pages: int) -> int:
+        """Make everything readable durable (fdatasync also writes back pages dirtied through the
+        mapping, and costs about half of an msync); returns the flushed position."""
+        target = self.read_position
+        if self._able(self.flushed_position, target, least_pages):
+            with self._close_lock:
+                if self.available:
+                    os.fdatasync(self._fd)
+            self.flushed_position = target
+        return self.flushed_position
+
+    def sync(self) -> None:
+        """fdatasync whatever is in the file now, whatever the positions say."""
+        with self._close_lock:
+            if self.available:
+                os.fdatasync(self._fd)
+
+    # --- reads -----------------------------------------------------------------------------
+    def select(self, pos: int, size: int) -> bytes | None:
+        """Copy ``size`` bytes at file position ``pos`` if they are all readable."""
+        if pos < 0 or size < 0 or pos + size > self.read_position:
+            return None
+        try:
+            return self.mm[pos:pos + size]
+        except ValueError:  # closed by a concurrent delete
+            return None
+
+    def select_from(self, pos: int, max_bytes: int, limit: int | None = None) -> bytes:
+        """Readable bytes from ``pos``, at most ``max_bytes`` (and below ``limit`` if given)."""
+        end = self.read_position if limit is None else min(self.read_position, limit)
+        end = min(end, pos + max_bytes)
+        if pos >= end:
+            return b""
+        try:
+            return self.mm[pos:end]
+        except ValueError:
+            return b""
+
+    # --- warm-up, lifecycle ----------------------------------------------------------------
+    def warm(self, flush_each_pages: int = 0, lock: bool = False) -> None:
+        """Touch every page so the first writes do not fault or allocate (warmMapedFileEnable);
+        with ``flush_each_pages`` (sync flush) write the zeros through; optionally mlock."""
+        zero_page = bytes(OS_PAGE_SIZE)
+        mm = self.mm
+        for i, pos in enumerate(range(0, self.file_size, OS_PAGE_SIZE)):
+            mm[pos:pos + OS_PAGE_SIZE] = zero_page[: min(OS_PAGE_SIZE, self.file_size - pos)]
+            if flush_each_pages and (i + 1) % flush_each_pages == 0:
+                os.fdatasync(self._fd)
+        os.fdatasync(self._fd)
+        if lock:
+            self.mlock()
+
+    def mlock(self) -> None:
+        holder = ctypes.c_char.from_buffer(self.mm)
+        address = ctypes.addressof(holder)
+        del holder  # release the buffer export, or the mapping could never be closed
+        if _libc.mlock(ctypes.c_void_p(address), ctypes.c_size_t(self.file_size)) == 0:
+            self._locked_address = address
+
+    def last_modified(self) -> float:
+        try:
+            return os.path.getmtime(self.path)
+        except FileNotFoundError:
+            return 0.0
+
+    def close(self) -> None:
+        with self._close_lock:
+            if not self.available:
+                return
+            self.available = False
+            if self._locked_address is not None:
+                _libc.munlock(ctypes.c_void_p(self._locked_address), ctypes.c_size_t(self.file_size))
+            self.mm.close()
+            os.close(self._fd)
+
+    def destroy(self) -> None:
+        """Close and delete the file."""
+        self.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    def __repr__(self) -> str:
+        return (f"MappedFile({self.file_name}, wrote={self.wrote_position}, "
+                f"committed={self.committed_position}, flushed={self.flushed_position})")
+
+
+def _create_full_size(path: str, file_size: int) -> None:
+    """Create the file at its full size, atomically: reserve the blocks under a temporary name
+    (so a full disk fails here with ENOSPC, not later with SIGBUS in a mapped write), then rename."""
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.posix_fallocate(fd, 0, file_size)
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    os.close(fd)
+    os.rename(tmp, path)
+    dir_fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)

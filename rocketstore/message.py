@@ -1,0 +1,173 @@
+"""Messages as the store sees them: the message a producer hands over, the stored
+message read back, RocketMQ's property names, SYSFLAG bits and the helpers that
+turn properties and tags into their stored form."""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+import struct
+from dataclasses import dataclass, field
+
+# --- property names (RocketMQ's MessageConst) --------------------------------------------
+PROPERTY_KEYS = "KEYS"
+PROPERTY_TAGS = "TAGS"
+PROPERTY_WAIT_STORE_MSG_OK = "WAIT"
+PROPERTY_DELAY_TIME_LEVEL = "DELAY"
+PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
+PROPERTY_REAL_TOPIC = "REAL_TOPIC"
+PROPERTY_REAL_QUEUE_ID = "REAL_QID"
+PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
+PROPERTY_PRODUCER_GROUP = "PGROUP"
+PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX = "UNIQ_KEY"
+PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
+PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+PROPERTY_TRANSACTION_ID = "__transactionId__"
+KEY_SEPARATOR = " "
+
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+
+# --- SYSFLAG bits (MessageSysFlag) ---------------------------------------------------------
+COMPRESSED_FLAG = 0x1
+MULTI_TAGS_FLAG = 0x2
+TRANSACTION_NOT_TYPE = 0x0
+TRANSACTION_PREPARED_TYPE = 0x4
+TRANSACTION_COMMIT_TYPE = 0x8
+TRANSACTION_ROLLBACK_TYPE = 0xC
+BORNHOST_V6_FLAG = 0x10
+STOREHOSTADDRESS_V6_FLAG = 0x20
+
+
+def transaction_type(sys_flag: int) -> int:
+    """The transaction bits of a SYSFLAG (NOT, PREPARED, COMMIT or ROLLBACK)."""
+    return sys_flag & TRANSACTION_ROLLBACK_TYPE
+
+
+# --- properties ----------------------------------------------------------------------------
+def properties_to_string(properties: dict[str, str]) -> str:
+    """RocketMQ's messageProperties2String: every pair is ``name 0x01 value 0x02``."""
+    return "".join(f"{k}\x01{v}\x02" for k, v in properties.items() if v is not None)
+
+
+def string_to_properties(text: str) -> dict[str, str]:
+    """RocketMQ's string2messageProperties: pairs without a name or a value are dropped."""
+    out: dict[str, str] = {}
+    for item in text.split(PROPERTY_SEPARATOR):
+        sep = item.find(NAME_VALUE_SEPARATOR)
+        if len(item) >= 3 and 0 < sep < len(item) - 1:
+            out[item[:sep]] = item[sep + 1 :]
+    return out
+
+
+# --- tags ----------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=4096)
+def java_string_hash(text: str) -> int:
+    """Java's String.hashCode (UTF-16 code units, 32-bit signed)."""
+    data = text.encode("utf-16-be")
+    h = 0
+    for unit in struct.unpack(f">{len(data) // 2}H", data):
+        h = (31 * h + unit) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def tags_code(tags: str | None) -> int:
+    """The tags code a ConsumeQueue unit stores: String.hashCode of TAGS, 0 without tags."""
+    return java_string_hash(tags) if tags else 0
+
+
+# --- hosts ---------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=1024)
+def parse_host(host: str) -> tuple[bytes, int, bool]:
+    """``"ip:port"`` (or ``"[v6]:port"``) → (address bytes, port, is IPv6)."""
+    text = host.strip()
+    if text.startswith("["):
+        addr_text, _, port_text = text[1:].partition("]:")
+    else:
+        addr_text, _, port_text = text.rpartition(":")
+        if not addr_text:
+            addr_text, port_text = text, "0"
+    try:
+        addr = ipaddress.ip_address(addr_text)
+        port = int(port_text or "0")
+    except ValueError as e:
+        raise ValueError(f"bad host {host!r}: expected IP:PORT") from e
+    if not 0 <= port <= 0xFFFF:
+        raise ValueError(f"bad host {host!r}: port out of range")
+    return addr.packed, port, addr.version == 6
+
+
+def format_host(addr: bytes, port: int) -> str:
+    ip = ipaddress.ip_address(addr)
+    return f"[{ip}]:{port}" if ip.version == 6 else f"{ip}:{port}"
+
+
+# --- the message types ---------------------------------------------------------------------
+@dataclass(slots=True)
+class Message:
+    """A message to store (RocketMQ's MessageExtBrokerInner, before the store fills in
+    offsets and the store timestamp)."""
+
+    topic: str
+    body: bytes = b""
+    queue_id: int = 0
+    flag: int = 0
+    properties: dict[str, str] = field(default_factory=dict)
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: str = "127.0.0.1:0"
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> list[str]:
+        return [k for k in self.properties.get(PROPERTY_KEYS, "").split(KEY_SEPARATOR) if k]
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+
+    @property
+    def wait_store_msg_ok(self) -> bool:
+        """Whether the producer waits for the flush (and the slave); true when WAIT is absent."""
+        return self.properties.get(PROPERTY_WAIT_STORE_MSG_OK, "true") != "false"
+
+
+@dataclass(slots=True)
+class MessageExt:
+    """A stored message, as decoded from its CommitLog record."""
+
+    topic: str
+    body: bytes
+    queue_id: int
+    flag: int
+    properties: dict[str, str]
+    sys_flag: int
+    born_timestamp: int
+    born_host: str
+    reconsume_times: int
+    prepared_transaction_offset: int
+    store_size: int
+    body_crc: int
+    queue_offset: int
+    commitlog_offset: int
+    store_timestamp: int
+    store_host: str
+    msg_id: str
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> list[str]:
+        return [k for k in self.properties.get(PROPERTY_KEYS, "").split(KEY_SEPARATOR) if k]
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)

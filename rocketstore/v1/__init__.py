@@ -1,0 +1,1 @@
+"""Generated gRPC stubs of the internal contracts (package rocketstore.v1); see protos/."""

@@ -1,0 +1,1 @@
+"""The rocketstore services; each subpackage is one process."""

@@ -1,0 +1,1 @@
+"""The CommitLog service: owns every CommitLog file, every append and every flush."""

@@ -1,0 +1,134 @@
+"""Deletion of expired CommitLog files and the disk-space guard (RocketMQ's
+CleanCommitLogService).
+
+Files unchanged for fileReservedTime hours are deleted at the deleteWhen hours, or at any
+hour once the disk is fuller than diskMaxUsedSpaceRatio. Past diskSpaceCleanForciblyRatio
+files go even if not expired; past diskSpaceWarningLevelRatio the store stops taking writes
+until space comes back. The file being written is never deleted.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+
+from rocketstore.log import get_logger
+from rocketstore.mapped_file_queue import MappedFileQueue
+from rocketstore.settings import Settings
+
+log = get_logger(__name__)
+
+
+class RunningFlags:
+    """Why the store may refuse writes (RocketMQ's RunningFlags, the part that matters here)."""
+
+    def __init__(self) -> None:
+        self.disk_full = False
+        self.disk_full_reason = ""
+
+    @property
+    def writable(self) -> bool:
+        return not self.disk_full
+
+    def not_writable_reason(self) -> str:
+        return self.disk_full_reason if self.disk_full else ""
+
+
+def disk_used_ratio(path: str) -> float:
+    """Used fraction of the file system holding ``path`` (as Java's File total/free space)."""
+    st = os.statvfs(path)
+    total = st.f_blocks * st.f_frsize
+    if total <= 0:
+        return -1.0
+    return (total - st.f_bfree * st.f_frsize) / total
+
+
+class CleanCommitLogService:
+    def __init__(self, settings: Settings, queue: MappedFileQueue, flags: RunningFlags,
+                 usage: Callable[[str], float] = disk_used_ratio) -> None:
+        self.settings = settings
+        self.queue = queue
+        self.flags = flags
+        self._usage = usage
+        self._manual_requests = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="CleanCommitLogService", daemon=True)
+        self.last_disk_ratio = 0.0
+        self.deleted_files = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def shutdown(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.settings.clean_resource_interval / 1000):
+            try:
+                self.run_once()
+            except OSError as e:
+                log.error("clean service failed", error=str(e))
+
+    def request_delete(self) -> None:
+        """Delete expired files at the next pass whatever the hour (mqadmin deleteExpiredCommitLog)."""
+        with self._lock:
+            self._manual_requests += 1
+
+    def check_disk(self) -> tuple[bool, bool]:
+        """Update the writable flag from the disk use; returns (space to delete, clean at once)."""
+        s = self.settings
+        ratio = self._usage(s.store_path_commit_log)
+        self.last_disk_ratio = ratio
+        clean_at_once = False
+        if ratio > s.disk_space_warning_level_ratio / 100:
+            if not self.flags.disk_full:
+                log.error("disk full: refusing writes", disk_ratio=round(ratio, 4),
+                          warning_level=s.disk_space_warning_level_ratio)
+            self.flags.disk_full = True
+            self.flags.disk_full_reason = (
+                f"the disk holding {s.store_path_commit_log} is {ratio:.0%} full, above "
+                f"diskSpaceWarningLevelRatio={s.disk_space_warning_level_ratio}%; writes resume once "
+                "expired files are deleted or space is freed"
+            )
+            clean_at_once = True
+        else:
+            if ratio > s.disk_space_clean_forcibly_ratio / 100:
+                clean_at_once = True
+            if self.flags.disk_full:
+                log.info("disk space back: taking writes again", disk_ratio=round(ratio, 4))
+            self.flags.disk_full = False
+            self.flags.disk_full_reason = ""
+        space_to_delete = ratio < 0 or ratio > s.disk_max_used_space_ratio / 100
+        return space_to_delete, clean_at_once
+
+    def is_time_to_delete(self) -> bool:
+        return time.localtime().tm_hour in self.settings.delete_when_hours
+
+    def run_once(self, manual: bool = False, clean_at_once: bool = False) -> int:
+        """One pass; ``manual`` deletes expired files now whatever the hour, ``clean_at_once``
+        deletes the oldest files even if not expired. Returns the number of files deleted."""
+        s = self.settings
+        space_to_delete, disk_wants_clean = self.check_disk()
+        with self._lock:
+            manual = self._manual_requests > 0 or manual
+            self._manual_requests = 0
+        if not (self.is_time_to_delete() or space_to_delete or manual):
+            return 0
+        clean_at_once = clean_at_once or (disk_wants_clean and s.clean_file_forcibly_enable)
+        deleted = self.queue.delete_expired_file_by_time(
+            s.file_reserved_time * 3600 * 1000,
+            s.delete_commit_log_files_interval,
+            s.destroy_mapped_file_interval_forcibly,
+            clean_at_once,
+        )
+        if deleted:
+            self.deleted_files += deleted
+            log.info("deleted expired CommitLog files", files=deleted, min_offset=self.queue.get_min_offset(),
+                     clean_at_once=clean_at_once)
+            if self.flags.disk_full:
+                self.check_disk()
+        return deleted

@@ -1,0 +1,333 @@
+"""The CommitLog store's lifecycle and put path (the CommitLog half of RocketMQ's
+DefaultMessageStore): lock file, abort file, checkpoint, load and recovery, the background
+services, the checks before a put, the flush and slave waits after it, and shutdown.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+import time
+from collections.abc import Sequence
+
+from rocketstore.checkpoint import StoreCheckpoint
+from rocketstore.log import get_logger
+from rocketstore.message import Message
+from rocketstore.services.commitlog import recovery
+from rocketstore.services.commitlog.clean_service import CleanCommitLogService, RunningFlags
+from rocketstore.services.commitlog.commitlog import CommitLog, OffsetNotAvailable, PutResult
+from rocketstore.services.commitlog.flush import CommitRealTimeService, FlushRealTimeService
+from rocketstore.services.commitlog.group_commit import GroupCommitRequest, GroupCommitService
+from rocketstore.services.commitlog.replica import NoReplica, ReplicaWaiter
+from rocketstore.settings import BrokerRole, FlushDiskType, Settings
+from rocketstore.statuses import PutMessageStatus
+
+__all__ = ["CommitLogStore", "OffsetNotAvailable", "PutResult", "StoreStartError"]
+
+log = get_logger(__name__)
+
+
+class StoreStartError(RuntimeError):
+    """The store cannot start: another process holds it, or its files are inconsistent."""
+
+
+class CommitLogStore:
+    def __init__(self, settings: Settings, replica: ReplicaWaiter | None = None) -> None:
+        self.settings = settings
+        self.store_host = f"{settings.broker_ip1}:{settings.listen_port}"
+        self.replica: ReplicaWaiter = replica or NoReplica()
+        self.commitlog = CommitLog(settings, self.store_host)
+        self.flags = RunningFlags()
+        self.clean_service = CleanCommitLogService(settings, self.commitlog.mapped_file_queue, self.flags)
+        self.checkpoint: StoreCheckpoint | None = None
+        self.last_exit_ok = True
+        self.recovered_offset = 0
+        self._lock_fd: int | None = None
+        self._running = False
+        self._shutdown = False
+        self._flush_service: FlushRealTimeService | GroupCommitService | None = None
+        self._commit_service: CommitRealTimeService | None = None
+        self._snapshot_path = recovery.table_snapshot_path(settings.store_path_root_dir)
+        self._snapshot_stop = threading.Event()
+        self._snapshot_thread: threading.Thread | None = None
+        self.flush_timeouts = 0
+
+    # --- lifecycle -------------------------------------------------------------------------
+    def start(self) -> None:
+        s = self.settings
+        os.makedirs(s.store_path_root_dir, exist_ok=True)
+        self._take_lock()
+        try:
+            self.last_exit_ok = not os.path.exists(s.abort_file)
+            self.checkpoint = StoreCheckpoint(s.store_checkpoint)
+            self.commitlog.mapped_file_queue.load()
+            self._recover()
+        except BaseException:
+            self._release_lock()
+            raise
+        # From here until a clean shutdown, a restart is a crash restart.
+        _write_file(s.abort_file, str(os.getpid()))
+        self.clean_service.check_disk()
+        self.commitlog.allocator.start()
+        self._start_flush_services()
+        self.clean_service.start()
+        self._snapshot_thread = threading.Thread(target=self._snapshot_loop, name="QueueOffsetSnapshot",
+                                                 daemon=True)
+        self._snapshot_thread.start()
+        self._running = True
+        log.info("commitlog store started", root=s.store_path_root_dir, last_exit_ok=self.last_exit_ok,
+                 min_offset=self.min_offset, max_offset=self.max_offset, flush_disk_type=s.flush_disk_type.value,
+                 broker_role=s.broker_role.value, queues=len(self.commitlog.topic_queue_table))
+
+    def _take_lock(self) -> None:
+        path = os.path.join(self.settings.store_path_root_dir, "lock")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as e:
+            os.close(fd)
+            raise StoreStartError(
+                f"{self.settings.store_path_root_dir} is in use by another process (its lock file is held)"
+            ) from e
+        os.ftruncate(fd, 0)
+        os.write(fd, b"lock")
+        self._lock_fd = fd
+
+    def _release_lock(self) -> None:
+        if self._lock_fd is not None:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def _recover(self) -> None:
+        assert self.checkpoint is not None
+        check_crc = self.settings.check_crc_on_recover
+        t0 = time.monotonic()
+        if self.last_exit_ok:
+            end = recovery.recover_normally(self.commitlog, check_crc)
+        else:
+            end = recovery.recover_abnormally(self.commitlog, self.checkpoint, check_crc)
+        recovery.rebuild_topic_queue_table(self.commitlog, end, self._snapshot_path)
+        self.recovered_offset = end
+        log.info("commitlog recovered", normal=self.last_exit_ok, max_offset=end,
+                 files=len(self.commitlog.mapped_file_queue.files), seconds=round(time.monotonic() - t0, 3))
+
+    def _start_flush_services(self) -> None:
+        s = self.settings
+        q = self.commitlog.mapped_file_queue
+        if s.flush_disk_type is FlushDiskType.SYNC_FLUSH:
+            self._flush_service = GroupCommitService(
+                flush=lambda: (q.flush(0), q.flushed_where)[1],
+                flushed_where=lambda: q.flushed_where,
+                on_flushed=self._on_flushed,
+            )
+        else:
+            self._flush_service = FlushRealTimeService(
+                q.flush, self._on_flushed, s.flush_interval_commit_log,
+                s.flush_commit_log_least_pages, s.flush_commit_log_thorough_interval,
+            )
+        self._flush_service.start()
+        if self.commitlog.transient_pool_enabled:
+            self._commit_service = CommitRealTimeService(
+                q.commit, self._flush_service.wakeup, s.commit_interval_commit_log,
+                s.commit_commit_log_least_pages, s.commit_commit_log_thorough_interval,
+            )
+            self._commit_service.start()
+
+    def _on_flushed(self) -> None:
+        q = self.commitlog.mapped_file_queue
+        if self.checkpoint is not None and q.store_timestamp:
+            self.checkpoint.physic_msg_timestamp = q.store_timestamp
+        self.commitlog.notify_waiters()
+
+    def _snapshot_loop(self) -> None:
+        while not self._snapshot_stop.wait(max(1.0, self.settings.clean_resource_interval / 1000)):
+            try:
+                recovery.save_table_snapshot(self.commitlog, self._snapshot_path)
+                if self.checkpoint is not None:
+                    self.checkpoint.flush()
+            except OSError as e:
+                log.warning("could not save the queue offset snapshot", error=str(e))
+
+    def shutdown(self) -> None:
+        """Stop taking writes, flush everything, write the checkpoint, remove the abort file."""
+        if not self._running or self._shutdown:
+            return
+        self._shutdown = True
+        self._snapshot_stop.set()
+        if self._snapshot_thread is not None:
+            self._snapshot_thread.join(timeout=10)
+        self.clean_service.shutdown()
+        if self._commit_service is not None:
+            self._commit_service.shutdown()
+        if self._flush_service is not None:
+            self._flush_service.shutdown()
+        q = self.commitlog.mapped_file_queue
+        while not q.flush(0):
+            pass
+        self._on_flushed()
+        recovery.save_table_snapshot(self.commitlog, self._snapshot_path)
+        self.commitlog.allocator.shutdown()
+        if self.checkpoint is not None:
+            self.checkpoint.shutdown()
+        q.shutdown()
+        clean = self.flags.writable and q.flushed_where == q.get_max_offset()
+        if clean:
+            try:
+                os.unlink(self.settings.abort_file)
+            except FileNotFoundError:
+                pass
+        self._release_lock()
+        self._running = False
+        log.info("commitlog store shut down", clean=clean, max_offset=q.get_max_offset())
+
+    @property
+    def running(self) -> bool:
+        return self._running and not self._shutdown
+
+    # --- put -------------------------------------------------------------------------------
+    def _refusal(self) -> PutResult | None:
+        """RocketMQ's checkStoreStatus: the reasons to refuse every message of a put."""
+        if not self.running:
+            return PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, reason="the store is shut down")
+        if self.settings.broker_role is BrokerRole.SLAVE:
+            return PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE,
+                             reason="this broker is a SLAVE; send to its master")
+        if not self.flags.writable:
+            return PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE,
+                             reason=f"the store is not writable: {self.flags.not_writable_reason()}")
+        if self.commitlog.is_os_page_cache_busy():
+            return PutResult(PutMessageStatus.OS_PAGECACHE_BUSY,
+                             reason="the previous put has held the put lock longer than "
+                                    f"osPageCacheBusyTimeOutMills={self.settings.os_page_cache_busy_time_out_mills}"
+                                    " ms; the disk is busy, retry later")
+        return None
+
+    def put_message(self, msg: Message) -> PutResult:
+        return self.put_messages([msg])[0]
+
+    def put_messages(self, msgs: Sequence[Message]) -> list[PutResult]:
+        """Append ``msgs`` in order as one batch; one result per message, in the same order."""
+        refusal = self._refusal()
+        if refusal is not None:
+            return [PutResult(refusal.status, reason=refusal.reason) for _ in msgs]
+        prepared, results = self.commitlog.prepare(msgs)
+        end = self.commitlog.append(prepared, results)
+        waiting = [i for i, p in enumerate(prepared)
+                   if p is not None and p.wait and results[i].status is PutMessageStatus.PUT_OK]  # type: ignore[union-attr]
+        if end:
+            self._handle_disk_flush(end, waiting, results)
+            self._handle_ha(end, waiting, results)
+        return results  # type: ignore[return-value]
+
+    def _handle_disk_flush(self, end: int, waiting: list[int], results: list) -> None:
+        service = self._flush_service
+        if isinstance(service, GroupCommitService):
+            if not waiting:
+                service.wakeup()
+                return
+            request = GroupCommitRequest(end, self.settings.sync_flush_timeout / 1000)
+            service.put_request(request)
+            if not request.wait():
+                self.flush_timeouts += 1
+                log.warning("flush disk timeout", offset=end, timeout_ms=self.settings.sync_flush_timeout)
+                for i in waiting:
+                    results[i].status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+                    results[i].reason = (f"stored, but not flushed within syncFlushTimeout="
+                                         f"{self.settings.sync_flush_timeout} ms")
+        elif self._commit_service is not None:
+            self._commit_service.wakeup()
+        elif service is not None:
+            service.wakeup()
+
+    def _handle_ha(self, end: int, waiting: list[int], results: list) -> None:
+        """The one place a SYNC_MASTER waits for a slave to hold what was appended."""
+        if self.settings.broker_role is not BrokerRole.SYNC_MASTER or not waiting:
+            return
+        if self.replica.is_slave_ok(end):
+            if self.replica.wait_for_slave(end, self.settings.slave_timeout / 1000):
+                return
+            status, reason = (PutMessageStatus.FLUSH_SLAVE_TIMEOUT,
+                              f"stored, but no slave acknowledged it within slaveTimeout={self.settings.slave_timeout} ms")
+        else:
+            status, reason = (PutMessageStatus.SLAVE_NOT_AVAILABLE,
+                              "stored on the master, but no slave is connected (or it is too far behind)")
+        for i in waiting:
+            if results[i].status is PutMessageStatus.PUT_OK:
+                results[i].status, results[i].reason = status, reason
+
+    # --- reads and admin -------------------------------------------------------------------
+    def read_records(self, ranges: Sequence[tuple[int, int]]) -> list[bytes | None]:
+        get = self.commitlog.get_data
+        return [get(offset, size) for offset, size in ranges]
+
+    def read_raw(self, offset: int, max_bytes: int, flushed_only: bool = False) -> bytes:
+        return self.commitlog.read_raw(offset, max_bytes, flushed_only)
+
+    def wait_for_bytes(self, offset: int, timeout: float, flushed_only: bool = False) -> bool:
+        return self.commitlog.wait_for_bytes(offset, timeout, flushed_only)
+
+    @property
+    def min_offset(self) -> int:
+        return self.commitlog.min_offset
+
+    @property
+    def max_offset(self) -> int:
+        return self.commitlog.max_offset
+
+    @property
+    def flushed_offset(self) -> int:
+        return self.commitlog.flushed_offset
+
+    @property
+    def committed_offset(self) -> int:
+        return self.commitlog.committed_offset
+
+    def flush(self) -> int:
+        """Commit and flush everything written so far; returns the flushed offset."""
+        q = self.commitlog.mapped_file_queue
+        if self.commitlog.transient_pool_enabled:
+            while not q.commit(0):
+                pass
+        while not q.flush(0):
+            pass
+        self._on_flushed()
+        return q.flushed_where
+
+    def delete_expired_files(self, force: bool = False) -> int:
+        """Delete files past fileReservedTime now, whatever the hour of deleteWhen; with ``force``
+        delete the oldest files even if not expired (never the file being written)."""
+        return self.clean_service.run_once(manual=True, clean_at_once=force)
+
+    def stats(self) -> dict[str, object]:
+        q = self.commitlog.mapped_file_queue
+        flush_count = getattr(self._flush_service, "flush_count", 0)
+        return {
+            "putMessageCount": self.commitlog.put_message_count,
+            "putBytes": self.commitlog.put_bytes,
+            "flushCount": flush_count,
+            "flushTimeouts": self.flush_timeouts,
+            "minOffset": self.min_offset,
+            "maxOffset": self.max_offset,
+            "flushedOffset": self.flushed_offset,
+            "committedOffset": self.committed_offset,
+            "files": len(q.files),
+            "mappedMemory": q.mapped_memory_size(),
+            "queues": len(self.commitlog.topic_queue_table),
+            "diskRatio": round(self.clean_service.last_disk_ratio, 4),
+            "writable": self.flags.writable,
+            "notWritableReason": self.flags.not_writable_reason(),
+            "deletedFiles": self.clean_service.deleted_files,
+            "flushDiskType": self.settings.flush_disk_type.value,
+            "brokerRole": self.settings.broker_role.value,
+            "lastExitOk": self.last_exit_ok,
+        }
+
+
+def _write_file(path: str, text: str) -> None:
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())

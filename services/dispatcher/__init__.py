@@ -1,0 +1,1 @@
+"""The dispatcher (RocketMQ's ReputMessageService as a process). Not built yet."""

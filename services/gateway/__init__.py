@@ -1,0 +1,1 @@
+"""The client-facing gateway. Not built yet."""

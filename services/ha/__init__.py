@@ -1,0 +1,1 @@
+"""Master/slave replication of the CommitLog. Not built yet."""

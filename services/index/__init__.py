@@ -1,0 +1,1 @@
+"""The index service (ConsumeQueue and IndexFile). Not built yet."""

@@ -111,6 +111,8 @@ class AllocateMappedFileService:
                 mf = MappedFile(path, size, release_buffer=self._pool.release if self._pool else None)
                 if self._warm:
                     mf.warm(self._warm_flush_pages, lock=True)
+                else:
+                    mf.prefault()
                 fut.set_result(mf)
             except BaseException as e:  # noqa: BLE001 - handed to the waiting appender
                 log.error("mapped file creation failed", path=path, error=str(e))

@@ -1,0 +1,122 @@
+"""Logging set-up: the one place structlog (and the stdlib ``logging`` under it) is configured.
+
+Services call ``configure_logging(json=True, service="commitlog")`` once at start-up and log JSON lines
+to stderr, which is what log collectors on Kubernetes expect; the CLI uses ``json=False`` for readable
+``key=value`` lines. Libraries that log through the stdlib (grpc) are routed through the same renderer,
+at WARNING and above, so every line on stderr has one format.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any, TextIO
+
+import structlog
+from structlog.typing import EventDict, Processor, WrappedLogger
+
+__all__ = ["configure_logging", "get_logger"]
+
+_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "warn": logging.WARNING,
+    "error": logging.ERROR,
+    "critical": logging.CRITICAL,
+}
+
+
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Our stdlib handler, marked by its class so a second configure_logging replaces it."""
+
+
+class _NamedWriteLogger(structlog.WriteLogger):
+    """A WriteLogger that knows the name it was asked for, so lines can carry ``logger``."""
+
+    def __init__(self, file: TextIO, name: str) -> None:
+        super().__init__(file)
+        self.name = name
+
+
+class _NamedWriteLoggerFactory:
+    def __init__(self, file: TextIO) -> None:
+        self._file = file
+
+    def __call__(self, *args: Any) -> _NamedWriteLogger:
+        return _NamedWriteLogger(self._file, str(args[0]) if args else "")
+
+
+def configure_logging(json: bool = True, level: str = "info", service: str | None = None) -> None:
+    """Configure structlog and stdlib logging; calling it again replaces the previous set-up.
+
+    ``json``: JSON lines (services) or key-value console lines without colours (CLI).
+    ``level``: lowest level emitted by structlog loggers (debug, info, warning, error, critical);
+    stdlib loggers emit WARNING and above (or ``level`` if higher).
+    ``service``: added to every line as ``service``.
+    """
+    numeric = _LEVELS.get(level.lower())
+    if numeric is None:
+        raise ValueError(f"log level {level!r}: expected one of {', '.join(_LEVELS)}")
+
+    shared: list[Processor] = [
+        structlog.contextvars.merge_contextvars,
+        _add_logger_name,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    if service is not None:
+        shared.append(_add_service(service))
+    renderer: Processor
+    if json:
+        # Tracebacks as data, without local variables: they can hold message bodies and get large.
+        tracebacks = structlog.processors.ExceptionRenderer(
+            structlog.tracebacks.ExceptionDictTransformer(show_locals=False)
+        )
+        shared += [structlog.processors.StackInfoRenderer(), tracebacks]
+        renderer = structlog.processors.JSONRenderer()
+    else:
+        shared.append(structlog.processors.StackInfoRenderer())
+        renderer = structlog.dev.ConsoleRenderer(colors=False)
+
+    structlog.configure(
+        processors=[*shared, renderer],
+        wrapper_class=structlog.make_filtering_bound_logger(numeric),
+        logger_factory=_NamedWriteLoggerFactory(sys.stderr),
+        # Not cached: structlog.testing.capture_logs must keep working for loggers made at import time.
+        cache_logger_on_first_use=False,
+    )
+
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=shared,
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+    )
+    handler = _StderrHandler(sys.stderr)
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if isinstance(h, _StderrHandler)]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(max(logging.WARNING, numeric))
+
+
+def get_logger(name: str, **initial_values: Any) -> Any:
+    """A structlog logger whose lines carry ``logger=name`` (and any initial values)."""
+    return structlog.get_logger(name, **initial_values)
+
+
+def _add_logger_name(logger: WrappedLogger, _method: str, event_dict: EventDict) -> EventDict:
+    """``logger``: the stdlib record's name for foreign lines, else the name given to get_logger."""
+    record = event_dict.get("_record")
+    name = record.name if record is not None else getattr(logger, "name", "")
+    if name:
+        event_dict.setdefault("logger", name)
+    return event_dict
+
+
+def _add_service(service: str) -> Processor:
+    def add_service(_logger: WrappedLogger, _method: str, event_dict: EventDict) -> EventDict:
+        event_dict.setdefault("service", service)
+        return event_dict
+
+    return add_service

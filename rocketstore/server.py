@@ -1,0 +1,178 @@
+"""The gRPC server bootstrap every service uses.
+
+Each service only builds its servicers and calls ``GrpcServer.add``; this module gives all of them the
+same behaviour: large message limits (records travel in batches), the standard health service (what
+Kubernetes probes and the embedded launcher wait on), server reflection (so ``grpcurl`` works without
+the protos), a clean stop on SIGTERM/SIGINT that reports NOT_SERVING before draining, and a Prometheus
+endpoint.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import grpc
+import prometheus_client
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from rocketstore.log import get_logger
+
+__all__ = ["MAX_MESSAGE_BYTES", "GrpcServer", "run_until_signal", "start_metrics_server"]
+
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+"""Send and receive limit of every server: a batch of records must fit in one message."""
+
+_log = get_logger("rocketstore.server")
+
+
+class GrpcServer:
+    """A grpc.Server bound at construction, with health and reflection added at ``start``.
+
+    The port is bound in the constructor so a service can publish ``endpoint`` (e.g. to the launcher)
+    before it starts serving; ``port=0`` picks a free port.
+    """
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        max_workers: int = 16,
+        *,
+        options: Sequence[tuple[str, Any]] = (),
+        interceptors: Sequence[grpc.ServerInterceptor] = (),
+    ) -> None:
+        self.host = host
+        self._executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc-server")
+        self._server = grpc.server(
+            self._executor,
+            options=[
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                *options,
+            ],
+            interceptors=list(interceptors),
+        )
+        address = _join_host_port(host, port)
+        try:
+            bound = self._server.add_insecure_port(address)
+        except RuntimeError as exc:  # grpc raises on bind failure in recent versions
+            raise OSError(f"cannot listen on {address}: {exc}") from exc
+        if bound == 0:  # ... and returns 0 in older ones
+            raise OSError(f"cannot listen on {address}")
+        self.port: int = bound
+        self.endpoint: str = _join_host_port(host, bound)
+        self._service_names: list[str] = []
+        self._health = health.HealthServicer()
+        self._started = False
+        self._stopped = False
+
+    @property
+    def service_names(self) -> tuple[str, ...]:
+        """Full names of the services registered with ``add`` (health and reflection not included)."""
+        return tuple(self._service_names)
+
+    def add(
+        self, servicer_adder_fn: Callable[[Any, grpc.Server], None], servicer: Any, service_full_name: str
+    ) -> None:
+        """Register a servicer: ``add(add_CommitLogServicer_to_server, svc, "rocketstore.v1.CommitLog")``.
+
+        The full name is what health reports SERVING for and reflection lists.
+        """
+        if self._started:
+            raise RuntimeError("add() must be called before start()")
+        servicer_adder_fn(servicer, self._server)
+        self._service_names.append(service_full_name)
+
+    def start(self) -> None:
+        """Add health and reflection, start serving, then report SERVING for "" and every service."""
+        if self._started:
+            raise RuntimeError("server already started")
+        self._started = True
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
+        reflection.enable_server_reflection(
+            (*self._service_names, health.SERVICE_NAME, reflection.SERVICE_NAME), self._server
+        )
+        self._server.start()
+        for name in ("", *self._service_names):
+            self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        _log.info("grpc server started", endpoint=self.endpoint, services=list(self._service_names))
+
+    def stop(self, grace: float | None = 5.0) -> None:
+        """Report NOT_SERVING (so probes and clients move away), then stop, letting in-flight calls
+        finish for up to ``grace`` seconds. Returns once the server has stopped; safe to call twice."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self._health.enter_graceful_shutdown()
+        self._server.stop(grace).wait()
+        self._executor.shutdown(wait=False)
+        _log.info("grpc server stopped", endpoint=self.endpoint)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the server has stopped (True) or ``timeout`` seconds passed (False)."""
+        timed_out = self._server.wait_for_termination(timeout)
+        return not timed_out
+
+    def __enter__(self) -> GrpcServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop(0)
+
+
+def run_until_signal(server: GrpcServer, on_stop: Callable[[], None], grace: float = 5.0) -> None:
+    """Serve until SIGTERM or SIGINT, then stop the server and call ``on_stop`` (flush, checkpoint, ...).
+
+    The server stops first so no request changes the state while ``on_stop`` persists it. Further
+    signals during the shutdown are ignored rather than interrupting a flush half-way; the previous
+    handlers are restored on return. Must be called from the main thread (Python's signal rule).
+    """
+    received: list[int] = []
+    arrived = threading.Event()
+
+    def handle(signum: int, _frame: object) -> None:
+        received.append(signum)
+        arrived.set()
+
+    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        # A bounded wait keeps the main thread returning to the interpreter, where handlers run.
+        while not arrived.wait(0.5):
+            pass
+        _log.info("stopping on signal", signal=signal.Signals(received[0]).name, endpoint=server.endpoint)
+        server.stop(grace)
+        try:
+            on_stop()
+        except Exception:
+            _log.exception("on_stop failed", endpoint=server.endpoint)
+            raise
+        _log.info("stopped", endpoint=server.endpoint)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def start_metrics_server(port: int | None, addr: str = "0.0.0.0") -> int | None:
+    """Serve Prometheus metrics over HTTP on ``addr:port`` from a daemon thread.
+
+    ``port=0`` picks a free port; the port actually used is returned. ``None`` or a negative port means
+    metrics are disabled and None is returned.
+    """
+    if port is None or port < 0:
+        return None
+    httpd, _thread = prometheus_client.start_http_server(port, addr=addr)
+    bound = int(httpd.server_port)
+    _log.info("metrics server started", addr=addr, port=bound)
+    return bound
+
+
+def _join_host_port(host: str, port: int) -> str:
+    if ":" in host and not host.startswith("["):
+        return f"[{host}]:{port}"
+    return f"{host}:{port}"

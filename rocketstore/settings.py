@@ -1,0 +1,830 @@
+"""Broker settings in RocketMQ's own names, read from a ``broker.properties``.
+
+Operators who know RocketMQ should be able to bring their ``broker.properties`` along: every key here is
+spelled as RocketMQ spells it (``flushDiskType``, ``mapedFileSizeCommitLog``, ...) and defaults to RocketMQ's
+default. ``KEYS`` is the single source of truth: the ``Settings`` dataclass, the parser, ``to_properties``
+and ``describe`` are all generated from it, so a key cannot exist in one place and not in another.
+
+Where a setting comes from, lowest to highest precedence::
+
+    defaults < broker.properties < ROCKETSTORE_<KEY> environment variables < overrides (flags)
+
+Attributes are the snake_case of the RocketMQ name, with RocketMQ's old spelling ``maped`` written as
+``mapped``: ``mapedFileSizeCommitLog`` and ``mappedFileSizeCommitLog`` are both
+``Settings.mapped_file_size_commit_log``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import enum
+import os
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+__all__ = [
+    "ENV_PREFIX",
+    "KEYS",
+    "BrokerRole",
+    "FlushDiskType",
+    "SettingKey",
+    "Settings",
+    "SettingsError",
+    "describe",
+    "load_settings",
+    "lookup_key",
+    "parse_delay_levels",
+    "parse_properties",
+]
+
+ENV_PREFIX = "ROCKETSTORE_"
+# Environment variables under the prefix that configure something other than a key.
+_ENV_NOT_KEYS = frozenset({"CONFIG"})
+
+_JAVA_INT_MAX = 2**31 - 1
+_CQ_UNIT_SIZE = 20  # bytes per ConsumeQueue entry; the CQ file size is always a whole number of them
+
+
+class FlushDiskType(enum.Enum):
+    """When an append is acknowledged relative to the disk flush."""
+
+    ASYNC_FLUSH = "ASYNC_FLUSH"
+    SYNC_FLUSH = "SYNC_FLUSH"
+
+
+class BrokerRole(enum.Enum):
+    """Replication role: masters accept writes (SYNC_MASTER waits for a slave), a SLAVE only replicates."""
+
+    ASYNC_MASTER = "ASYNC_MASTER"
+    SYNC_MASTER = "SYNC_MASTER"
+    SLAVE = "SLAVE"
+
+
+class SettingsError(ValueError):
+    """A setting has a value the broker cannot run with.
+
+    The message names the key, the bad value, where it came from and what is expected, e.g.
+    ``flushDiskType=FAST in /etc/broker.properties line 3: expected one of ASYNC_FLUSH, SYNC_FLUSH``.
+    The parts are also available as attributes (``None`` for errors not about one key, like an
+    unreadable file).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        key: str | None = None,
+        value: str | None = None,
+        source: str | None = None,
+        expected: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.key = key
+        self.value = value
+        self.source = source
+        self.expected = expected
+        self.related: str | None = None  # another key the failed rule involves
+
+    @classmethod
+    def bad_value(cls, key: str, value: object, source: str, expected: str) -> SettingsError:
+        text = _display(value)
+        return cls(
+            f"{key}={text} {source}: {expected}", key=key, value=text, source=source, expected=expected
+        )
+
+
+class _Invalid(Exception):
+    """Internal: a value failed; carries what was expected. Turned into SettingsError with a source."""
+
+    def __init__(self, expected: str) -> None:
+        super().__init__(expected)
+        self.expected = expected
+        self.related: str | None = None  # another key the failed rule involves
+
+
+# --------------------------------------------------------------------------------------------------
+# Value checks and normalisations that are more than a range, referenced from the table.
+
+
+def _non_empty(value: str) -> None:
+    if not value.strip():
+        raise _Invalid("expected a non-empty string")
+
+
+def _check_delete_when(value: str) -> None:
+    _delete_when_hours(value)
+
+
+def _delete_when_hours(value: str) -> tuple[int, ...]:
+    expected = "expected hours 0..23 separated by ';' (e.g. 04 or 04;16)"
+    hours = []
+    for word in value.split(";"):
+        word = word.strip()
+        if not re.fullmatch(r"[0-9]{1,2}", word, re.ASCII) or int(word) > 23:
+            raise _Invalid(expected)
+        hours.append(int(word))
+    return tuple(hours)
+
+
+_DELAY_UNIT_MILLIS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_delay_levels(text: str) -> tuple[int, ...]:
+    """Delay of each level in milliseconds, as ScheduleMessageService.parseDelayLevel reads
+    ``messageDelayLevel``: whitespace-separated ``<n><unit>`` with units s, m, h, d.
+    Level 1 is index 0. Raises ValueError on a malformed level."""
+    try:
+        return _parse_delay_levels(text)
+    except _Invalid as exc:
+        raise ValueError(f"messageDelayLevel={text!r}: {exc.expected}") from None
+
+
+def _parse_delay_levels(text: str) -> tuple[int, ...]:
+    expected = "expected space-separated delays like '1s 5s 1m 2h 1d' (units s, m, h, d)"
+    words = text.split()
+    if not words:
+        raise _Invalid(expected)
+    levels = []
+    for word in words:
+        match = re.fullmatch(r"([0-9]+)([smhd])", word, re.ASCII)
+        if match is None:
+            raise _Invalid(expected)
+        levels.append(int(match.group(1)) * _DELAY_UNIT_MILLIS[match.group(2)])
+    return tuple(levels)
+
+
+def _check_delay_levels(value: str) -> None:
+    _parse_delay_levels(value)
+
+
+def _round_up_to_cq_unit(value: int) -> int:
+    """MessageStoreConfig.getMappedFileSizeConsumeQueue: a CQ file holds whole 20-byte units."""
+    return -(-value // _CQ_UNIT_SIZE) * _CQ_UNIT_SIZE
+
+
+def _clamp_disk_ratio(value: int) -> int:
+    """MessageStoreConfig.getDiskMaxUsedSpaceRatio clamps to 10..95; we store what the getter returns."""
+    return min(max(value, 10), 95)
+
+
+def _expand_path(value: str) -> str:
+    return os.path.expanduser(value) if value else value
+
+
+# --------------------------------------------------------------------------------------------------
+# The table.
+
+
+@dataclasses.dataclass(frozen=True)
+class SettingKey:
+    """One broker setting: its RocketMQ name, Python type, default and what it is for.
+
+    ``minimum``/``maximum`` bound ints; ``check`` raises on other bad values; ``normalize`` turns an
+    accepted value into the stored one (RocketMQ getter semantics); ``derive`` names the directory entry
+    under ``storePathRootDir`` that a path key defaults to.
+    """
+
+    name: str
+    type: type
+    default: Any
+    doc: str
+    minimum: int | None = None
+    maximum: int | None = None
+    aliases: tuple[str, ...] = ()
+    check: Callable[[Any], None] | None = None
+    normalize: Callable[[Any], Any] | None = None
+    derive: str | None = None
+
+    @property
+    def attr(self) -> str:
+        """The Settings attribute: snake_case, with ``maped`` spelled ``mapped``."""
+        return _snake(_mapped(self.name))
+
+    @property
+    def is_path(self) -> bool:
+        return self.name.startswith("storePath") or self.name in ("storeCheckpoint", "abortFile")
+
+    def expected(self) -> str:
+        """What a valid value looks like, for error messages and docs."""
+        if issubclass(self.type, enum.Enum):
+            return "one of " + ", ".join(m.name for m in self.type)
+        if self.type is bool:
+            return "true or false"
+        if self.type is int:
+            if self.minimum is not None and self.maximum is not None:
+                return f"an integer between {self.minimum} and {self.maximum}"
+            if self.minimum is not None:
+                return f"an integer >= {self.minimum}"
+            if self.maximum is not None:
+                return f"an integer <= {self.maximum}"
+            return "an integer"
+        return "a string"
+
+    def parse(self, value: object) -> Any:
+        """Turn a typed value or its properties-file text into the stored value, or raise _Invalid."""
+        if isinstance(value, str):
+            value = self._from_text(value)
+        elif not self._has_type(value):
+            raise _Invalid("expected " + self.expected())
+        if self.type is int and (
+            (self.minimum is not None and value < self.minimum)
+            or (self.maximum is not None and value > self.maximum)
+        ):
+            raise _Invalid("expected " + self.expected())
+        if self.check is not None:
+            self.check(value)
+        if self.normalize is not None:
+            value = self.normalize(value)
+        return value
+
+    def _has_type(self, value: object) -> bool:
+        if self.type is int:
+            return isinstance(value, int) and not isinstance(value, bool)
+        return isinstance(value, self.type)
+
+    def _from_text(self, text: str) -> Any:
+        if self.type is str:
+            return text
+        stripped = text.strip()
+        if self.type is bool:
+            # Java's Boolean.parseBoolean takes anything non-"true" as false; a typo should not silently
+            # turn a feature off, so only true/false are accepted.
+            if stripped.lower() in ("true", "false"):
+                return stripped.lower() == "true"
+        elif self.type is int:
+            if re.fullmatch(r"[+-]?[0-9]+", stripped, re.ASCII):
+                return int(stripped)
+        elif issubclass(self.type, enum.Enum):
+            for member in self.type:
+                if member.name.lower() == stripped.lower():
+                    return member
+        raise _Invalid("expected " + self.expected())
+
+    def to_text(self, value: Any) -> str:
+        """The value as a broker.properties would hold it."""
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, enum.Enum):
+            return value.name
+        return str(value)
+
+
+def _k(
+    name: str,
+    type_: type,
+    default: Any,
+    doc: str,
+    *,
+    minimum: int | None = None,
+    maximum: int | None = None,
+    aliases: tuple[str, ...] = (),
+    check: Callable[[Any], None] | None = None,
+    normalize: Callable[[Any], Any] | None = None,
+    derive: str | None = None,
+) -> SettingKey:
+    return SettingKey(name, type_, default, doc, minimum, maximum, aliases, check, normalize, derive)
+
+
+_PORT = {"minimum": 0, "maximum": 65535}
+_RATIO = {"minimum": 0, "maximum": 100}
+
+# Minimums are where a smaller value would break the store rather than merely be slow:
+# * file sizes: a CommitLog file must hold a small record plus the 8-byte end-of-file BLANK record, so at
+#   least 1 KiB (tests use 2 KiB files); a ConsumeQueue file at least one 20-byte unit; both fit a Java
+#   int, as RocketMQ maps each file with one MappedByteBuffer.
+# * sleep intervals and timeouts of the service loops: >= 1 ms (0 would spin); "thorough" intervals and
+#   "least pages" may be 0 (always flush everything / flush whatever is there).
+# * counts and batch sizes: >= 1.  Ports: 0..65535 (0 = choose a free port, for tests).
+KEYS: tuple[SettingKey, ...] = (
+    # --- identity and networking (BrokerConfig / NettyServerConfig)
+    _k("brokerClusterName", str, "DefaultCluster", "Name of the cluster the broker belongs to.",
+       check=_non_empty),
+    _k("brokerName", str, "broker-a", "Broker name; a master and its slaves share it.", check=_non_empty),
+    _k("brokerId", int, 0, "0 is the master; a slave needs an id > 0. Masters are always given 0.",
+       minimum=0),
+    _k("brokerIP1", str, "127.0.0.1", "Address the broker advertises to clients."),
+    _k("brokerIP2", str, "", "Address the master advertises for HA replication; empty means brokerIP1."),
+    _k("namesrvAddr", str, "", "Name server addresses separated by ';' (empty: none)."),
+    _k("listenPort", int, 10911, "Port clients connect to (the gateway).", **_PORT),
+    _k("haListenPort", int, 10912, "Port the master listens on for slave replication.", **_PORT),
+    _k("useEpollNativeSelector", bool, False, "Netty epoll selector; accepted for compatibility, no effect."),
+    _k("sendMessageThreadPoolNums", int, 16, "Threads handling sends.", minimum=1),
+    _k("pullMessageThreadPoolNums", int, 16, "Threads handling pulls.", minimum=1),
+    _k("waitTimeMillsInSendQueue", int, 200,
+       "Longest a send may wait in the send queue before being refused as busy (ms).", minimum=1),
+    _k("transferMsgByHeap", bool, True, "Copy pulled messages through the heap instead of zero-copy."),
+    _k("slaveReadEnable", bool, False, "Let consumers read from a slave when the master's data is cold."),
+    _k("longPollingEnable", bool, True, "Hold pulls that find no message until one arrives (long polling)."),
+    _k("shortPollingTimeMills", int, 1000, "How long a pull waits when long polling is disabled (ms).",
+       minimum=0),
+    # --- topics, subscriptions, transactions (BrokerConfig)
+    _k("defaultTopicQueueNums", int, 4, "Queues of a topic created automatically on first send.",
+       minimum=1),
+    _k("autoCreateTopicEnable", bool, True, "Create an unknown topic on first send (off in production)."),
+    _k("autoCreateSubscriptionGroup", bool, True, "Create an unknown consumer group on first use."),
+    _k("checkTransactionMessageEnable", bool, False, "Old-style switch for transaction check-back."),
+    _k("transactionTimeOut", int, 6000,
+       "Age after which a half (prepared) message is checked back with its producer (ms).", minimum=0),
+    _k("transactionCheckMax", int, 15, "Check-backs before a half message is discarded.", minimum=1),
+    _k("transactionCheckInterval", int, 60000, "Interval between transaction check rounds (ms).",
+       minimum=1),
+    # --- store paths (MessageStoreConfig); the five below default to entries under storePathRootDir
+    _k("storePathRootDir", str, "~/store", "Root of the store directory ('~' expanded).", check=_non_empty,
+       normalize=_expand_path),
+    _k("storePathCommitLog", str, None, "CommitLog directory.", normalize=_expand_path, derive="commitlog"),
+    _k("storePathConsumeQueue", str, None, "ConsumeQueue directory.", normalize=_expand_path,
+       derive="consumequeue"),
+    _k("storePathIndex", str, None, "IndexFile directory.", normalize=_expand_path, derive="index"),
+    _k("storeCheckpoint", str, None, "Checkpoint file.", normalize=_expand_path, derive="checkpoint"),
+    _k("abortFile", str, None, "Abort file; present at start means the last stop was not clean.",
+       normalize=_expand_path, derive="abort"),
+    # --- file sizes
+    _k("mappedFileSizeCommitLog", int, 1073741824, "Size of each CommitLog file (bytes).",
+       minimum=1024, maximum=_JAVA_INT_MAX),
+    _k("mappedFileSizeConsumeQueue", int, 6000000,
+       "Size of each ConsumeQueue file (bytes); rounded up to a multiple of 20, the unit size.",
+       minimum=1, maximum=_JAVA_INT_MAX - _CQ_UNIT_SIZE, normalize=_round_up_to_cq_unit),
+    _k("maxMessageSize", int, 4194304, "Largest message body accepted (bytes).", minimum=1,
+       maximum=_JAVA_INT_MAX),
+    # --- flush and commit
+    _k("flushDiskType", FlushDiskType, FlushDiskType.ASYNC_FLUSH,
+       "ASYNC_FLUSH acknowledges before the flush; SYNC_FLUSH after it (group commit)."),
+    _k("flushIntervalCommitLog", int, 500, "Sleep of the async CommitLog flush loop (ms).", minimum=1),
+    _k("flushCommitLogTimed", bool, True,
+       "Async flush sleeps a fixed interval instead of waiting to be woken."),
+    _k("flushCommitLogLeastPages", int, 4, "Dirty 4 KiB pages needed before an async flush.", minimum=0),
+    _k("flushCommitLogThoroughInterval", int, 10000,
+       "After this long, flush whatever is dirty regardless of least pages (ms).", minimum=0),
+    _k("commitIntervalCommitLog", int, 200, "Sleep of the commit loop (transient store pool only, ms).",
+       minimum=1),
+    _k("commitCommitLogLeastPages", int, 4, "Dirty pages needed before a commit (transient pool).",
+       minimum=0),
+    _k("commitCommitLogThoroughInterval", int, 200, "After this long, commit regardless of least pages (ms).",
+       minimum=0),
+    _k("flushIntervalConsumeQueue", int, 1000, "Sleep of the ConsumeQueue flush loop (ms).", minimum=1),
+    _k("flushConsumeQueueLeastPages", int, 2, "Dirty pages needed before a ConsumeQueue flush.", minimum=0),
+    _k("flushConsumeQueueThoroughInterval", int, 60000,
+       "After this long, flush ConsumeQueues regardless of least pages (ms).", minimum=0),
+    _k("syncFlushTimeout", int, 5000, "SYNC_FLUSH: wait for the flush before FLUSH_DISK_TIMEOUT (ms).",
+       minimum=1),
+    _k("putMessageTimeout", int, 8000, "Overall limit on one put, flush and replication included (ms).",
+       minimum=1),
+    _k("useReentrantLockWhenPutMessage", bool, False, "Lock kind around the append; no effect here."),
+    _k("transientStorePoolEnable", bool, False,
+       "Write to off-heap buffers and commit to the file later; only active with ASYNC_FLUSH on a master."),
+    _k("transientStorePoolSize", int, 5, "Buffers in the transient store pool.", minimum=1),
+    _k("warmMapedFileEnable", bool, False, "Touch every page of a new mapped file before use."),
+    _k("osPageCacheBusyTimeOutMills", int, 1000,
+       "A put holding the append lock longer than this makes new puts fail with OS_PAGECACHE_BUSY (ms).",
+       minimum=1),
+    # --- recovery
+    _k("checkCRCOnRecover", bool, True, "Verify each record's body CRC while recovering the CommitLog."),
+    _k("duplicationEnable", bool, False, "Accept records already present when replaying (DUP_INFO)."),
+    # --- deletion of expired files and disk space
+    _k("fileReservedTime", int, 72, "Hours a CommitLog file is kept after its last write.", minimum=0),
+    _k("deleteWhen", str, "04", "Hours of the day when expired files are deleted, separated by ';'.",
+       check=_check_delete_when),
+    _k("diskMaxUsedSpaceRatio", int, 75,
+       "Disk use (%) above which expired files are deleted at any hour; clamped to 10..95.",
+       normalize=_clamp_disk_ratio),
+    _k("diskSpaceWarningLevelRatio", int, 90, "Disk use (%) at which the store refuses writes.", **_RATIO),
+    _k("diskSpaceCleanForciblyRatio", int, 85,
+       "Disk use (%) at which files are deleted even if not expired.", **_RATIO),
+    _k("cleanFileForciblyEnable", bool, True, "Allow deleting unexpired files when the disk is nearly full."),
+    _k("cleanResourceInterval", int, 10000, "Interval of the clean-up service (ms).", minimum=1),
+    _k("deleteCommitLogFilesInterval", int, 100, "Pause between deleting two CommitLog files (ms).",
+       minimum=0),
+    _k("deleteConsumeQueueFilesInterval", int, 100, "Pause between deleting two ConsumeQueue files (ms).",
+       minimum=0),
+    _k("destroyMapedFileIntervalForcibly", int, 120000,
+       "A file still referenced this long after deletion started is deleted anyway (ms).", minimum=0),
+    _k("redeleteHangedFileInterval", int, 120000, "Interval to retry deleting a file that hung (ms).",
+       minimum=0),
+    # --- reads (getMessage)
+    _k("maxTransferBytesOnMessageInMemory", int, 262144,
+       "Most bytes one pull returns when the data is in memory.", minimum=1),
+    _k("maxTransferCountOnMessageInMemory", int, 32,
+       "Most messages one pull returns when the data is in memory.", minimum=1),
+    _k("maxTransferBytesOnMessageInDisk", int, 65536,
+       "Most bytes one pull returns when the data is on disk.", minimum=1),
+    _k("maxTransferCountOnMessageInDisk", int, 8,
+       "Most messages one pull returns when the data is on disk.", minimum=1),
+    _k("accessMessageInMemoryMaxRatio", int, 40,
+       "Share of RAM (%) behind the head that still counts as in memory.", **_RATIO),
+    _k("defaultQueryMaxNum", int, 32, "Default most messages returned by a query by key.", minimum=1),
+    # --- IndexFile
+    _k("messageIndexEnable", bool, True, "Build IndexFiles (query by key and unique key)."),
+    _k("messageIndexSafe", bool, False, "Recover from the index checkpoint too after a crash."),
+    _k("maxHashSlotNum", int, 5000000, "Hash slots per IndexFile.", minimum=1),
+    _k("maxIndexNum", int, 20000000, "Index entries per IndexFile (entry 0 is unused).", minimum=2),
+    _k("maxMsgsNumBatch", int, 64, "Most messages a query by key returns.", minimum=1),
+    # --- delay messages
+    _k("messageDelayLevel", str, "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h",
+       "Delay of each level, level 1 first; units s, m, h, d.", check=_check_delay_levels),
+    _k("flushDelayOffsetInterval", int, 10000, "Interval of persisting the delay queues' offsets (ms).",
+       minimum=1),
+    # --- HA
+    _k("brokerRole", BrokerRole, BrokerRole.ASYNC_MASTER,
+       "ASYNC_MASTER replicates in the background; SYNC_MASTER waits for a slave; SLAVE replicates."),
+    _k("slaveTimeout", int, 3000,
+       "SYNC_MASTER: wait for a slave before FLUSH_SLAVE_TIMEOUT (ms).", minimum=1),
+    _k("haSendHeartbeatInterval", int, 5000, "Slave reports its offset at least this often (ms).",
+       minimum=1),
+    _k("haHousekeepingInterval", int, 20000, "A silent HA connection is closed after this long (ms).",
+       minimum=1),
+    _k("haTransferBatchSize", int, 32768, "Most bytes the master sends a slave in one transfer.",
+       minimum=1),
+    _k("haSlaveFallbehindMax", int, 268435456,
+       "A slave further behind than this (bytes) is not available for SYNC_MASTER.", minimum=0,
+       aliases=("haMaxGapNotInSync",)),
+    _k("haMasterAddress", str, "", "Master HA address a slave connects to (host:port; empty: none)."),
+    _k("offsetCheckInSlave", bool, False, "Let a slave correct a consumer's out-of-range pull offset."),
+)
+
+
+def _mapped(name: str) -> str:
+    return name.replace("Maped", "Mapped").replace("maped", "mapped")
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
+
+
+def _norm(name: str) -> str:
+    """Matching form of a key: case, '_' and '-' ignored, and maped == mapped."""
+    return _mapped(name.replace("_", "").replace("-", "").lower())
+
+
+def _build_lookup(keys: Iterable[SettingKey]) -> dict[str, SettingKey]:
+    lookup: dict[str, SettingKey] = {}
+    for key in keys:
+        for spelling in (key.name, key.attr, *key.aliases):
+            found = lookup.setdefault(_norm(spelling), key)
+            if found is not key:
+                raise AssertionError(f"settings keys {found.name} and {key.name} collide")
+    return lookup
+
+
+_LOOKUP = _build_lookup(KEYS)
+_DERIVED = tuple(key for key in KEYS if key.derive)
+
+
+def lookup_key(name: str) -> SettingKey | None:
+    """The key for a RocketMQ name, alias or attribute name, matched ignoring case, '_' and '-'."""
+    return _LOOKUP.get(_norm(name))
+
+
+# --------------------------------------------------------------------------------------------------
+# The dataclass, generated from the table.
+
+
+class _SettingsMethods:
+    """Behaviour of Settings; the fields themselves come from KEYS."""
+
+    if TYPE_CHECKING:  # the fields are generated, so tell type checkers any attribute exists
+
+        def __init__(self, **values: Any) -> None: ...
+
+        def __getattr__(self, name: str) -> Any: ...
+
+    def __post_init__(self) -> None:
+        values = {key.attr: getattr(self, key.attr) for key in KEYS}
+        for key in KEYS:
+            value = values[key.attr]
+            if key.derive and value in (None, ""):
+                continue  # filled in below, from the final root
+            try:
+                values[key.attr] = key.parse(value)
+            except _Invalid as exc:
+                raise SettingsError.bad_value(key.name, value, "in Settings()", exc.expected) from None
+        root = values["store_path_root_dir"]
+        for key in _DERIVED:
+            if values[key.attr] in (None, ""):
+                values[key.attr] = os.path.join(root, key.derive or "")
+        # BrokerStartup: a master's id is always MASTER_ID (0); a slave must have an id > 0.
+        if values["broker_role"] is BrokerRole.SLAVE:
+            if values["broker_id"] <= 0:
+                error = SettingsError.bad_value(
+                    "brokerId", values["broker_id"], "in Settings()",
+                    "a SLAVE needs brokerId > 0 (0 is the master's id)",
+                )
+                error.related = "brokerRole"
+                raise error
+        else:
+            values["broker_id"] = 0
+        for attr, value in values.items():
+            object.__setattr__(self, attr, value)
+
+    def replace(self, **changes: Any) -> Settings:
+        """A copy with some attributes changed (dataclasses.replace), validated like a new Settings.
+
+        Changing ``store_path_root_dir`` moves the store paths that were derived from the old root;
+        paths that were set explicitly stay where they are.
+        """
+        if "store_path_root_dir" in changes:
+            old_root = self.store_path_root_dir
+            for key in _DERIVED:
+                derived = os.path.join(old_root, key.derive or "")
+                if key.attr not in changes and getattr(self, key.attr) == derived:
+                    changes[key.attr] = ""
+        return dataclasses.replace(self, **changes)  # type: ignore[type-var]
+
+    def to_properties(self, *, only_changed: bool = False, comments: bool = True) -> str:
+        """A broker.properties text with RocketMQ's key names that loads back into equal Settings.
+
+        ``only_changed`` leaves out keys at their default (store paths derived from the root count as
+        default), so the file keeps following future defaults.
+        """
+        root = self.store_path_root_dir
+        lines = ["# rocketstore broker.properties (RocketMQ key names)"]
+        for key in KEYS:
+            value = getattr(self, key.attr)
+            default = os.path.join(root, key.derive) if key.derive else getattr(_DEFAULTS, key.attr)
+            if only_changed and value == default:
+                continue
+            if comments:
+                lines.append(f"# {key.doc}")
+            lines.append(f"{key.name}={_escape(key.to_text(value))}")
+        return "\n".join(lines) + "\n"
+
+    @property
+    def delay_level_millis(self) -> tuple[int, ...]:
+        """Delay of each delay level in ms (level 1 at index 0), parsed from messageDelayLevel."""
+        return _parse_delay_levels(self.message_delay_level)
+
+    @property
+    def max_delay_level(self) -> int:
+        return len(self.delay_level_millis)
+
+    @property
+    def delete_when_hours(self) -> tuple[int, ...]:
+        """Hours of the day (0..23) at which expired files are deleted, parsed from deleteWhen."""
+        return _delete_when_hours(self.delete_when)
+
+    @property
+    def transient_store_pool_active(self) -> bool:
+        """RocketMQ's isTransientStorePoolEnable(): the switch only counts on an ASYNC_FLUSH master."""
+        return bool(
+            self.transient_store_pool_enable
+            and self.flush_disk_type is FlushDiskType.ASYNC_FLUSH
+            and self.broker_role is not BrokerRole.SLAVE
+        )
+
+
+def _field_default(key: SettingKey) -> Any:
+    return "" if key.derive else key.default
+
+
+if TYPE_CHECKING:
+
+    class Settings(_SettingsMethods):
+        """Static view of the generated class below."""
+
+else:
+    Settings = dataclasses.make_dataclass(
+        "Settings",
+        [(key.attr, key.type, dataclasses.field(default=_field_default(key))) for key in KEYS],
+        bases=(_SettingsMethods,),
+        frozen=True,
+    )
+    Settings.__module__ = __name__
+Settings.__doc__ = (
+    "Broker settings; one attribute per entry of KEYS, named as the snake_case of the RocketMQ key.\n\n"
+    "Values may be given typed or as broker.properties text; they are validated and normalised like\n"
+    "RocketMQ's getters do (ConsumeQueue file size rounded up to 20 bytes, diskMaxUsedSpaceRatio\n"
+    "clamped to 10..95, '~' expanded, unset store paths derived from storePathRootDir, a master's\n"
+    "brokerId forced to 0). Invalid values raise SettingsError."
+)
+_DEFAULTS = Settings()
+
+
+# --------------------------------------------------------------------------------------------------
+# broker.properties parsing (java.util.Properties.load syntax).
+
+_PROPS_WS = " \t\f"
+_PROPS_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def parse_properties(text: str, origin: str = "<properties>") -> list[tuple[str, str, int]]:
+    """``(key, value, line)`` for each entry of a Java .properties text, in file order.
+
+    Follows java.util.Properties.load: ``key=value``, ``key: value`` and ``key value``; ``#`` and ``!``
+    comment lines; a line ending in an odd number of backslashes continues on the next one (whose
+    leading whitespace is dropped); escapes ``\\t \\n \\r \\f \\uXXXX`` and ``\\x`` for x. Unlike Java,
+    trailing whitespace is stripped too, and so is whitespace after a continuation backslash.
+    ``line`` is the 1-based line where the entry starts. ``origin`` names the text in errors.
+    """
+    entries: list[tuple[str, str, int]] = []
+    physical = re.split(r"\r\n|\r|\n", text)  # Java's line ends only (str.splitlines knows more)
+    index = 0
+    while index < len(physical):
+        start = index + 1
+        line = physical[index].lstrip(_PROPS_WS)
+        index += 1
+        if not line or line[0] in "#!":
+            continue
+        line = line.rstrip(_PROPS_WS)
+        while _continues(line) and index < len(physical):
+            line = line[:-1] + physical[index].strip(_PROPS_WS)
+            index += 1
+        if _continues(line):  # a backslash on the very last line continues into nothing
+            line = line[:-1]
+        key_raw, value_raw = _split_entry(line)
+        try:
+            entries.append((_unescape(key_raw), _unescape(value_raw), start))
+        except _Invalid as exc:
+            where = f"{origin} line {start}"
+            raise SettingsError(f"{where}: {exc.expected}", source=f"in {where}") from None
+    return entries
+
+
+def _continues(line: str) -> bool:
+    return (len(line) - len(line.rstrip("\\"))) % 2 == 1
+
+
+def _split_entry(line: str) -> tuple[str, str]:
+    """Split a logical line at the first unescaped '=', ':' or whitespace, as Properties.load does."""
+    i = 0
+    while i < len(line):
+        char = line[i]
+        if char == "\\":
+            i += 2
+            continue
+        if char in "=:":
+            return line[:i], line[i + 1 :].lstrip(_PROPS_WS)
+        if char in _PROPS_WS:
+            rest = line[i:].lstrip(_PROPS_WS)
+            if rest[:1] in ("=", ":"):
+                rest = rest[1:].lstrip(_PROPS_WS)
+            return line[:i], rest
+        i += 1
+    return line, ""
+
+
+def _unescape(text: str) -> str:
+    if "\\" not in text:
+        return text
+    out = []
+    i = 0
+    while i < len(text):
+        char = text[i]
+        if char != "\\" or i + 1 >= len(text):
+            out.append(char)
+            i += 1
+            continue
+        nxt = text[i + 1]
+        if nxt == "u":
+            digits = text[i + 2 : i + 6]
+            if not re.fullmatch(r"[0-9a-fA-F]{4}", digits):
+                raise _Invalid("malformed \\uxxxx escape")
+            out.append(chr(int(digits, 16)))
+            i += 6
+        else:
+            out.append(_PROPS_ESCAPES.get(nxt, nxt))
+            i += 2
+    return "".join(out)
+
+
+def _escape(value: str) -> str:
+    """Inverse of the value side of parse_properties (surrounding whitespace kept via \\u0020)."""
+    out = value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+    out = out.replace("\f", "\\f")
+    core = out.strip(" ")
+    lead = len(out) - len(out.lstrip(" "))
+    trail = len(out) - len(out.rstrip(" ")) if core else 0
+    return "\\u0020" * lead + core + "\\u0020" * trail
+
+
+# --------------------------------------------------------------------------------------------------
+# Loading.
+
+
+def load_settings(
+    config_path: str | None = None,
+    overrides: Mapping[str, object] | None = None,
+    environ: Mapping[str, str] | None = None,
+    log: Any = None,
+) -> Settings:
+    """Settings from defaults < ``config_path`` (broker.properties) < environment < ``overrides``.
+
+    * ``config_path``: when None, ``$ROCKETSTORE_CONFIG`` names the file if set; otherwise no file.
+    * environment: ``ROCKETSTORE_<KEY>``, the key matched ignoring case and underscores
+      (``ROCKETSTORE_FLUSH_DISK_TYPE`` and ``ROCKETSTORE_flushDiskType`` both work). ``environ``
+      defaults to ``os.environ``.
+    * ``overrides``: flags, by RocketMQ name or attribute name; values as text (typed values work too).
+
+    Unknown keys are logged as warnings (with a "did you mean" when close) and ignored. A bad value raises
+    SettingsError naming the key, the value, where it came from and what was expected.
+    """
+    log = log if log is not None else structlog.get_logger("rocketstore.settings")
+    environ = os.environ if environ is None else environ
+    if config_path is None:
+        config_path = environ.get(ENV_PREFIX + "CONFIG") or None
+
+    values: dict[str, object] = {}
+    sources: dict[str, str] = {}
+    warned: set[str] = set()
+
+    def take(name: str, value: object, source: str) -> None:
+        key = lookup_key(name)
+        if key is None:
+            if name not in warned:
+                warned.add(name)
+                _warn_unknown(log, name, source)
+            return
+        try:
+            values[key.attr] = key.parse(value)
+        except _Invalid as exc:
+            raise SettingsError.bad_value(key.name, value, source, exc.expected) from None
+        sources[key.attr] = source
+
+    if config_path:
+        for name, value, line in parse_properties(_read_text(config_path), config_path):
+            take(name, value, f"in {config_path} line {line}")
+    for var in sorted(environ):
+        if var.startswith(ENV_PREFIX) and var[len(ENV_PREFIX) :].upper() not in _ENV_NOT_KEYS:
+            take(var[len(ENV_PREFIX) :], environ[var], f"in environment variable {var}")
+    for name, value in (overrides or {}).items():
+        take(name, _override_text(value), f"in flag {name}")
+
+    try:
+        return Settings(**values)
+    except SettingsError as exc:
+        # A rule across keys failed: say where the keys involved were set.
+        key = lookup_key(exc.key or "")
+        if key is None or exc.expected is None:
+            raise
+        expected = exc.expected
+        related = lookup_key(exc.related or "")
+        if related is not None:
+            shown = _display(values.get(related.attr, related.default))
+            expected += f" ({related.name}={shown} {sources.get(related.attr, 'by default')})"
+        source = sources.get(key.attr, "by default")
+        raise SettingsError.bad_value(key.name, exc.value, source, expected) from None
+
+
+def _read_text(path: str) -> str:
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError as exc:
+        raise SettingsError(f"cannot read settings file {path}: {exc.strerror or exc}", source=path) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data.decode("latin-1")  # what java.util.Properties.load(InputStream) assumes
+
+
+def _override_text(value: object) -> object:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return value
+
+
+def _warn_unknown(log: Any, name: str, source: str) -> None:
+    spellings = {_norm(k.name): k.name for k in KEYS}
+    close = difflib.get_close_matches(_norm(name), list(spellings), n=1, cutoff=0.75)
+    if close:
+        log.warning("unknown setting ignored", key=name, source=source, did_you_mean=spellings[close[0]])
+    else:
+        log.warning("unknown setting ignored", key=name, source=source)
+
+
+def _display(value: object) -> str:
+    if isinstance(value, enum.Enum):
+        return value.name
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+# --------------------------------------------------------------------------------------------------
+# Documentation.
+
+
+def describe() -> str:
+    """A Markdown table of every key: RocketMQ name, attribute, default, accepted values, meaning."""
+    rows = [
+        "| key | attribute | default | accepted | description |",
+        "|-----|-----------|---------|----------|-------------|",
+    ]
+    for key in KEYS:
+        if key.derive:
+            default = f"`<storePathRootDir>/{key.derive}`"
+        else:
+            default = f"`{key.to_text(key.default)}`" if key.to_text(key.default) else "(empty)"
+        names = key.name + "".join(f", {alias}" for alias in key.aliases)
+        if _mapped(key.name) != key.name:
+            names += f", {_mapped(key.name)}"
+        elif key.name != _maped(key.name):
+            names += f", {_maped(key.name)}"
+        rows.append(f"| {names} | `{key.attr}` | {default} | {key.expected()} | {key.doc} |")
+    return "\n".join(rows) + "\n"
+
+
+def _maped(name: str) -> str:
+    return name.replace("Mapped", "Maped").replace("mapped", "maped")

@@ -129,7 +129,8 @@ class PreparedMessage:
         self.topic = msg.topic
         self.queue_id = msg.queue_id
         self.tx_type = sys_flag & TRANSACTION_ROLLBACK_TYPE
-        self.wait = props.get(PROPERTY_WAIT_STORE_MSG_OK) != "false"
+        wait = props.get(PROPERTY_WAIT_STORE_MSG_OK)
+        self.wait = wait is None or wait.lower() == "true"  # Java: absent, or Boolean.parseBoolean
         self._pack = _record_struct(20 if born_v6 else 8, 20 if store_v6 else 8,
                                     len(body), len(topic_b), len(props_b)).pack_into
         self._before = (size, MESSAGE_MAGIC_CODE, crc, msg.queue_id, msg.flag)

@@ -92,7 +92,10 @@ class MappedFile:
             return self.wrote_position
         start, end = self.committed_position, self.wrote_position
         if self._able(start, end, least_pages):
-            os.pwrite(self._fd, memoryview(buf)[start:end], start)
+            view = memoryview(buf)
+            pos = start
+            while pos < end:  # pwrite may write less than asked
+                pos += os.pwrite(self._fd, view[pos:end], pos)
             self.committed_position = end
             if end >= self.file_size:
                 self.write_buffer = None

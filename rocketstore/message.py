@@ -135,7 +135,8 @@ class Message:
     @property
     def wait_store_msg_ok(self) -> bool:
         """Whether the producer waits for the flush (and the slave); true when WAIT is absent."""
-        return self.properties.get(PROPERTY_WAIT_STORE_MSG_OK, "true") != "false"
+        wait = self.properties.get(PROPERTY_WAIT_STORE_MSG_OK)
+        return wait is None or wait.lower() == "true"
 
 
 @dataclass(slots=True)

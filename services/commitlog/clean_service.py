@@ -95,9 +95,10 @@ class CleanCommitLogService:
                 "expired files are deleted or space is freed"
             )
             clean_at_once = True
+        elif ratio > s.disk_space_clean_forcibly_ratio / 100:
+            # Between the two levels a full disk stays full until cleaning brings it lower.
+            clean_at_once = True
         else:
-            if ratio > s.disk_space_clean_forcibly_ratio / 100:
-                clean_at_once = True
             if self.flags.disk_full:
                 log.info("disk space back: taking writes again", disk_ratio=round(ratio, 4))
             self.flags.disk_full = False

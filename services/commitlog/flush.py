@@ -4,8 +4,8 @@ store pool, the commit thread that moves write buffers into the files (CommitRea
 from __future__ import annotations
 
 import threading
-from abc import ABC, abstractmethod
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 
 from rocketstore.log import get_logger
@@ -39,7 +39,10 @@ class _Periodic(ABC):
             except OSError as e:
                 log.error(f"{self.name} failed", error=str(e))
                 time.sleep(0.1)
-        self._tick(final=True)
+        try:
+            self._tick(final=True)
+        except OSError as e:
+            log.error(f"{self.name} failed at shutdown", error=str(e))
 
     @abstractmethod
     def _tick(self, final: bool) -> None:

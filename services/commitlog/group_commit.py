@@ -115,7 +115,13 @@ class GroupCommitService:
         # Answer what arrived while stopping.
         with self._lock:
             self._swap()
-        self._do_commit()
+        try:
+            self._do_commit()
+        except OSError as e:
+            log.error("group commit flush failed at shutdown", error=str(e))
+        for req in self._requests_read:
+            req.complete(False)
+        self._requests_read.clear()
 
     def shutdown(self) -> None:
         with self._lock:

@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 import os
 
+from rocketstore.services.commitlog.commitlog import CommitLog
+
 from rocketstore.checkpoint import StoreCheckpoint
 from rocketstore.codec import BLANK, INVALID, check_record, read_record_info
 from rocketstore.log import get_logger
 from rocketstore.mapped_file import MappedFile
 from rocketstore.message import TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE
-from rocketstore.services.commitlog.commitlog import CommitLog
 
 log = get_logger(__name__)
 
@@ -111,45 +112,48 @@ def save_table_snapshot(commitlog: CommitLog, path: str) -> None:
 
 
 def rebuild_topic_queue_table(commitlog: CommitLog, end: int, snapshot_path: str) -> None:
-    """The next queue offset of every queue: the snapshot, then every record up to ``end``."""
-    table: dict[tuple[str, int], int] = {}
-    start = commitlog.min_offset
+    """The next queue offset of every queue: the snapshot, then every record up to ``end``.
+    A snapshot that does not lead record by record to ``end`` is dropped for a full rescan."""
+    snapshot: dict[tuple[str, int], int] | None = None
+    at = commitlog.min_offset
     try:
         with open(snapshot_path) as f:
             doc = json.load(f)
         at = int(doc["physicalOffset"])
-        if commitlog.min_offset <= at <= end:
-            table = {(t, int(q)): int(n) for t, q, n in doc["queues"]}
-            start = at
-        else:
-            log.warning("queue offset snapshot does not match the log; rescanning", snapshot_at=at, log_end=end)
+        snapshot = {(t, int(q)): int(n) for t, q, n in doc["queues"]}
     except FileNotFoundError:
         pass
     except (ValueError, KeyError, TypeError) as e:
         log.warning("queue offset snapshot unreadable; rescanning", error=str(e))
-    for mf, pos in _records(commitlog, start, end):
-        info = read_record_info(mf.mm, pos)
-        tx = info.sys_flag & TRANSACTION_ROLLBACK_TYPE
-        if tx in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
-            continue
-        table[(info.topic, info.queue_id)] = info.queue_offset + 1
-    commitlog.topic_queue_table = table
+    if snapshot is not None:
+        table = _replay(commitlog, dict(snapshot), at, end) if commitlog.min_offset <= at <= end else None
+        if table is not None:
+            commitlog.topic_queue_table = table
+            return
+        log.warning("queue offset snapshot does not match the log; rescanning", snapshot_at=at, log_end=end)
+    table = _replay(commitlog, {}, commitlog.min_offset, end)
+    commitlog.topic_queue_table = table if table is not None else {}
 
 
-def _records(commitlog: CommitLog, start: int, end: int):
-    """(file, position) of every record in [start, end), which recovery has validated."""
+def _replay(commitlog: CommitLog, table: dict[tuple[str, int], int], start: int,
+            end: int) -> dict[tuple[str, int], int] | None:
+    """Apply the records of [start, end) to ``table``; None when they do not chain up to ``end``."""
     q = commitlog.mapped_file_queue
     offset = start
     while offset < end:
         mf = q.find_mapped_file_by_offset(offset)
         if mf is None:
-            return
+            return None
         pos = offset - mf.file_from_offset
-        size = check_record(mf.mm, pos, mf.file_size, None, False)
+        size = check_record(mf.mm, pos, mf.file_size, offset, False)
         if size == BLANK:
             offset = mf.file_from_offset + mf.file_size
             continue
         if size == INVALID:
-            return
-        yield mf, pos
+            return None
+        info = read_record_info(mf.mm, pos)
+        tx = info.sys_flag & TRANSACTION_ROLLBACK_TYPE
+        if tx not in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
+            table[(info.topic, info.queue_id)] = info.queue_offset + 1
         offset += size
+    return table if offset == end else None

@@ -11,15 +11,16 @@ import threading
 import time
 from collections.abc import Sequence
 
-from rocketstore.checkpoint import StoreCheckpoint
-from rocketstore.log import get_logger
-from rocketstore.message import Message
 from rocketstore.services.commitlog import recovery
 from rocketstore.services.commitlog.clean_service import CleanCommitLogService, RunningFlags
 from rocketstore.services.commitlog.commitlog import CommitLog, OffsetNotAvailable, PutResult
 from rocketstore.services.commitlog.flush import CommitRealTimeService, FlushRealTimeService
 from rocketstore.services.commitlog.group_commit import GroupCommitRequest, GroupCommitService
 from rocketstore.services.commitlog.replica import NoReplica, ReplicaWaiter
+
+from rocketstore.checkpoint import StoreCheckpoint
+from rocketstore.log import get_logger
+from rocketstore.message import Message
 from rocketstore.settings import BrokerRole, FlushDiskType, Settings
 from rocketstore.statuses import PutMessageStatus
 
@@ -63,6 +64,12 @@ class CommitLogStore:
             self.checkpoint = StoreCheckpoint(s.store_checkpoint)
             self.commitlog.mapped_file_queue.load()
             self._recover()
+            # A fresh snapshot now: a crash before the periodic one must not reuse an older one
+            # taken past the point recovery cut the log at.
+            recovery.save_table_snapshot(self.commitlog, self._snapshot_path)
+        except OSError as e:
+            self._release_lock()
+            raise StoreStartError(f"cannot open the store in {s.store_path_root_dir}: {e}") from e
         except BaseException:
             self._release_lock()
             raise
@@ -248,14 +255,13 @@ class CommitLogStore:
         if self.replica.is_slave_ok(end):
             if self.replica.wait_for_slave(end, self.settings.slave_timeout / 1000):
                 return
-            status, reason = (PutMessageStatus.FLUSH_SLAVE_TIMEOUT,
-                              f"stored, but no slave acknowledged it within slaveTimeout={self.settings.slave_timeout} ms")
+            status = PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+            reason = f"stored, but no slave acknowledged it within slaveTimeout={self.settings.slave_timeout} ms"
         else:
             status, reason = (PutMessageStatus.SLAVE_NOT_AVAILABLE,
                               "stored on the master, but no slave is connected (or it is too far behind)")
-        for i in waiting:
-            if results[i].status is PutMessageStatus.PUT_OK:
-                results[i].status, results[i].reason = status, reason
+        for i in waiting:  # a replica failure overrides a flush timeout, as in RocketMQ
+            results[i].status, results[i].reason = status, reason
 
     # --- reads and admin -------------------------------------------------------------------
     def read_records(self, ranges: Sequence[tuple[int, int]]) -> list[bytes | None]:

@@ -17,7 +17,6 @@ import threading
 from collections.abc import Callable
 
 OS_PAGE_SIZE = 4096
-MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
@@ -141,16 +140,6 @@ class MappedFile:
         except ValueError:
             return b""
 
-    def prefault(self, chunk: int = 4 << 20) -> None:
-        """Map every page writable ahead of the writer (MADV_POPULATE_WRITE, Linux 5.14+), in
-        chunks so no single call holds the interpreter long; the appender then never takes a
-        page fault. Silently skipped where the kernel does not know the advice."""
-        for start in range(0, self.file_size, chunk):
-            try:
-                self.mm.madvise(MADV_POPULATE_WRITE, start, min(chunk, self.file_size - start))
-            except (OSError, ValueError):
-                return
-
     # --- warm-up, lifecycle ----------------------------------------------------------------
     def warm(self, flush_each_pages: int = 0, lock: bool = False) -> None:
         """Touch every page so the first writes do not fault or allocate (warmMapedFileEnable);
@@ -201,13 +190,20 @@ class MappedFile:
                 f"committed={self.committed_position}, flushed={self.flushed_position})")
 
 
-def _create_full_size(path: str, file_size: int) -> None:
-    """Create the file at its full size, atomically: reserve the blocks under a temporary name
-    (so a full disk fails here with ENOSPC, not later with SIGBUS in a mapped write), then rename."""
+def _create_full_size(path: str, file_size: int, chunk: int = 1 << 20) -> None:
+    """Create the file at its full size, atomically, under a temporary name then renamed.
+
+    The blocks are reserved first, so a full disk fails here with ENOSPC and never later with
+    SIGBUS in a mapped write. Then zeros are written through: an fdatasync into blocks already
+    written costs about half of one into fresh (unwritten) extents, which is what SYNC_FLUSH
+    pays per group commit. pwrite releases the interpreter, so the writer goes on meanwhile."""
     tmp = path + ".tmp"
     fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         os.posix_fallocate(fd, 0, file_size)
+        zeros = bytes(min(chunk, file_size))
+        for pos in range(0, file_size, chunk):
+            os.pwrite(fd, zeros[: min(chunk, file_size - pos)], pos)
         os.fsync(fd)
     except BaseException:
         os.close(fd)

@@ -172,11 +172,12 @@ def test_first_file_that_cannot_be_created(stores, tmp_path: Path) -> None:
 
 
 def test_next_file_that_cannot_be_created(stores, tmp_path: Path) -> None:
-    store = stores.start()
-    blocker = commitlog_dir(tmp_path) / f"{FILE_SIZE:020d}"
-    os.makedirs(blocker)  # the next file cannot be created (nor pre-allocated)
-    head = store.put_message(sized_msg(FILE_SIZE - 1000))
-    assert head.status is PutMessageStatus.PUT_OK
+    store = stores.start()  # creates the first two files ahead of any put
+    blocker = commitlog_dir(tmp_path) / f"{2 * FILE_SIZE:020d}"
+    os.makedirs(blocker)  # the third file cannot be created (nor pre-allocated)
+    for _ in range(2):  # fill the first file, then most of the second
+        head = store.put_message(sized_msg(FILE_SIZE - 1000))
+        assert head.status is PutMessageStatus.PUT_OK
     stored = store.put_messages([msg(body=f"stored-{i}".encode()) for i in range(3)])
     end = store.max_offset
     before = read_log(tmp_path, 0, end)
@@ -192,7 +193,7 @@ def test_next_file_that_cannot_be_created(stores, tmp_path: Path) -> None:
     os.rmdir(blocker)
     retry = store.put_message(sized_msg(2000))
     assert retry.status is PutMessageStatus.PUT_OK
-    assert retry.wrote_offset == FILE_SIZE
+    assert retry.wrote_offset == 2 * FILE_SIZE
     assert retry.queue_offset == table[("TopicTest", 0)]
     assert read_log(tmp_path, 0, end) == before
 

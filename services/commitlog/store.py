@@ -53,6 +53,7 @@ class CommitLogStore:
         self._snapshot_stop = threading.Event()
         self._snapshot_thread: threading.Thread | None = None
         self.flush_timeouts = 0
+        self.manual_flush_count = 0
 
     # --- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -77,6 +78,7 @@ class CommitLogStore:
         _write_file(s.abort_file, str(os.getpid()))
         self.clean_service.check_disk()
         self.commitlog.allocator.start()
+        self.commitlog.mapped_file_queue.prepare_next_file()
         self._start_flush_services()
         self.clean_service.start()
         self._snapshot_thread = threading.Thread(target=self._snapshot_loop, name="QueueOffsetSnapshot",
@@ -297,7 +299,7 @@ class CommitLogStore:
             while not q.commit(0):
                 pass
         while not q.flush(0):
-            pass
+            self.manual_flush_count += 1
         self._on_flushed()
         return q.flushed_where
 
@@ -308,7 +310,7 @@ class CommitLogStore:
 
     def stats(self) -> dict[str, object]:
         q = self.commitlog.mapped_file_queue
-        flush_count = getattr(self._flush_service, "flush_count", 0)
+        flush_count = getattr(self._flush_service, "flush_count", 0) + self.manual_flush_count
         return {
             "putMessageCount": self.commitlog.put_message_count,
             "putBytes": self.commitlog.put_bytes,

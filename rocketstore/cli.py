@@ -1,0 +1,161 @@
+"""The ``rocketstore`` command.
+
+    rocketstore serve commitlog [--config broker.properties] [--data-dir DIR] [--host H] [--port N]
+                                [--metrics-port N] [--set KEY=VALUE ...] [--log-level LEVEL]
+    rocketstore demo [--data-dir DIR] [--port N] [--count N] [--no-wait] [--set KEY=VALUE ...]
+
+Settings come from defaults < ``--config`` (a RocketMQ-style broker.properties, or $ROCKETSTORE_CONFIG)
+< ``ROCKETSTORE_<KEY>`` environment variables < ``--set KEY=VALUE`` < ``--data-dir``. Keys use
+RocketMQ's names (``--set flushDiskType=SYNC_FLUSH``). A bad setting prints what is wrong and exits 2.
+
+Adding a service is one entry in ``SERVICES`` (its module must have ``serve(settings, host, port,
+metrics_port, log_level=...)``); other commands (up, send, consume, admin) are added with
+``_add_command``-style functions next to ``_add_serve``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+__all__ = ["SERVICES", "ServiceEntry", "build_parser", "main"]
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2  # bad arguments or bad settings
+
+
+@dataclass(frozen=True)
+class ServiceEntry:
+    """A service ``rocketstore serve`` can run: the module holding its ``serve`` function."""
+
+    module: str
+    help: str
+
+
+SERVICES: dict[str, ServiceEntry] = {
+    "commitlog": ServiceEntry(
+        "rocketstore.services.commitlog.main",
+        "the CommitLog service: appends, flushes, raw reads and tailing of the CommitLog files",
+    ),
+}
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"port {value} is out of range 0..65535")
+    return value
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=VALUE, e.g. flushDiskType=SYNC_FLUSH")
+    return key.strip(), value.strip()
+
+
+def _add_settings_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options every command that opens the store shares."""
+    parser.add_argument("--config", metavar="FILE", default=None,
+                        help="RocketMQ-style broker.properties (default: $ROCKETSTORE_CONFIG, else none)")
+    parser.add_argument("--data-dir", metavar="DIR", default=None,
+                        help="store root directory (storePathRootDir); overrides the file and --set")
+    parser.add_argument("--set", metavar="KEY=VALUE", dest="settings", type=_key_value, action="append",
+                        default=[], help="override one setting by its RocketMQ name; repeatable")
+    parser.add_argument("--log-level", default="info",
+                        choices=("debug", "info", "warning", "error", "critical"), help="default: info")
+
+
+def _add_serve(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    serve = commands.add_parser("serve", help="run one service as its own process",
+                                description="Run one rocketstore service in the foreground until SIGTERM.")
+    services = serve.add_subparsers(dest="service", metavar="SERVICE", required=True)
+    for name, entry in SERVICES.items():
+        p = services.add_parser(name, help=entry.help, description=f"Run {entry.help}.")
+        _add_settings_arguments(p)
+        p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+        p.add_argument("--port", type=_port, default=None,
+                       help="gRPC port (default: the listenPort setting; 0 picks a free port)")
+        p.add_argument("--metrics-port", type=_port, default=None,
+                       help="serve Prometheus metrics on this port (default: no metrics endpoint)")
+        p.set_defaults(handler=_run_serve)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rocketstore",
+                                     description="A durable message store with RocketMQ's storage model.")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _add_serve(commands)
+    _add_demo(commands)
+    return parser
+
+
+def _add_demo(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    demo = commands.add_parser(
+        "demo", help="start the CommitLog service, append and read back messages, keep serving",
+        description="Start the CommitLog service on loopback, append messages through its batch RPC, read them "
+                    "back by offset, then keep serving until Ctrl-C (--no-wait stops after the demo).")
+    demo.add_argument("--data-dir", default="./store", help="store root directory (default: ./store)")
+    demo.add_argument("--port", type=_port, default=0, help="gRPC port (default: a free one)")
+    demo.add_argument("--count", type=int, default=20, help="messages to append (default: 20)")
+    demo.add_argument("--no-wait", action="store_true", help="stop the service once the demo has run")
+    demo.add_argument("--set", metavar="KEY=VALUE", dest="settings", type=_key_value, action="append",
+                      default=[], help="override one setting of the service by its RocketMQ name")
+    demo.set_defaults(handler=_run_demo)
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    from rocketstore.demo import run_demo
+
+    if args.count < 1:
+        print("rocketstore demo: --count must be at least 1", file=sys.stderr)
+        return EXIT_USAGE
+    return run_demo(args.data_dir, args.port, args.count, keep_running=not args.no_wait,
+                    extra_settings=[f"{k}={v}" for k, v in args.settings])
+
+
+def _load_settings(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from rocketstore.settings import load_settings
+
+    overrides: dict[str, str] = dict(args.settings)
+    if args.data_dir is not None:
+        overrides["storePathRootDir"] = args.data_dir
+    return load_settings(args.config, overrides, os.environ)
+
+
+def _run_serve(args: argparse.Namespace) -> int:
+    from rocketstore.log import configure_logging
+    from rocketstore.settings import SettingsError
+
+    # Logging first: unknown-key warnings of the settings are JSON lines like everything else.
+    configure_logging(json=True, level=args.log_level, service=args.service)
+    try:
+        settings = _load_settings(args)
+        serve: Callable[..., int] = importlib.import_module(SERVICES[args.service].module).serve
+        return serve(settings, host=args.host, port=args.port, metrics_port=args.metrics_port,
+                     log_level=args.log_level)
+    except SettingsError as e:
+        print(f"rocketstore: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as e:  # port taken, store locked by another process, unreadable directory, ...
+        print(f"rocketstore serve {args.service}: {e}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code (0 ok, 1 failed, 2 bad arguments or settings)."""
+    parser = build_parser()
+    args = parser.parse_args(None if argv is None else list(argv))
+    return int(args.handler(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

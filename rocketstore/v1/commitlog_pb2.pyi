@@ -1,0 +1,213 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class PutMessageStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PUT_OK: _ClassVar[PutMessageStatus]
+    FLUSH_DISK_TIMEOUT: _ClassVar[PutMessageStatus]
+    FLUSH_SLAVE_TIMEOUT: _ClassVar[PutMessageStatus]
+    SLAVE_NOT_AVAILABLE: _ClassVar[PutMessageStatus]
+    SERVICE_NOT_AVAILABLE: _ClassVar[PutMessageStatus]
+    CREATE_MAPEDFILE_FAILED: _ClassVar[PutMessageStatus]
+    MESSAGE_ILLEGAL: _ClassVar[PutMessageStatus]
+    PROPERTIES_SIZE_EXCEEDED: _ClassVar[PutMessageStatus]
+    OS_PAGECACHE_BUSY: _ClassVar[PutMessageStatus]
+    UNKNOWN_ERROR: _ClassVar[PutMessageStatus]
+PUT_OK: PutMessageStatus
+FLUSH_DISK_TIMEOUT: PutMessageStatus
+FLUSH_SLAVE_TIMEOUT: PutMessageStatus
+SLAVE_NOT_AVAILABLE: PutMessageStatus
+SERVICE_NOT_AVAILABLE: PutMessageStatus
+CREATE_MAPEDFILE_FAILED: PutMessageStatus
+MESSAGE_ILLEGAL: PutMessageStatus
+PROPERTIES_SIZE_EXCEEDED: PutMessageStatus
+OS_PAGECACHE_BUSY: PutMessageStatus
+UNKNOWN_ERROR: PutMessageStatus
+
+class Message(_message.Message):
+    __slots__ = ("topic", "queue_id", "flag", "body", "properties", "sys_flag", "born_timestamp", "born_host", "reconsume_times", "prepared_transaction_offset")
+    class PropertiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    FLAG_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    SYS_FLAG_FIELD_NUMBER: _ClassVar[int]
+    BORN_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    BORN_HOST_FIELD_NUMBER: _ClassVar[int]
+    RECONSUME_TIMES_FIELD_NUMBER: _ClassVar[int]
+    PREPARED_TRANSACTION_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    flag: int
+    body: bytes
+    properties: _containers.ScalarMap[str, str]
+    sys_flag: int
+    born_timestamp: int
+    born_host: str
+    reconsume_times: int
+    prepared_transaction_offset: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., flag: _Optional[int] = ..., body: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ..., sys_flag: _Optional[int] = ..., born_timestamp: _Optional[int] = ..., born_host: _Optional[str] = ..., reconsume_times: _Optional[int] = ..., prepared_transaction_offset: _Optional[int] = ...) -> None: ...
+
+class AppendBatchRequest(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[Message]
+    def __init__(self, messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ...) -> None: ...
+
+class AppendResult(_message.Message):
+    __slots__ = ("status", "reason", "msg_id", "wrote_offset", "wrote_bytes", "queue_offset", "store_timestamp")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    MSG_ID_FIELD_NUMBER: _ClassVar[int]
+    WROTE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    WROTE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    STORE_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    status: PutMessageStatus
+    reason: str
+    msg_id: str
+    wrote_offset: int
+    wrote_bytes: int
+    queue_offset: int
+    store_timestamp: int
+    def __init__(self, status: _Optional[_Union[PutMessageStatus, str]] = ..., reason: _Optional[str] = ..., msg_id: _Optional[str] = ..., wrote_offset: _Optional[int] = ..., wrote_bytes: _Optional[int] = ..., queue_offset: _Optional[int] = ..., store_timestamp: _Optional[int] = ...) -> None: ...
+
+class AppendBatchResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[AppendResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[AppendResult, _Mapping]]] = ...) -> None: ...
+
+class Range(_message.Message):
+    __slots__ = ("offset", "size")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    size: int
+    def __init__(self, offset: _Optional[int] = ..., size: _Optional[int] = ...) -> None: ...
+
+class ReadRecordsRequest(_message.Message):
+    __slots__ = ("ranges",)
+    RANGES_FIELD_NUMBER: _ClassVar[int]
+    ranges: _containers.RepeatedCompositeFieldContainer[Range]
+    def __init__(self, ranges: _Optional[_Iterable[_Union[Range, _Mapping]]] = ...) -> None: ...
+
+class Record(_message.Message):
+    __slots__ = ("offset", "data", "found")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    FOUND_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    data: bytes
+    found: bool
+    def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ..., found: _Optional[bool] = ...) -> None: ...
+
+class ReadRecordsResponse(_message.Message):
+    __slots__ = ("records",)
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    records: _containers.RepeatedCompositeFieldContainer[Record]
+    def __init__(self, records: _Optional[_Iterable[_Union[Record, _Mapping]]] = ...) -> None: ...
+
+class ReadRawRequest(_message.Message):
+    __slots__ = ("offset", "max_bytes", "flushed_only")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FLUSHED_ONLY_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    max_bytes: int
+    flushed_only: bool
+    def __init__(self, offset: _Optional[int] = ..., max_bytes: _Optional[int] = ..., flushed_only: _Optional[bool] = ...) -> None: ...
+
+class ReadRawResponse(_message.Message):
+    __slots__ = ("offset", "data", "max_offset")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    data: bytes
+    max_offset: int
+    def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ..., max_offset: _Optional[int] = ...) -> None: ...
+
+class TailRequest(_message.Message):
+    __slots__ = ("from_offset", "max_chunk_bytes", "flushed_only")
+    FROM_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_CHUNK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FLUSHED_ONLY_FIELD_NUMBER: _ClassVar[int]
+    from_offset: int
+    max_chunk_bytes: int
+    flushed_only: bool
+    def __init__(self, from_offset: _Optional[int] = ..., max_chunk_bytes: _Optional[int] = ..., flushed_only: _Optional[bool] = ...) -> None: ...
+
+class Chunk(_message.Message):
+    __slots__ = ("offset", "data")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    data: bytes
+    def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class GetOffsetsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Offsets(_message.Message):
+    __slots__ = ("min_offset", "max_offset", "flushed_offset", "committed_offset")
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    FLUSHED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    min_offset: int
+    max_offset: int
+    flushed_offset: int
+    committed_offset: int
+    def __init__(self, min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., flushed_offset: _Optional[int] = ..., committed_offset: _Optional[int] = ...) -> None: ...
+
+class FlushRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class DeleteExpiredFilesRequest(_message.Message):
+    __slots__ = ("force",)
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    force: bool
+    def __init__(self, force: _Optional[bool] = ...) -> None: ...
+
+class DeleteExpiredFilesResponse(_message.Message):
+    __slots__ = ("deleted_files", "min_offset")
+    DELETED_FILES_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    deleted_files: int
+    min_offset: int
+    def __init__(self, deleted_files: _Optional[int] = ..., min_offset: _Optional[int] = ...) -> None: ...
+
+class GetStatsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetStatsResponse(_message.Message):
+    __slots__ = ("stats", "offsets")
+    class StatsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    STATS_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    stats: _containers.ScalarMap[str, str]
+    offsets: Offsets
+    def __init__(self, stats: _Optional[_Mapping[str, str]] = ..., offsets: _Optional[_Union[Offsets, _Mapping]] = ...) -> None: ...

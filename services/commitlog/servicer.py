@@ -1,0 +1,328 @@
+"""The gRPC face of the CommitLog store (``rocketstore.v1.CommitLog``).
+
+Thin on purpose: each RPC checks its arguments, makes one call on ``CommitLogStore`` with plain Python
+values and turns the answer into the response message. Nothing here knows the file format; the store
+knows nothing of protobuf.
+
+Errors (always with a detail that says what was wrong):
+
+* INVALID_ARGUMENT: a negative offset, an empty or oversized range, ``max_bytes`` out of bounds;
+* OUT_OF_RANGE: an offset below the store's min offset (its file was deleted);
+* UNAVAILABLE: the service is stopping or the store is shut down;
+* INTERNAL: anything unexpected (logged with its traceback).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, TypeVar
+
+import grpc
+
+from rocketstore.codec import RECORD_SIZE_SLACK
+from rocketstore.log import get_logger
+from rocketstore.message import Message
+from rocketstore.v1 import commitlog_pb2 as pb
+from rocketstore.v1 import commitlog_pb2_grpc as pb_grpc
+
+from .store import OffsetNotAvailable
+
+if TYPE_CHECKING:
+    from .store import CommitLogStore, PutResult
+
+__all__ = ["SERVICE_NAME", "AppendObserver", "CommitLogServicer"]
+
+SERVICE_NAME = "rocketstore.v1.CommitLog"
+
+# Bounds on what one call may ask for; the client must accept responses this large.
+MAX_READ_BYTES = 64 * 1024 * 1024
+DEFAULT_CHUNK_BYTES = 256 * 1024
+DEFAULT_BORN_HOST = "127.0.0.1:0"
+
+AppendObserver = Callable[[Sequence["PutResult"], float], None]
+"""Called after every AppendBatch with the store's results and the seconds the append took
+(the service's Prometheus metrics hang on it)."""
+
+_log = get_logger("rocketstore.commitlog.servicer")
+
+_R = TypeVar("_R")
+_Ctx = grpc.ServicerContext
+
+
+class _Refusal(Exception):
+    """An RPC to end with ``code`` and ``details`` (raised inside handlers, aborted outside them).
+
+    ``context.abort`` itself raises a bare Exception, so it is only called where nothing catches it."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code = code
+        self.details = details
+
+
+def _invalid(details: str) -> _Refusal:
+    return _Refusal(grpc.StatusCode.INVALID_ARGUMENT, details)
+
+
+class CommitLogServicer(pb_grpc.CommitLogServicer):
+    """Translates ``rocketstore.v1.CommitLog`` calls into ``CommitLogStore`` calls.
+
+    ``close()`` makes every later call fail with UNAVAILABLE and ends open Tail streams; the entry
+    point calls it before it shuts the store down.
+    """
+
+    def __init__(
+        self,
+        store: CommitLogStore,
+        *,
+        max_record_size: int = 4 * 1024 * 1024 + RECORD_SIZE_SLACK,
+        max_read_bytes: int = MAX_READ_BYTES,
+        on_append: AppendObserver | None = None,
+        tail_poll_interval: float = 0.2,
+    ) -> None:
+        self._store = store
+        self._max_record_size = max_record_size
+        self._max_read_bytes = max_read_bytes
+        self._on_append = on_append
+        self._poll = tail_poll_interval
+        self._closed = threading.Event()
+
+    # --- lifecycle ------------------------------------------------------------------------
+    def close(self) -> None:
+        """Refuse every further call with UNAVAILABLE; open Tail streams end within one poll interval."""
+        self._closed.set()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
+
+    def _check_open(self) -> None:
+        if self._closed.is_set() or not getattr(self._store, "running", True):
+            raise _Refusal(grpc.StatusCode.UNAVAILABLE, "the commitlog store is shut down")
+
+    def _out_of_range(self, offset: int) -> _Refusal:
+        try:
+            min_offset: object = self._store.min_offset
+        except Exception:  # noqa: BLE001 - only for the message
+            min_offset = "unknown"
+        return _Refusal(
+            grpc.StatusCode.OUT_OF_RANGE,
+            f"offset {offset} is below the commitlog's min offset {min_offset}: its file was deleted",
+        )
+
+    # --- appends ----------------------------------------------------------------------------
+    def AppendBatch(self, request: pb.AppendBatchRequest, context: _Ctx) -> pb.AppendBatchResponse:
+        return self._run(context, "AppendBatch", lambda: self._append_batch(request))
+
+    def _append_batch(self, request: pb.AppendBatchRequest) -> pb.AppendBatchResponse:
+        self._check_open()
+        response = pb.AppendBatchResponse()
+        if not request.messages:
+            return response
+        msgs = [_to_message(m) for m in request.messages]
+        started = time.perf_counter()
+        results = self._store.put_messages(msgs)
+        elapsed = time.perf_counter() - started
+        if len(results) != len(msgs):  # the store's contract: one result per message
+            raise RuntimeError(f"store answered {len(results)} results for {len(msgs)} messages")
+        add = response.results.add
+        for msg, r in zip(msgs, results, strict=True):
+            status = int(r.status)
+            if r.status.stored:
+                add(status=status, reason=r.reason, msg_id=r.msg_id, wrote_offset=r.wrote_offset,
+                    wrote_bytes=r.wrote_bytes, queue_offset=r.queue_offset, store_timestamp=r.store_timestamp)
+            else:
+                add(status=status, reason=r.reason, wrote_offset=-1, store_timestamp=r.store_timestamp)
+                _log.info("message refused", topic=msg.topic, queue_id=msg.queue_id,
+                          status=r.status.name, reason=r.reason)
+        if self._on_append is not None:
+            self._on_append(results, elapsed)
+        _log.debug("append batch", messages=len(msgs), topics=sorted({m.topic for m in msgs}),
+                   first_offset=results[0].wrote_offset, last_offset=results[-1].wrote_offset,
+                   seconds=round(elapsed, 6))
+        return response
+
+    # --- reads ------------------------------------------------------------------------------
+    def ReadRecords(self, request: pb.ReadRecordsRequest, context: _Ctx) -> pb.ReadRecordsResponse:
+        return self._run(context, "ReadRecords", lambda: self._read_records(request))
+
+    def _read_records(self, request: pb.ReadRecordsRequest) -> pb.ReadRecordsResponse:
+        self._check_open()
+        ranges = [(r.offset, r.size) for r in request.ranges]
+        total = 0
+        for i, (offset, size) in enumerate(ranges):
+            if offset < 0:
+                raise _invalid(f"ranges[{i}].offset is {offset}; offsets are >= 0")
+            if not 0 < size <= self._max_record_size:
+                raise _invalid(f"ranges[{i}].size is {size}; a record is 1..{self._max_record_size} bytes")
+            total += size
+        if total > self._max_read_bytes:
+            raise _invalid(f"the ranges ask for {total} bytes in all; at most {self._max_read_bytes} a call")
+        response = pb.ReadRecordsResponse()
+        if not ranges:
+            return response
+        datas = self._store.read_records(ranges)
+        add = response.records.add
+        for (offset, _), data in zip(ranges, datas, strict=True):
+            if data is None:
+                add(offset=offset, found=False)
+            else:
+                add(offset=offset, data=bytes(data), found=True)
+        return response
+
+    def ReadRaw(self, request: pb.ReadRawRequest, context: _Ctx) -> pb.ReadRawResponse:
+        return self._run(context, "ReadRaw", lambda: self._read_raw(request))
+
+    def _read_raw(self, request: pb.ReadRawRequest) -> pb.ReadRawResponse:
+        self._check_open()
+        offset, max_bytes = request.offset, request.max_bytes
+        if offset < 0:
+            raise _invalid(f"offset is {offset}; offsets are >= 0")
+        if not 0 < max_bytes <= self._max_read_bytes:
+            raise _invalid(f"max_bytes is {max_bytes}; it must be 1..{self._max_read_bytes}")
+        max_offset = self._store.max_offset
+        try:
+            data = self._store.read_raw(offset, max_bytes, flushed_only=request.flushed_only)
+        except OffsetNotAvailable as e:
+            raise self._out_of_range(offset) from e
+        max_offset = max(max_offset, offset + len(data))
+        return pb.ReadRawResponse(offset=offset, data=bytes(data), max_offset=max_offset)
+
+    def Tail(self, request: pb.TailRequest, context: _Ctx) -> Iterator[pb.Chunk]:
+        offset, chunk = request.from_offset, request.max_chunk_bytes or DEFAULT_CHUNK_BYTES
+        try:
+            self._check_open()
+            if offset < 0:
+                raise _invalid(f"from_offset is {offset}; offsets are >= 0")
+            if not 0 < chunk <= self._max_read_bytes:
+                raise _invalid(f"max_chunk_bytes is {chunk}; it must be 0 (default) "
+                               f"or 1..{self._max_read_bytes}")
+            if offset < self._store.min_offset:
+                raise self._out_of_range(offset)
+        except _Refusal as r:
+            _abort(context, "Tail", r)
+        _log.info("tail started", from_offset=offset, max_chunk_bytes=chunk,
+                  flushed_only=request.flushed_only, peer=context.peer())
+        start = offset
+        try:
+            yield from self._tail(offset, chunk, request.flushed_only, context)
+        except _Refusal as r:
+            _abort(context, "Tail", r)
+        except Exception as e:  # noqa: BLE001 - every failure becomes a status
+            _abort(context, "Tail", self._unexpected("Tail", e))
+        finally:
+            _log.info("tail ended", from_offset=start, peer=context.peer())
+
+    def _tail(self, offset: int, chunk: int, flushed_only: bool, context: _Ctx) -> Iterator[pb.Chunk]:
+        store, closed = self._store, self._closed
+        idle = 0
+        while context.is_active():
+            if closed.is_set():
+                raise _Refusal(grpc.StatusCode.UNAVAILABLE, "the commitlog service is stopping; tail ended")
+            try:
+                data = store.read_raw(offset, chunk, flushed_only=flushed_only)
+            except OffsetNotAvailable as e:
+                raise self._out_of_range(offset) from e
+            if data:
+                idle = 0
+                yield pb.Chunk(offset=offset, data=bytes(data))
+                offset += len(data)
+                continue
+            if store.wait_for_bytes(offset, self._poll, flushed_only=flushed_only):
+                # Data is said to be there but the read came back empty: do not spin on it.
+                idle += 1
+                if idle > 1:
+                    closed.wait(min(0.01 * idle, self._poll))
+
+    # --- offsets and admin ------------------------------------------------------------------
+    def _offsets(self) -> pb.Offsets:
+        s = self._store
+        return pb.Offsets(min_offset=s.min_offset, max_offset=s.max_offset, flushed_offset=s.flushed_offset,
+                          committed_offset=s.committed_offset)
+
+    def GetOffsets(self, request: pb.GetOffsetsRequest, context: _Ctx) -> pb.Offsets:
+        def call() -> pb.Offsets:
+            self._check_open()
+            return self._offsets()
+
+        return self._run(context, "GetOffsets", call)
+
+    def Flush(self, request: pb.FlushRequest, context: _Ctx) -> pb.Offsets:
+        def call() -> pb.Offsets:
+            self._check_open()
+            flushed = self._store.flush()
+            offsets = self._offsets()
+            _log.info("flushed on request", flushed_offset=flushed, max_offset=offsets.max_offset)
+            return offsets
+
+        return self._run(context, "Flush", call)
+
+    def DeleteExpiredFiles(
+        self, request: pb.DeleteExpiredFilesRequest, context: _Ctx
+    ) -> pb.DeleteExpiredFilesResponse:
+        def call() -> pb.DeleteExpiredFilesResponse:
+            self._check_open()
+            deleted = self._store.delete_expired_files(force=request.force)
+            min_offset = self._store.min_offset
+            _log.info("expired files deleted on request", force=request.force, deleted_files=deleted,
+                      min_offset=min_offset)
+            return pb.DeleteExpiredFilesResponse(deleted_files=deleted, min_offset=min_offset)
+
+        return self._run(context, "DeleteExpiredFiles", call)
+
+    def GetStats(self, request: pb.GetStatsRequest, context: _Ctx) -> pb.GetStatsResponse:
+        def call() -> pb.GetStatsResponse:
+            self._check_open()
+            stats = {str(k): _stat_text(v) for k, v in self._store.stats().items()}
+            return pb.GetStatsResponse(stats=stats, offsets=self._offsets())
+
+        return self._run(context, "GetStats", call)
+
+    def _run(self, context: _Ctx, method: str, call: Callable[[], _R]) -> _R:
+        """Run one unary handler; every failure ends the call with a status and a detail."""
+        try:
+            return call()
+        except _Refusal as r:
+            _abort(context, method, r)
+        except Exception as e:  # noqa: BLE001 - every failure becomes a status
+            _abort(context, method, self._unexpected(method, e))
+        raise AssertionError("unreachable")  # context.abort always raises
+
+    def _unexpected(self, method: str, exc: Exception) -> _Refusal:
+        if self._closed.is_set() or not getattr(self._store, "running", True):
+            return _Refusal(grpc.StatusCode.UNAVAILABLE, f"the commitlog store is shut down ({exc})")
+        _log.error("rpc failed", method=method, error=repr(exc), exc_info=exc)
+        return _Refusal(grpc.StatusCode.INTERNAL, f"{method} failed: {type(exc).__name__}: {exc}")
+
+
+# --- helpers ----------------------------------------------------------------------------------
+def _abort(context: _Ctx, method: str, refusal: _Refusal) -> None:
+    if refusal.code is grpc.StatusCode.INVALID_ARGUMENT:
+        _log.info("request refused", method=method, code=refusal.code.name, details=refusal.details)
+    context.abort(refusal.code, refusal.details)
+
+
+def _to_message(m: pb.Message) -> Message:
+    return Message(
+        topic=m.topic,
+        body=m.body,
+        queue_id=m.queue_id,
+        flag=m.flag,
+        properties=dict(m.properties),
+        sys_flag=m.sys_flag,
+        born_timestamp=m.born_timestamp,
+        born_host=m.born_host or DEFAULT_BORN_HOST,
+        reconsume_times=m.reconsume_times,
+        prepared_transaction_offset=m.prepared_transaction_offset,
+    )
+
+
+def _stat_text(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(round(value, 6))
+    return str(value)
+

@@ -1,0 +1,233 @@
+"""Fixtures that run the real service processes on loopback ports.
+
+``commitlog_service`` starts ``rocketstore serve commitlog`` (the installed console script) on a fresh
+data directory with small CommitLog files, waits for the health service to report SERVING and hands
+the test a ``CommitLogProcess``: its ``stub``, ``kill9()``, ``terminate()`` and ``restart()`` on the same
+data directory. At teardown a process still running is stopped with SIGTERM and must exit 0.
+
+Settings are overridden per test by indirect parametrisation::
+
+    @pytest.mark.parametrize("commitlog_service", [{"flushDiskType": "SYNC_FLUSH"}], indirect=True)
+    def test_x(commitlog_service): ...
+
+and ``commitlog_factory(overrides)`` starts more processes when one test needs several.
+
+Every wait is bounded: process start, health, RPCs (``RPC_TIMEOUT``) and process exit.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from rocketstore.v1 import commitlog_pb2_grpc
+
+COMMITLOG_SERVICE = "rocketstore.v1.CommitLog"
+START_TIMEOUT = 30.0  # seconds for a process to report SERVING
+STOP_TIMEOUT = 30.0  # seconds for a process to exit after SIGTERM / SIGKILL
+RPC_TIMEOUT = 20.0  # deadline of every RPC a test makes
+SMALL_COMMITLOG_FILE = 64 * 1024  # small files so tests cross file ends
+
+DEFAULT_COMMITLOG_SETTINGS: dict[str, str] = {
+    "mapedFileSizeCommitLog": str(SMALL_COMMITLOG_FILE),
+}
+
+_CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+]
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _rocketstore_command() -> list[str]:
+    exe = shutil.which("rocketstore")
+    if exe is None:
+        pytest.fail("the `rocketstore` console command is not installed: run `pip install -e .` first")
+    return [exe]
+
+
+def _clean_environ() -> dict[str, str]:
+    """The test's environment without ROCKETSTORE_* settings, so only the test's overrides apply."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("ROCKETSTORE_")}
+
+
+class CommitLogProcess:
+    """One ``rocketstore serve commitlog`` process, restartable on the same data dir and port."""
+
+    def __init__(self, data_dir: Path, overrides: Mapping[str, str], log_dir: Path,
+                 port: int | None = None) -> None:
+        self.data_dir = data_dir
+        self.overrides = dict(overrides)
+        self.port = port or free_port()
+        self.endpoint = f"127.0.0.1:{self.port}"
+        self._log_dir = log_dir
+        self._runs = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path: Path | None = None
+        self.channel: grpc.Channel | None = None
+        self.stub: commitlog_pb2_grpc.CommitLogStub | None = None
+        self.health: health_pb2_grpc.HealthStub | None = None
+
+    # --- files of the store ------------------------------------------------------------------
+    @property
+    def abort_file(self) -> Path:
+        return self.data_dir / "abort"
+
+    @property
+    def checkpoint_file(self) -> Path:
+        return self.data_dir / "checkpoint"
+
+    @property
+    def commitlog_dir(self) -> Path:
+        return self.data_dir / "commitlog"
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    def command(self) -> list[str]:
+        cmd = [*_rocketstore_command(), "serve", "commitlog", "--data-dir", str(self.data_dir),
+               "--host", "127.0.0.1", "--port", str(self.port)]
+        for key, value in self.overrides.items():
+            cmd += ["--set", f"{key}={value}"]
+        return cmd
+
+    def start(self, timeout: float = START_TIMEOUT) -> CommitLogProcess:
+        if self.running:
+            raise RuntimeError("the commitlog process is already running")
+        self._runs += 1
+        self.log_path = self._log_dir / f"commitlog-{self.port}-run{self._runs}.log"
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
+                                         env=_clean_environ(), start_new_session=True)
+        self._connect()
+        self.wait_serving(timeout)
+        return self
+
+    def _connect(self) -> None:
+        self._close_channel()
+        self.channel = grpc.insecure_channel(self.endpoint, options=_CHANNEL_OPTIONS)
+        self.stub = commitlog_pb2_grpc.CommitLogStub(self.channel)
+        self.health = health_pb2_grpc.HealthStub(self.channel)
+
+    def wait_serving(self, timeout: float = START_TIMEOUT) -> None:
+        """Poll the health service until the CommitLog reports SERVING (or fail with the process log)."""
+        assert self.health is not None and self.proc is not None
+        deadline = time.monotonic() + timeout
+        last_error = "no answer yet"
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                pytest.fail(f"commitlog process exited with {self.proc.returncode} before serving:\n"
+                            f"{self.log_tail()}")
+            try:
+                request = health_pb2.HealthCheckRequest(service=COMMITLOG_SERVICE)
+                reply = self.health.Check(request, timeout=1.0)
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+                last_error = f"status {reply.status}"
+            except grpc.RpcError as e:
+                last_error = f"{e.code().name}: {e.details()}"
+            time.sleep(0.05)
+        pytest.fail(f"commitlog process not SERVING after {timeout}s ({last_error}):\n{self.log_tail()}")
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill9(self, timeout: float = STOP_TIMEOUT) -> int:
+        """SIGKILL the process (a crash: no flush, no checkpoint, abort file left) and reap it."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        return self._wait(timeout)
+
+    def terminate(self, timeout: float = STOP_TIMEOUT) -> int:
+        """SIGTERM the process (a clean stop) and return its exit code."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self._wait(timeout)
+
+    def _wait(self, timeout: float) -> int:
+        assert self.proc is not None
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(STOP_TIMEOUT)
+            pytest.fail(f"commitlog process did not exit within {timeout}s:\n{self.log_tail()}")
+
+    def restart(self, timeout: float = START_TIMEOUT) -> CommitLogProcess:
+        """Start again on the same data directory and port (after ``kill9`` or ``terminate``)."""
+        if self.running:
+            raise RuntimeError("stop the process (kill9 or terminate) before restarting it")
+        return self.start(timeout)
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])
+
+    def _close_channel(self) -> None:
+        if self.channel is not None:
+            self.channel.close()
+            self.channel = None
+
+    def close(self) -> int | None:
+        """Teardown: SIGTERM a running process; returns its exit code (None if it was not running)."""
+        code = None
+        if self.running:
+            code = self.terminate()
+        self._close_channel()
+        return code
+
+
+@pytest.fixture
+def commitlog_factory(tmp_path: Path) -> Iterator[Callable[..., CommitLogProcess]]:
+    """Start CommitLog processes: ``factory(overrides=None, data_dir=None)``; all stopped at teardown,
+    and each one still running must exit 0 on SIGTERM."""
+    started: list[CommitLogProcess] = []
+
+    def factory(overrides: Mapping[str, str] | None = None, data_dir: Path | None = None) -> CommitLogProcess:
+        n = len(started)
+        data_dir = data_dir or tmp_path / f"store{n}"
+        settings = {**DEFAULT_COMMITLOG_SETTINGS, **(overrides or {})}
+        proc = CommitLogProcess(data_dir, settings, tmp_path)
+        started.append(proc)
+        return proc.start()
+
+    yield factory
+    failures = []
+    for proc in started:
+        code = proc.close()
+        if code not in (None, 0):
+            failures.append(f"{proc.endpoint} exited with {code} on SIGTERM:\n{proc.log_tail()}")
+    if failures:
+        pytest.fail("\n".join(failures))
+
+
+@pytest.fixture
+def commitlog_service(request: pytest.FixtureRequest,
+                      commitlog_factory: Callable[..., CommitLogProcess]) -> CommitLogProcess:
+    """One running CommitLog service; indirect parametrisation passes a dict of settings overrides."""
+    overrides = getattr(request, "param", None) or {}
+    return commitlog_factory(overrides)
+
+
+@pytest.fixture
+def commitlog_stub(commitlog_service: CommitLogProcess) -> commitlog_pb2_grpc.CommitLogStub:
+    assert commitlog_service.stub is not None
+    return commitlog_service.stub

@@ -7,9 +7,10 @@ All integers are big-endian. A record is::
     STOREHOSTADDRESS(8|20) RECONSUMETIMES(4) PREPAREDTRANSACTIONOFFSET(8)
     BODYLEN(4) BODY TOPICLEN(1) TOPIC PROPERTIESLEN(2) PROPERTIES
 
-Appending is split in two so the put lock is held as briefly as possible: ``prepare``
-validates and measures a message outside the lock, ``PreparedMessage.write`` packs it in
-one call into the mapped file once the lock has assigned its offsets.
+Appending is split in two so the put lock is held as briefly as possible:
+``encode_unplaced`` validates a message and packs its whole record outside the lock; under
+the lock the record is copied into the mapped file and ``place`` fills in the three fields
+only the lock can know (queue offset, physical offset, store timestamp).
 """
 
 from __future__ import annotations
@@ -20,10 +21,7 @@ from dataclasses import dataclass
 
 from rocketstore.message import (
     BORNHOST_V6_FLAG,
-    PROPERTY_WAIT_STORE_MSG_OK,
     STOREHOSTADDRESS_V6_FLAG,
-    TRANSACTION_PREPARED_TYPE,
-    TRANSACTION_ROLLBACK_TYPE,
     Message,
     MessageExt,
     format_host,
@@ -99,55 +97,64 @@ def _record_struct(born_len: int, store_len: int, body_len: int, topic_len: int,
     return st
 
 
-class PreparedMessage:
-    """A validated message with everything but its offsets and store time already laid out.
+def encode_unplaced(msg: Message, store_addr: bytes, store_port: int, store_v6: bool,
+                    max_message_size: int) -> bytes:
+    """Validate ``msg`` and pack its whole record with queue offset, physical offset and store
+    timestamp still zero (``place`` fills them in). Raises MessageRefused with RocketMQ's status.
 
-    Built outside the put lock; ``write`` packs the whole record in one struct call."""
+    ``msg`` is anything with Message's attribute names (a Message, or the protobuf message
+    the CommitLog service receives), so a request is encoded without an intermediate copy."""
+    topic_b = msg.topic.encode()
+    body = msg.body
+    props = msg.properties
+    props_b = "".join([f"{k}\x01{v}\x02" for k, v in props.items() if v is not None]).encode()
+    try:
+        born_addr, born_port, born_v6 = parse_host(msg.born_host or "127.0.0.1:0")
+    except ValueError as e:
+        raise MessageRefused(PutMessageStatus.MESSAGE_ILLEGAL, str(e)) from e
+    sys_flag = msg.sys_flag & ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
+    size = 91 + len(body) + len(topic_b) + len(props_b)
+    if born_v6:
+        sys_flag |= BORNHOST_V6_FLAG
+        size += 12
+    if store_v6:
+        sys_flag |= STOREHOSTADDRESS_V6_FLAG
+        size += 12
+    if not 0 < len(topic_b) <= MAX_TOPIC_LENGTH or len(body) > max_message_size \
+            or len(props_b) > MAX_PROPERTIES_LENGTH or size > max_message_size + RECORD_SIZE_SLACK \
+            or not 0 <= msg.queue_id <= 0x7FFFFFFF:
+        _refuse(topic_b, body, props_b, size, msg.queue_id, max_message_size)
+    st = _record_struct(20 if born_v6 else 8, 20 if store_v6 else 8, len(body), len(topic_b), len(props_b))
+    return st.pack(size, MESSAGE_MAGIC_CODE, zlib.crc32(body) & 0x7FFFFFFF if body else 0, msg.queue_id, msg.flag,
+                   0, 0, sys_flag, msg.born_timestamp, born_addr, born_port, 0, store_addr, store_port,
+                   msg.reconsume_times, msg.prepared_transaction_offset, len(body), body,
+                   len(topic_b), topic_b, len(props_b), props_b)
 
-    __slots__ = ("size", "topic", "queue_id", "tx_type", "wait", "_pack", "_before", "_mid", "_after")
 
-    def __init__(self, msg: Message, store_v6: bool, max_message_size: int) -> None:
-        topic_b = msg.topic.encode()
-        body = msg.body
-        props = msg.properties
-        props_b = "".join([f"{k}\x01{v}\x02" for k, v in props.items() if v is not None]).encode()
-        born_addr, born_port, born_v6 = parse_host(msg.born_host)
-        sys_flag = msg.sys_flag & ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
-        size = 91 + len(body) + len(topic_b) + len(props_b)
-        if born_v6:
-            sys_flag |= BORNHOST_V6_FLAG
-            size += 12
-        if store_v6:
-            sys_flag |= STOREHOSTADDRESS_V6_FLAG
-            size += 12
-        if not 0 < len(topic_b) <= MAX_TOPIC_LENGTH or len(body) > max_message_size \
-                or len(props_b) > MAX_PROPERTIES_LENGTH or size > max_message_size + RECORD_SIZE_SLACK \
-                or not 0 <= msg.queue_id <= 0x7FFFFFFF:
-            _refuse(topic_b, body, props_b, size, msg.queue_id, max_message_size)
-        crc = zlib.crc32(body) & 0x7FFFFFFF if body else 0
-        self.size = size
-        self.topic = msg.topic
-        self.queue_id = msg.queue_id
-        self.tx_type = sys_flag & TRANSACTION_ROLLBACK_TYPE
-        wait = props.get(PROPERTY_WAIT_STORE_MSG_OK)
-        self.wait = wait is None or wait.lower() == "true"  # Java: absent, or Boolean.parseBoolean
-        self._pack = _record_struct(20 if born_v6 else 8, 20 if store_v6 else 8,
-                                    len(body), len(topic_b), len(props_b)).pack_into
-        self._before = (size, MESSAGE_MAGIC_CODE, crc, msg.queue_id, msg.flag)
-        self._mid = (sys_flag, msg.born_timestamp, born_addr, born_port)
-        self._after = (msg.reconsume_times, msg.prepared_transaction_offset, len(body), body,
-                       len(topic_b), topic_b, len(props_b), props_b)
+_OFFSETS = struct.Struct(">qq")
+_LONG = struct.Struct(">q")
 
-    @property
-    def takes_queue_offset(self) -> bool:
-        """Prepared and rolled-back transaction records get queue offset 0 and do not advance it."""
-        return self.tx_type != TRANSACTION_PREPARED_TYPE and self.tx_type != TRANSACTION_ROLLBACK_TYPE
 
-    def write(self, buf, pos: int, queue_offset: int, physical_offset: int, store_timestamp: int,
-              store_addr: bytes, store_port: int) -> None:
-        """Pack the whole record into ``buf`` at ``pos`` in one call."""
-        self._pack(buf, pos, *self._before, queue_offset, physical_offset, *self._mid,
-                   store_timestamp, store_addr, store_port, *self._after)
+def store_timestamp_position(sys_flag: int) -> int:
+    """Where STORETIMESTAMP sits: after an 8-byte (IPv4) or 20-byte (IPv6) born host."""
+    return 68 if sys_flag & BORNHOST_V6_FLAG else 56
+
+
+def place(buf, pos: int, queue_offset: int, physical_offset: int, store_timestamp: int,
+          timestamp_pos: int) -> None:
+    """Fill in the three fields only the put lock knows, in a record already at ``pos``."""
+    _OFFSETS.pack_into(buf, pos + POS_QUEUEOFFSET, queue_offset, physical_offset)
+    _LONG.pack_into(buf, pos + timestamp_pos, store_timestamp)
+
+
+def encode_message(msg: Message, queue_offset: int, physical_offset: int, store_timestamp: int,
+                   store_host: str = "127.0.0.1:10911", max_message_size: int = 4 * 1024 * 1024) -> bytes:
+    """Encode one complete record (the append path encodes batches and places them in the file)."""
+    store_addr, store_port, store_v6 = parse_host(store_host)
+    rec = bytearray(encode_unplaced(msg, store_addr, store_port, store_v6, max_message_size))
+    place(rec, 0, queue_offset, physical_offset, store_timestamp,
+          store_timestamp_position(_INT.unpack_from(rec, POS_SYSFLAG)[0]))
+    return bytes(rec)
 
 
 def _refuse(topic_b: bytes, body: bytes, props_b: bytes, size: int, queue_id: int, max_message_size: int) -> None:
@@ -167,27 +174,6 @@ def _refuse(topic_b: bytes, body: bytes, props_b: bytes, size: int, queue_id: in
     if size > max_message_size + RECORD_SIZE_SLACK:
         raise MessageRefused(illegal, f"message record is {size} bytes; at most maxMessageSize + 64 KiB are allowed")
     raise MessageRefused(illegal, f"queue id {queue_id} is out of range")
-
-
-def prepare(msg: Message, store_v6: bool = False, max_message_size: int = 4 * 1024 * 1024) -> PreparedMessage:
-    """Validate ``msg`` and lay it out; raises MessageRefused with RocketMQ's status.
-    A bad born host is refused as MESSAGE_ILLEGAL."""
-    try:
-        return PreparedMessage(msg, store_v6, max_message_size)
-    except ValueError as e:
-        if isinstance(e, MessageRefused):
-            raise
-        raise MessageRefused(PutMessageStatus.MESSAGE_ILLEGAL, str(e)) from e
-
-
-def encode_message(msg: Message, queue_offset: int, physical_offset: int, store_timestamp: int,
-                   store_host: str = "127.0.0.1:10911", max_message_size: int = 4 * 1024 * 1024) -> bytes:
-    """Encode one record to bytes (the append path writes into the mapped file instead)."""
-    store_addr, store_port, store_v6 = parse_host(store_host)
-    p = prepare(msg, store_v6, max_message_size)
-    buf = bytearray(p.size)
-    p.write(buf, 0, queue_offset, physical_offset, store_timestamp, store_addr, store_port)
-    return bytes(buf)
 
 
 def write_blank(buf, pos: int, total_size: int) -> None:

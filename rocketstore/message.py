@@ -61,6 +61,13 @@ def string_to_properties(text: str) -> dict[str, str]:
     return out
 
 
+def wait_store_msg_ok(properties) -> bool:
+    """Whether the producer waits for the store: WAIT absent, or true as Java's
+    Boolean.parseBoolean reads it."""
+    wait = properties.get(PROPERTY_WAIT_STORE_MSG_OK)
+    return wait is None or wait.lower() == "true"
+
+
 # --- tags ----------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=4096)
 def java_string_hash(text: str) -> int:
@@ -134,9 +141,7 @@ class Message:
 
     @property
     def wait_store_msg_ok(self) -> bool:
-        """Whether the producer waits for the flush (and the slave); true when WAIT is absent."""
-        wait = self.properties.get(PROPERTY_WAIT_STORE_MSG_OK)
-        return wait is None or wait.lower() == "true"
+        return wait_store_msg_ok(self.properties)
 
 
 @dataclass(slots=True)

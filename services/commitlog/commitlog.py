@@ -8,16 +8,30 @@ live in their own modules and work on a CommitLog.
 from __future__ import annotations
 
 import os
+import struct
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rocketstore.codec import END_FILE_MIN_BLANK_LENGTH, MessageRefused, PreparedMessage, write_blank
+from rocketstore.codec import (
+    END_FILE_MIN_BLANK_LENGTH,
+    POS_QUEUEOFFSET,
+    POS_SYSFLAG,
+    MessageRefused,
+    encode_unplaced,
+    write_blank,
+)
 from rocketstore.log import get_logger
 from rocketstore.mapped_file import MappedFile
 from rocketstore.mapped_file_queue import AllocateMappedFileService, MappedFileQueue, TransientStorePool
-from rocketstore.message import Message, parse_host
+from rocketstore.message import (
+    BORNHOST_V6_FLAG,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    Message,
+    parse_host,
+)
 from rocketstore.message_id import message_id_prefix
 from rocketstore.settings import BrokerRole, FlushDiskType, Settings
 from rocketstore.statuses import PutMessageStatus
@@ -27,6 +41,8 @@ log = get_logger(__name__)
 # RocketMQ's flushLeastPagesWhenWarmMapedFile: while warming a file under SYNC_FLUSH, write
 # the zeros through every 16 MiB.
 WARM_FLUSH_PAGES = 4096
+_OFFSETS = struct.Struct(">qq")  # QUEUEOFFSET, PHYSICALOFFSET
+_LONG = struct.Struct(">q")
 
 
 @dataclass(slots=True)
@@ -42,6 +58,44 @@ class PutResult:
     reason: str = ""
 
 
+class PutResults(Sequence[PutResult]):
+    """The answers to one put, one per message in order, kept as columns so a large batch
+    costs no object per message; indexing builds a PutResult."""
+
+    __slots__ = ("statuses", "reasons", "wrote_offsets", "sizes", "queue_offsets", "store_timestamp",
+                 "_msg_id_prefix")
+
+    def __init__(self, n: int, msg_id_prefix: str) -> None:
+        self.statuses: list[PutMessageStatus] = [PutMessageStatus.PUT_OK] * n
+        self.reasons: list[str] = [""] * n
+        self.wrote_offsets: list[int] = [-1] * n
+        self.sizes: list[int] = [0] * n
+        self.queue_offsets: list[int] = [0] * n
+        self.store_timestamp = 0
+        self._msg_id_prefix = msg_id_prefix
+
+    def set_status(self, i: int, status: PutMessageStatus, reason: str) -> None:
+        self.statuses[i] = status
+        self.reasons[i] = reason
+
+    def msg_id(self, i: int) -> str:
+        """The offset msgId: store address, port and wrote offset in upper-case hex."""
+        offset = self.wrote_offsets[i]
+        return f"{self._msg_id_prefix}{offset:016X}" if offset >= 0 else ""
+
+    def __len__(self) -> int:
+        return len(self.statuses)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        status = self.statuses[i]
+        if not status.stored:
+            return PutResult(status, reason=self.reasons[i])
+        return PutResult(status, self.msg_id(i), self.wrote_offsets[i], self.sizes[i], self.queue_offsets[i],
+                         self.store_timestamp, self.reasons[i])
+
+
 class OffsetNotAvailable(LookupError):
     """The offset is below the log's minimum: its file has been deleted."""
 
@@ -51,7 +105,7 @@ class CommitLog:
         self.settings = settings
         self.store_host = store_host
         self._store_addr, self._store_port, self._store_v6 = parse_host(store_host)
-        self._msg_id_prefix = message_id_prefix(store_host)
+        self.msg_id_prefix = message_id_prefix(store_host)
         self.file_size = settings.mapped_file_size_commit_log
         self.transient_pool_enabled = (
             settings.transient_store_pool_enable
@@ -75,93 +129,90 @@ class CommitLog:
         self.put_bytes = 0
 
     # --- append ----------------------------------------------------------------------------
-    def prepare(self, msgs: Sequence[Message]) -> tuple[list[PreparedMessage | None], list[PutResult | None]]:
-        """Validate and lay out messages outside the lock; refused ones get their result here."""
-        prepared: list[PreparedMessage | None] = []
-        results: list[PutResult | None] = []
+    def encode(self, msgs: Sequence[Message]) -> tuple[list[tuple], PutResults]:
+        """Validate and pack every message outside the lock. Returns the records to place, as
+        (index, record, (topic, queueId), takes a queue offset, store-timestamp position),
+        and the results, with refused messages already answered."""
+        results = PutResults(len(msgs), self.msg_id_prefix)
+        records: list[tuple] = []
+        addr, port, v6 = self._store_addr, self._store_port, self._store_v6
         limit = self.settings.max_message_size
-        for msg in msgs:
+        for index, msg in enumerate(msgs):
             try:
-                p = PreparedMessage(msg, self._store_v6, limit)
+                rec = encode_unplaced(msg, addr, port, v6, limit)
             except MessageRefused as e:
-                prepared.append(None)
-                results.append(PutResult(e.status, reason=e.reason))
+                results.set_status(index, e.status, e.reason)
                 continue
-            except ValueError as e:
-                prepared.append(None)
-                results.append(PutResult(PutMessageStatus.MESSAGE_ILLEGAL, reason=str(e)))
+            if len(rec) + END_FILE_MIN_BLANK_LENGTH > self.file_size:
+                results.set_status(index, PutMessageStatus.MESSAGE_ILLEGAL,
+                                   f"message record is {len(rec)} bytes; a CommitLog file holds {self.file_size}")
                 continue
-            if p.size + END_FILE_MIN_BLANK_LENGTH > self.file_size:
-                prepared.append(None)
-                results.append(PutResult(
-                    PutMessageStatus.MESSAGE_ILLEGAL,
-                    reason=f"message record is {p.size} bytes; a CommitLog file holds {self.file_size}",
-                ))
-                continue
-            prepared.append(p)
-            results.append(None)
-        return prepared, results
+            flags = rec[POS_SYSFLAG + 3]  # the low byte of SYSFLAG holds the host and transaction bits
+            tx = flags & TRANSACTION_ROLLBACK_TYPE
+            # Prepared and rolled-back transaction records take queue offset 0 and do not advance it.
+            takes = tx != TRANSACTION_PREPARED_TYPE and tx != TRANSACTION_ROLLBACK_TYPE
+            records.append((index, rec, (msg.topic, msg.queue_id), takes, 68 if flags & BORNHOST_V6_FLAG else 56))
+        return records, results
 
-    def append(self, prepared: list[PreparedMessage | None], results: list[PutResult | None]) -> int:
-        """Write every prepared message, in order, under the put lock; fills ``results`` and
-        returns the log offset after the last record written (0 if none was)."""
-        todo = [i for i, p in enumerate(prepared) if p is not None]
-        if not todo:
+    def append(self, records: list[tuple], results: PutResults) -> int:
+        """Copy the records into the log in order under the put lock, placing each; fills
+        ``results`` and returns the log offset after the last record written (0 if none was)."""
+        if not records:
             return 0
         end_offset = 0
         table = self.topic_queue_table
-        addr, port, prefix = self._store_addr, self._store_port, self._msg_id_prefix
+        wrote_offsets, sizes, queue_offsets = results.wrote_offsets, results.sizes, results.queue_offsets
+        pack_offsets, pack_long = _OFFSETS.pack_into, _LONG.pack_into
+        file_size = self.file_size
         with self.put_lock:
             now = int(time.time() * 1000)
             self.begin_time_in_lock = now
+            written = 0
             try:
                 mf = self._writable_file()
-                batch_size = sum(prepared[i].size for i in todo)  # type: ignore[union-attr]
+                batch_size = sum(len(r[1]) for r in records)
                 # A batch that fits in a fresh file is kept whole: it goes to the next file together.
-                if (batch_size + END_FILE_MIN_BLANK_LENGTH > self.file_size - mf.wrote_position
-                        and batch_size + END_FILE_MIN_BLANK_LENGTH <= self.file_size and mf.wrote_position > 0):
+                if (batch_size + END_FILE_MIN_BLANK_LENGTH > file_size - mf.wrote_position
+                        and batch_size + END_FILE_MIN_BLANK_LENGTH <= file_size and mf.wrote_position > 0):
                     mf = self._end_file(mf, now)
                 buf, pos, base = mf.write_target, mf.wrote_position, mf.file_from_offset
-                rolled_ok = True
-                for n, i in enumerate(todo):
-                    p = prepared[i]
-                    if p.size + END_FILE_MIN_BLANK_LENGTH > self.file_size - pos:  # type: ignore[union-attr]
+                for index, rec, key, takes, ts_pos in records:
+                    size = len(rec)
+                    if size + END_FILE_MIN_BLANK_LENGTH > file_size - pos:
                         mf.wrote_position = pos
-                        try:
-                            mf = self._end_file(mf, now)
-                        except OSError as e:
-                            for j in todo[n:]:
-                                results[j] = PutResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED,
-                                                       reason=f"cannot create the next CommitLog file: {e}")
-                            rolled_ok = False
-                            break
+                        mf = self._end_file(mf, now)
                         buf, pos, base = mf.write_target, 0, mf.file_from_offset
-                    key = (p.topic, p.queue_id)  # type: ignore[union-attr]
-                    if p.takes_queue_offset:  # type: ignore[union-attr]
+                    if takes:
                         queue_offset = table.get(key, 0)
                         table[key] = queue_offset + 1
                     else:
                         queue_offset = 0
-                    wrote = base + pos
-                    p.write(buf, pos, queue_offset, wrote, now, addr, port)  # type: ignore[union-attr]
-                    size = p.size  # type: ignore[union-attr]
-                    results[i] = PutResult(PutMessageStatus.PUT_OK, f"{prefix}{wrote:016X}", wrote, size,
-                                           queue_offset, now)
-                    pos += size
-                    end_offset = wrote + size
-                    self.put_message_count += 1
-                    self.put_bytes += size
-                if rolled_ok:
-                    # Publish: readers see the new records only now that they are complete.
-                    mf.store_timestamp = now
-                    mf.wrote_position = pos
+                    end = pos + size
+                    buf[pos:end] = rec
+                    pack_offsets(buf, pos + POS_QUEUEOFFSET, queue_offset, base + pos)
+                    pack_long(buf, pos + ts_pos, now)
+                    wrote_offsets[index] = base + pos
+                    sizes[index] = size
+                    queue_offsets[index] = queue_offset
+                    pos = end
+                    written += 1
+                # Publish: readers see the new records only now that they are complete.
+                mf.store_timestamp = now
+                mf.wrote_position = pos
+                end_offset = base + pos
             except OSError as e:
-                for i in todo:
-                    if results[i] is None:
-                        results[i] = PutResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED,
-                                               reason=f"cannot create a CommitLog file: {e}")
+                # The log could not roll: what was written stays (its file's position was published
+                # before the roll), the rest of the batch is refused.
+                for index, *_ in records[written:]:
+                    results.set_status(index, PutMessageStatus.CREATE_MAPEDFILE_FAILED,
+                                       f"cannot create the next CommitLog file: {e}")
+                if written:
+                    end_offset = wrote_offsets[records[written - 1][0]] + sizes[records[written - 1][0]]
             finally:
                 self.begin_time_in_lock = 0
+        results.store_timestamp = now
+        self.put_message_count += written
+        self.put_bytes += sum(sizes)
         with self._appended:
             self._appended.notify_all()
         return end_offset

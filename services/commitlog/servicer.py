@@ -23,7 +23,6 @@ import grpc
 
 from rocketstore.codec import RECORD_SIZE_SLACK
 from rocketstore.log import get_logger
-from rocketstore.message import Message
 from rocketstore.v1 import commitlog_pb2 as pb
 from rocketstore.v1 import commitlog_pb2_grpc as pb_grpc
 
@@ -39,7 +38,6 @@ SERVICE_NAME = "rocketstore.v1.CommitLog"
 # Bounds on what one call may ask for; the client must accept responses this large.
 MAX_READ_BYTES = 64 * 1024 * 1024
 DEFAULT_CHUNK_BYTES = 256 * 1024
-DEFAULT_BORN_HOST = "127.0.0.1:0"
 
 AppendObserver = Callable[[Sequence["PutResult"], float], None]
 """Called after every AppendBatch with the store's results and the seconds the append took
@@ -121,27 +119,28 @@ class CommitLogServicer(pb_grpc.CommitLogServicer):
         response = pb.AppendBatchResponse()
         if not request.messages:
             return response
-        msgs = [_to_message(m) for m in request.messages]
+        # The protobuf messages go to the store as they are: the codec reads Message's attribute names.
+        msgs = request.messages
         started = time.perf_counter()
         results = self._store.put_messages(msgs)
         elapsed = time.perf_counter() - started
         if len(results) != len(msgs):  # the store's contract: one result per message
             raise RuntimeError(f"store answered {len(results)} results for {len(msgs)} messages")
         add = response.results.add
-        for msg, r in zip(msgs, results, strict=True):
-            status = int(r.status)
-            if r.status.stored:
-                add(status=status, reason=r.reason, msg_id=r.msg_id, wrote_offset=r.wrote_offset,
-                    wrote_bytes=r.wrote_bytes, queue_offset=r.queue_offset, store_timestamp=r.store_timestamp)
+        ts = results.store_timestamp
+        for i, status in enumerate(results.statuses):
+            if status.stored:
+                add(status=status, reason=results.reasons[i], msg_id=results.msg_id(i),
+                    wrote_offset=results.wrote_offsets[i], wrote_bytes=results.sizes[i],
+                    queue_offset=results.queue_offsets[i], store_timestamp=ts)
             else:
-                add(status=status, reason=r.reason, wrote_offset=-1, store_timestamp=r.store_timestamp)
-                _log.info("message refused", topic=msg.topic, queue_id=msg.queue_id,
-                          status=r.status.name, reason=r.reason)
+                add(status=status, reason=results.reasons[i], wrote_offset=-1)
+                _log.info("message refused", topic=msgs[i].topic, queue_id=msgs[i].queue_id,
+                          status=status.name, reason=results.reasons[i])
         if self._on_append is not None:
             self._on_append(results, elapsed)
-        _log.debug("append batch", messages=len(msgs), topics=sorted({m.topic for m in msgs}),
-                   first_offset=results[0].wrote_offset, last_offset=results[-1].wrote_offset,
-                   seconds=round(elapsed, 6))
+        _log.debug("append batch", messages=len(msgs), topic=msgs[0].topic,
+                   first_offset=results[0].wrote_offset, last_offset=results[-1].wrote_offset, seconds=elapsed)
         return response
 
     # --- reads ------------------------------------------------------------------------------
@@ -302,21 +301,6 @@ def _abort(context: _Ctx, method: str, refusal: _Refusal) -> None:
     if refusal.code is grpc.StatusCode.INVALID_ARGUMENT:
         _log.info("request refused", method=method, code=refusal.code.name, details=refusal.details)
     context.abort(refusal.code, refusal.details)
-
-
-def _to_message(m: pb.Message) -> Message:
-    return Message(
-        topic=m.topic,
-        body=m.body,
-        queue_id=m.queue_id,
-        flag=m.flag,
-        properties=dict(m.properties),
-        sys_flag=m.sys_flag,
-        born_timestamp=m.born_timestamp,
-        born_host=m.born_host or DEFAULT_BORN_HOST,
-        reconsume_times=m.reconsume_times,
-        prepared_transaction_offset=m.prepared_transaction_offset,
-    )
 
 
 def _stat_text(value: object) -> str:

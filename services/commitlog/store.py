@@ -13,18 +13,18 @@ from collections.abc import Sequence
 
 from rocketstore.services.commitlog import recovery
 from rocketstore.services.commitlog.clean_service import CleanCommitLogService, RunningFlags
-from rocketstore.services.commitlog.commitlog import CommitLog, OffsetNotAvailable, PutResult
+from rocketstore.services.commitlog.commitlog import CommitLog, OffsetNotAvailable, PutResult, PutResults
 from rocketstore.services.commitlog.flush import CommitRealTimeService, FlushRealTimeService
 from rocketstore.services.commitlog.group_commit import GroupCommitRequest, GroupCommitService
 from rocketstore.services.commitlog.replica import NoReplica, ReplicaWaiter
 
 from rocketstore.checkpoint import StoreCheckpoint
 from rocketstore.log import get_logger
-from rocketstore.message import Message
+from rocketstore.message import Message, wait_store_msg_ok
 from rocketstore.settings import BrokerRole, FlushDiskType, Settings
 from rocketstore.statuses import PutMessageStatus
 
-__all__ = ["CommitLogStore", "OffsetNotAvailable", "PutResult", "StoreStartError"]
+__all__ = ["CommitLogStore", "OffsetNotAvailable", "PutResult", "PutResults", "StoreStartError"]
 
 log = get_logger(__name__)
 
@@ -53,6 +53,9 @@ class CommitLogStore:
         self._snapshot_stop = threading.Event()
         self._snapshot_thread: threading.Thread | None = None
         self.flush_timeouts = 0
+        # Only SYNC_FLUSH and a SYNC_MASTER make a put wait after the append.
+        self._waits_for_durability = (settings.flush_disk_type is FlushDiskType.SYNC_FLUSH
+                                      or settings.broker_role is BrokerRole.SYNC_MASTER)
         self.manual_flush_count = 0
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -196,41 +199,55 @@ class CommitLogStore:
         return self._running and not self._shutdown
 
     # --- put -------------------------------------------------------------------------------
-    def _refusal(self) -> PutResult | None:
+    def _refusal(self) -> tuple[PutMessageStatus, str] | None:
         """RocketMQ's checkStoreStatus: the reasons to refuse every message of a put."""
         if not self.running:
-            return PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, reason="the store is shut down")
+            return PutMessageStatus.SERVICE_NOT_AVAILABLE, "the store is shut down"
         if self.settings.broker_role is BrokerRole.SLAVE:
-            return PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE,
-                             reason="this broker is a SLAVE; send to its master")
+            return PutMessageStatus.SERVICE_NOT_AVAILABLE, "this broker is a SLAVE; send to its master"
         if not self.flags.writable:
-            return PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE,
-                             reason=f"the store is not writable: {self.flags.not_writable_reason()}")
+            reason = self.flags.not_writable_reason()
+            return PutMessageStatus.SERVICE_NOT_AVAILABLE, f"the store is not writable: {reason}"
         if self.commitlog.is_os_page_cache_busy():
-            return PutResult(PutMessageStatus.OS_PAGECACHE_BUSY,
-                             reason="the previous put has held the put lock longer than "
-                                    f"osPageCacheBusyTimeOutMills={self.settings.os_page_cache_busy_time_out_mills}"
-                                    " ms; the disk is busy, retry later")
+            return (PutMessageStatus.OS_PAGECACHE_BUSY,
+                    "the previous put has held the put lock longer than osPageCacheBusyTimeOutMills="
+                    f"{self.settings.os_page_cache_busy_time_out_mills} ms; the disk is busy, retry later")
         return None
 
     def put_message(self, msg: Message) -> PutResult:
         return self.put_messages([msg])[0]
 
-    def put_messages(self, msgs: Sequence[Message]) -> list[PutResult]:
-        """Append ``msgs`` in order as one batch; one result per message, in the same order."""
+    def put_messages(self, msgs: Sequence[Message]) -> PutResults:
+        """Append ``msgs`` in order as one batch; one result per message, in the same order.
+        A message is anything with Message's attribute names (a protobuf message works)."""
+        results = PutResults(len(msgs), self.commitlog.msg_id_prefix)
         refusal = self._refusal()
         if refusal is not None:
-            return [PutResult(refusal.status, reason=refusal.reason) for _ in msgs]
-        prepared, results = self.commitlog.prepare(msgs)
-        end = self.commitlog.append(prepared, results)
-        waiting = [i for i, p in enumerate(prepared)
-                   if p is not None and p.wait and results[i].status is PutMessageStatus.PUT_OK]  # type: ignore[union-attr]
-        if end:
+            for i in range(len(msgs)):
+                results.set_status(i, *refusal)
+            return results
+        records, results = self.commitlog.encode(msgs)
+        end = self.commitlog.append(records, results)
+        if not end:
+            return results
+        if self._waits_for_durability:
+            statuses = results.statuses
+            waiting = [index for index, *_ in records
+                       if statuses[index] is PutMessageStatus.PUT_OK and wait_store_msg_ok(msgs[index].properties)]
             self._handle_disk_flush(end, waiting, results)
             self._handle_ha(end, waiting, results)
-        return results  # type: ignore[return-value]
+        else:
+            self._wake_async_flush()
+        return results
 
-    def _handle_disk_flush(self, end: int, waiting: list[int], results: list) -> None:
+    def _wake_async_flush(self) -> None:
+        if self._commit_service is not None:
+            self._commit_service.wakeup()
+        elif not self.settings.flush_commit_log_timed and self._flush_service is not None:
+            # flushCommitLogTimed (the default) flushes on its interval only: no wake-up per put.
+            self._flush_service.wakeup()
+
+    def _handle_disk_flush(self, end: int, waiting: list[int], results: PutResults) -> None:
         service = self._flush_service
         if isinstance(service, GroupCommitService):
             if not waiting:
@@ -241,16 +258,13 @@ class CommitLogStore:
             if not request.wait():
                 self.flush_timeouts += 1
                 log.warning("flush disk timeout", offset=end, timeout_ms=self.settings.sync_flush_timeout)
+                reason = f"stored, but not flushed within syncFlushTimeout={self.settings.sync_flush_timeout} ms"
                 for i in waiting:
-                    results[i].status = PutMessageStatus.FLUSH_DISK_TIMEOUT
-                    results[i].reason = (f"stored, but not flushed within syncFlushTimeout="
-                                         f"{self.settings.sync_flush_timeout} ms")
-        elif self._commit_service is not None:
-            self._commit_service.wakeup()
-        elif service is not None:
-            service.wakeup()
+                    results.set_status(i, PutMessageStatus.FLUSH_DISK_TIMEOUT, reason)
+        else:
+            self._wake_async_flush()
 
-    def _handle_ha(self, end: int, waiting: list[int], results: list) -> None:
+    def _handle_ha(self, end: int, waiting: list[int], results: PutResults) -> None:
         """The one place a SYNC_MASTER waits for a slave to hold what was appended."""
         if self.settings.broker_role is not BrokerRole.SYNC_MASTER or not waiting:
             return
@@ -260,10 +274,10 @@ class CommitLogStore:
             status = PutMessageStatus.FLUSH_SLAVE_TIMEOUT
             reason = f"stored, but no slave acknowledged it within slaveTimeout={self.settings.slave_timeout} ms"
         else:
-            status, reason = (PutMessageStatus.SLAVE_NOT_AVAILABLE,
-                              "stored on the master, but no slave is connected (or it is too far behind)")
+            status = PutMessageStatus.SLAVE_NOT_AVAILABLE
+            reason = "stored on the master, but no slave is connected (or it is too far behind)"
         for i in waiting:  # a replica failure overrides a flush timeout, as in RocketMQ
-            results[i].status, results[i].reason = status, reason
+            results.set_status(i, status, reason)
 
     # --- reads and admin -------------------------------------------------------------------
     def read_records(self, ranges: Sequence[tuple[int, int]]) -> list[bytes | None]:

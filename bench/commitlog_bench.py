@@ -24,6 +24,8 @@ Scenarios (``--scenario`` takes names or group names, comma separated; default `
              sync-16        ... 16 appender threads
              sync-64        ... 64 appender threads
              sync-16x32     ... 16 appender threads, put_messages of 32
+  aio        aio-sync-N     in-process SYNC_FLUSH, N asyncio appender tasks (N = 1, 16, 64, 256) on one
+                            event loop, put_messages_async of one message each
   grpc       grpc-async-b100  `rocketstore serve commitlog` (ASYNC_FLUSH), --grpc-threads client
                               threads, AppendBatch of 100 messages
              grpc-async-64x1  ... 64 client threads, AppendBatch of 1 message each
@@ -100,6 +102,10 @@ SCENARIOS: dict[str, str] = {
     "sync-16": "in-process SYNC_FLUSH, 16 appenders, 1 msg/put",
     "sync-64": "in-process SYNC_FLUSH, 64 appenders, 1 msg/put",
     "sync-16x32": "in-process SYNC_FLUSH, 16 appenders, 32 msgs/put",
+    "aio-sync-1": "in-process SYNC_FLUSH, 1 asyncio appender task, 1 msg/put (put_messages_async)",
+    "aio-sync-16": "in-process SYNC_FLUSH, 16 asyncio appender tasks, 1 msg/put",
+    "aio-sync-64": "in-process SYNC_FLUSH, 64 asyncio appender tasks, 1 msg/put",
+    "aio-sync-256": "in-process SYNC_FLUSH, 256 asyncio appender tasks, 1 msg/put",
     "grpc-async-b100": "gRPC AppendBatch, ASYNC_FLUSH, {grpc_threads} clients, 100 msgs/RPC",
     "grpc-async-64x1": "gRPC AppendBatch, ASYNC_FLUSH, 64 clients, 1 msg/RPC",
     "grpc-sync-b100": "gRPC AppendBatch, SYNC_FLUSH, {grpc_threads} clients, 100 msgs/RPC",
@@ -109,9 +115,10 @@ GROUPS: dict[str, list[str]] = {
     "reference": ["bare-min", "bare", "bare-fresh", "disk", "new-file"],
     "async": ["async-1", "async-b32", "async-b100"],
     "sync": ["sync-1", "sync-16", "sync-64", "sync-16x32"],
+    "aio": ["aio-sync-1", "aio-sync-16", "aio-sync-64", "aio-sync-256"],
     "grpc": ["grpc-async-b100", "grpc-async-64x1", "grpc-sync-b100", "grpc-sync-64x1"],
 }
-GROUPS["inprocess"] = GROUPS["async"] + GROUPS["sync"]
+GROUPS["inprocess"] = GROUPS["async"] + GROUPS["sync"] + GROUPS["aio"]
 GROUPS["all"] = GROUPS["reference"] + GROUPS["inprocess"] + GROUPS["grpc"]
 
 
@@ -564,6 +571,66 @@ def run_inprocess(args: argparse.Namespace, pool: list[Message], name: str, work
     return finish(res, lat)
 
 
+def run_inprocess_aio(args: argparse.Namespace, pool: list[Message], name: str, workdir: str,
+                      tasks: int) -> Result:
+    """SYNC_FLUSH appenders as asyncio tasks on one event loop (put_messages_async): each task
+    appends one message and awaits its group commit; latency is per put, as for threads."""
+    import asyncio
+
+    from rocketstore.statuses import PutMessageStatus
+
+    ok_status = PutMessageStatus.PUT_OK
+    root = tempfile.mkdtemp(prefix=f"{name}-", dir=workdir)
+    store = open_store(root, "SYNC_FLUSH", args.file_size, dict(args.set))
+    n_pool = len(pool)
+
+    async def run(seconds: float, count: int | None) -> tuple[int, int, list[float], float]:
+        deadline = time.perf_counter() + seconds
+        counter = iter(range(count if count is not None else 1 << 62))
+        latencies: list[float] = []
+        errors = 0
+        ok = 0
+
+        async def appender() -> None:
+            nonlocal ok, errors
+            put, clock = store.put_messages_async, time.perf_counter
+            for seq in counter:
+                t = clock()
+                if t >= deadline:
+                    return
+                results = await put([pool[seq % n_pool]])
+                latencies.append(clock() - t)
+                if results.statuses[0] is ok_status:
+                    ok += 1
+                else:
+                    errors += 1
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(appender() for _ in range(tasks)))
+        return ok, errors, latencies, time.perf_counter() - t0
+
+    try:
+        asyncio.run(run(args.warmup, None))
+        idle_wait = wait_allocator_idle(store)
+        flushes0 = int(store.stats()["flushCount"])  # type: ignore[call-overload]
+        off0 = store.max_offset
+        t0 = os.times()
+        ok, errs, lat, elapsed = asyncio.run(run(args.seconds, args.count))
+        t1 = os.times()
+        cpu = (t1.user - t0.user) + (t1.system - t0.system)
+        off1 = store.max_offset
+        flushes = int(store.stats()["flushCount"]) - flushes0  # type: ignore[call-overload]
+    finally:
+        store.shutdown()
+        shutil.rmtree(root, ignore_errors=True)
+    res = Result(name, SCENARIOS[name], ok, ok + errs, errs, elapsed, off1 - off0)
+    res.extra["allocator_wait_s"] = round(idle_wait, 3)
+    res.extra["cpu_s"] = cpu
+    res.flushes = flushes
+    lat.sort()
+    return finish(res, lat)
+
+
 def wait_allocator_idle(store, timeout: float = 60.0) -> float:  # noqa: ANN001
     """Wait until the store's file allocation thread has no file left to create; returns the wait."""
     t0 = time.perf_counter()
@@ -768,6 +835,8 @@ def run_one(args: argparse.Namespace, pool: list[Message], name: str, workdir: s
         return run_bare_fresh(args, pool, workdir)
     if name == "disk":
         return run_disk(args, workdir)
+    if name.startswith("aio-"):
+        return run_inprocess_aio(args, pool, name, workdir, int(name.rsplit("-", 1)[1]))
     if name.startswith("grpc-"):
         flush = "SYNC_FLUSH" if name.startswith("grpc-sync") else "ASYNC_FLUSH"
         if name.endswith("-64x1"):

@@ -5,10 +5,15 @@ write list and the read list, so new requests keep arriving while it works, then
 every request of the read list with one fdatasync: one flush serves many appends.
 A request not answered within syncFlushTimeout completes as a timeout (FLUSH_DISK_TIMEOUT):
 the waiter's own deadline plays RocketMQ's FlushDiskWatcher.
+
+A waiter is a thread (it blocks on an event) or an asyncio task (it awaits a future); the
+futures of one event loop are resolved together with one call into that loop per flush, so
+many coroutines share a flush without a thread hand-off each.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable
@@ -19,26 +24,62 @@ log = get_logger(__name__)
 
 
 class GroupCommitRequest:
-    """One appender's wait for ``next_offset`` to be durable."""
+    """One appender's wait for ``next_offset`` to be durable. Made with ``loop`` for an asyncio
+    waiter (``await wait_async()``), without for a thread (``wait()``)."""
 
-    __slots__ = ("next_offset", "deadline", "_event", "ok")
+    __slots__ = ("next_offset", "deadline", "ok", "loop", "_event", "_future")
 
-    def __init__(self, next_offset: int, timeout_s: float) -> None:
+    def __init__(self, next_offset: int, timeout_s: float, loop: asyncio.AbstractEventLoop | None = None) -> None:
         self.next_offset = next_offset
         self.deadline = time.monotonic() + timeout_s
-        self._event = threading.Event()
         self.ok: bool | None = None
+        self.loop = loop
+        self._event = threading.Event() if loop is None else None
+        self._future = loop.create_future() if loop is not None else None
 
     def complete(self, ok: bool) -> None:
+        """Record the outcome (the first one wins) and wake a waiting thread; a waiting task is
+        woken by ``resolve_in_loop``, in its loop."""
         if self.ok is None:
             self.ok = ok
-            self._event.set()
+            if self._event is not None:
+                self._event.set()
 
     def wait(self) -> bool:
         """True once durable; False when the flush failed or the deadline passed first."""
+        assert self._event is not None, "made for an asyncio waiter: use wait_async"
         if not self._event.wait(max(0.0, self.deadline - time.monotonic())):
             self.complete(False)
         return bool(self.ok)
+
+    async def wait_async(self) -> bool:
+        assert self._future is not None, "made for a thread: use wait"
+        try:
+            await asyncio.wait_for(self._future, max(0.0, self.deadline - time.monotonic()))
+        except TimeoutError:
+            self.complete(False)
+        return bool(self.ok)
+
+
+def resolve_in_loop(requests: list[GroupCommitRequest]) -> None:
+    """Runs in the requests' event loop: wake every task waiting on them."""
+    for req in requests:
+        fut = req._future
+        if fut is not None and not fut.done():
+            fut.set_result(req.ok)
+
+
+def _wake_tasks(requests: list[GroupCommitRequest]) -> None:
+    """One call into each event loop for all its completed requests."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[GroupCommitRequest]] = {}
+    for req in requests:
+        if req.loop is not None:
+            by_loop.setdefault(req.loop, []).append(req)
+    for loop, reqs in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(resolve_in_loop, reqs)
+        except RuntimeError:  # the loop is closed: nobody is waiting any more
+            pass
 
 
 class GroupCommitService:
@@ -75,16 +116,16 @@ class GroupCommitService:
     def _do_commit(self) -> None:
         requests = self._requests_read
         if requests:
+            flushed = self._flushed_where()
             for req in requests:
                 # The wanted offset may sit in the next file: at most two flushes, as RocketMQ does.
-                ok = self._flushed_where() >= req.next_offset
                 for _ in range(2):
-                    if ok:
+                    if flushed >= req.next_offset:
                         break
-                    self._flush()
+                    flushed = self._flush()
                     self.flush_count += 1
-                    ok = self._flushed_where() >= req.next_offset
-                req.complete(ok)
+                req.complete(flushed >= req.next_offset)
+            _wake_tasks(requests)
             if self._on_flushed is not None:
                 self._on_flushed()
             requests.clear()
@@ -106,9 +147,7 @@ class GroupCommitService:
                 self._do_commit()
             except OSError as e:
                 log.error("group commit flush failed", error=str(e))
-                for req in self._requests_read:
-                    req.complete(False)
-                self._requests_read.clear()
+                self._fail_read_requests()
                 time.sleep(0.01)
             if stopped:
                 break
@@ -119,8 +158,12 @@ class GroupCommitService:
             self._do_commit()
         except OSError as e:
             log.error("group commit flush failed at shutdown", error=str(e))
+        self._fail_read_requests()
+
+    def _fail_read_requests(self) -> None:
         for req in self._requests_read:
             req.complete(False)
+        _wake_tasks(self._requests_read)
         self._requests_read.clear()
 
     def shutdown(self) -> None:

@@ -5,6 +5,7 @@ services, the checks before a put, the flush and slave waits after it, and shutd
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import os
 import threading
@@ -54,8 +55,9 @@ class CommitLogStore:
         self._snapshot_thread: threading.Thread | None = None
         self.flush_timeouts = 0
         # Only SYNC_FLUSH and a SYNC_MASTER make a put wait after the append.
-        self._waits_for_durability = (settings.flush_disk_type is FlushDiskType.SYNC_FLUSH
-                                      or settings.broker_role is BrokerRole.SYNC_MASTER)
+        self._sync_master = settings.broker_role is BrokerRole.SYNC_MASTER
+        self._waits_for_durability = settings.flush_disk_type is FlushDiskType.SYNC_FLUSH or self._sync_master
+        self._slave_timeout = settings.slave_timeout / 1000
         self.manual_flush_count = 0
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -219,64 +221,97 @@ class CommitLogStore:
 
     def put_messages(self, msgs: Sequence[Message]) -> PutResults:
         """Append ``msgs`` in order as one batch; one result per message, in the same order.
-        A message is anything with Message's attribute names (a protobuf message works)."""
+        A message is anything with Message's attribute names (a protobuf message works).
+        Returns once the messages are as durable as flushDiskType and brokerRole ask."""
+        results, end, waiting = self._append(msgs)
+        if waiting:
+            request = self._flush_request(end)
+            if request is not None and not request.wait():
+                self._flush_timed_out(end, waiting, results)
+            if self._sync_master:
+                in_sync = self.replica.is_slave_ok(end)
+                acked = in_sync and self.replica.wait_for_slave(end, self._slave_timeout)
+                self._replica_outcome(in_sync, acked, waiting, results)
+        return results
+
+    async def put_messages_async(self, msgs: Sequence[Message]) -> PutResults:
+        """``put_messages`` for asyncio callers: the append runs at once on the caller's thread and
+        the durability wait is awaited, so many concurrent tasks share each group commit without a
+        thread of their own."""
+        results, end, waiting = self._append(msgs)
+        if waiting:
+            request = self._flush_request(end, asyncio.get_running_loop())
+            if request is not None and not await request.wait_async():
+                self._flush_timed_out(end, waiting, results)
+            if self._sync_master:
+                in_sync = self.replica.is_slave_ok(end)
+                acked = in_sync and await asyncio.to_thread(self.replica.wait_for_slave, end, self._slave_timeout)
+                self._replica_outcome(in_sync, acked, waiting, results)
+        return results
+
+    def _append(self, msgs: Sequence[Message]) -> tuple[PutResults, int, list[int]]:
+        """Check, encode and append; returns the results, the log end after the batch (0 when
+        nothing was written) and the indexes of the messages that wait for durability."""
         results = PutResults(len(msgs), self.commitlog.msg_id_prefix)
         refusal = self._refusal()
         if refusal is not None:
             for i in range(len(msgs)):
                 results.set_status(i, *refusal)
-            return results
+            return results, 0, []
         records, results = self.commitlog.encode(msgs)
         end = self.commitlog.append(records, results)
         if not end:
-            return results
-        if self._waits_for_durability:
-            statuses = results.statuses
-            waiting = [index for index, *_ in records
-                       if statuses[index] is PutMessageStatus.PUT_OK and wait_store_msg_ok(msgs[index].properties)]
-            self._handle_disk_flush(end, waiting, results)
-            self._handle_ha(end, waiting, results)
-        else:
+            return results, 0, []
+        if not self._waits_for_durability:
             self._wake_async_flush()
-        return results
+            return results, end, []
+        statuses = results.statuses
+        waiting = [index for index, *_ in records
+                   if statuses[index] is PutMessageStatus.PUT_OK and wait_store_msg_ok(msgs[index].properties)]
+        if not waiting:
+            self._wake_async_flush()
+        return results, end, waiting
+
+    def _flush_request(self, end: int, loop: asyncio.AbstractEventLoop | None = None) -> GroupCommitRequest | None:
+        """Under SYNC_FLUSH, hand the group commit service a request for ``end``."""
+        service = self._flush_service
+        if not isinstance(service, GroupCommitService):
+            self._wake_async_flush()
+            return None
+        request = GroupCommitRequest(end, self.settings.sync_flush_timeout / 1000, loop)
+        service.put_request(request)
+        return request
 
     def _wake_async_flush(self) -> None:
-        if self._commit_service is not None:
-            self._commit_service.wakeup()
-        elif not self.settings.flush_commit_log_timed and self._flush_service is not None:
-            # flushCommitLogTimed (the default) flushes on its interval only: no wake-up per put.
-            self._flush_service.wakeup()
-
-    def _handle_disk_flush(self, end: int, waiting: list[int], results: PutResults) -> None:
         service = self._flush_service
         if isinstance(service, GroupCommitService):
-            if not waiting:
-                service.wakeup()
-                return
-            request = GroupCommitRequest(end, self.settings.sync_flush_timeout / 1000)
-            service.put_request(request)
-            if not request.wait():
-                self.flush_timeouts += 1
-                log.warning("flush disk timeout", offset=end, timeout_ms=self.settings.sync_flush_timeout)
-                reason = f"stored, but not flushed within syncFlushTimeout={self.settings.sync_flush_timeout} ms"
-                for i in waiting:
-                    results.set_status(i, PutMessageStatus.FLUSH_DISK_TIMEOUT, reason)
-        else:
-            self._wake_async_flush()
+            service.wakeup()  # messages that do not wait are flushed soon all the same
+        elif self._commit_service is not None:
+            self._commit_service.wakeup()
+        elif not self.settings.flush_commit_log_timed and service is not None:
+            # flushCommitLogTimed (the default) flushes on its interval only: no wake-up per put.
+            service.wakeup()
 
-    def _handle_ha(self, end: int, waiting: list[int], results: PutResults) -> None:
-        """The one place a SYNC_MASTER waits for a slave to hold what was appended."""
-        if self.settings.broker_role is not BrokerRole.SYNC_MASTER or not waiting:
+    def _flush_timed_out(self, end: int, waiting: list[int], results: PutResults) -> None:
+        self.flush_timeouts += 1
+        log.warning("flush disk timeout", offset=end, timeout_ms=self.settings.sync_flush_timeout)
+        reason = f"stored, but not flushed within syncFlushTimeout={self.settings.sync_flush_timeout} ms"
+        for i in waiting:
+            results.set_status(i, PutMessageStatus.FLUSH_DISK_TIMEOUT, reason)
+
+    def _replica_outcome(self, in_sync: bool, acknowledged: bool, waiting: list[int], results: PutResults) -> None:
+        """The one place a SYNC_MASTER's answer depends on a slave (RocketMQ 4.9's handleHA):
+        no slave in sync → SLAVE_NOT_AVAILABLE, no acknowledgement in time → FLUSH_SLAVE_TIMEOUT.
+        A replica failure overrides a flush timeout, as in RocketMQ."""
+        if acknowledged:
             return
-        if self.replica.is_slave_ok(end):
-            if self.replica.wait_for_slave(end, self.settings.slave_timeout / 1000):
-                return
+        if in_sync:
             status = PutMessageStatus.FLUSH_SLAVE_TIMEOUT
             reason = f"stored, but no slave acknowledged it within slaveTimeout={self.settings.slave_timeout} ms"
         else:
             status = PutMessageStatus.SLAVE_NOT_AVAILABLE
             reason = "stored on the master, but no slave is connected (or it is too far behind)"
-        for i in waiting:  # a replica failure overrides a flush timeout, as in RocketMQ
+        for i in waiting:
             results.set_status(i, status, reason)
 
     # --- reads and admin -------------------------------------------------------------------

@@ -201,9 +201,13 @@ def _create_full_size(path: str, file_size: int, chunk: int = 1 << 20) -> None:
     fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         os.posix_fallocate(fd, 0, file_size)
+        # 64 MiB a call (one zero buffer repeated): each call gives up the interpreter, and a busy
+        # appender thread can make getting it back take milliseconds, so few calls matter.
         zeros = bytes(min(chunk, file_size))
-        for pos in range(0, file_size, chunk):
-            os.pwrite(fd, zeros[: min(chunk, file_size - pos)], pos)
+        step = 64 * len(zeros)
+        for pos in range(0, file_size, step):
+            whole, rest = divmod(min(step, file_size - pos), len(zeros))
+            os.pwritev(fd, [zeros] * whole + ([zeros[:rest]] if rest else []), pos)
         os.fsync(fd)
     except BaseException:
         os.close(fd)

@@ -90,10 +90,12 @@ class AllocateMappedFileService:
         Raises OSError when the file cannot be created (disk full, permissions)."""
         fut = self._submit(path, size)
         self._submit(next_path, size)
+        # Creating (and zero-filling) a file takes time in proportion to its size.
+        timeout = self._timeout + 10.0 * size / (1 << 30)
         try:
-            mf = fut.result(timeout=self._timeout)
+            mf = fut.result(timeout=timeout)
         except TimeoutError as e:
-            raise OSError(f"creating {path} took longer than {self._timeout}s") from e
+            raise OSError(f"creating {path} took longer than {timeout:.0f}s") from e
         finally:
             with self._lock:
                 if fut.done():

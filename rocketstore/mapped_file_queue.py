@@ -8,7 +8,6 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import Future
 
 from rocketstore.log import get_logger
@@ -314,19 +313,6 @@ class MappedFileQueue:
                 break
             if delete_interval_ms > 0 and mf is not files[-1]:
                 time.sleep(delete_interval_ms / 1000)
-        if deleted:
-            with self._lock:
-                self.files = [f for f in self.files if f not in deleted]
-        return len(deleted)
-
-    def delete_files_before(self, should_delete: Callable[[MappedFile], bool]) -> int:
-        """Delete leading files while ``should_delete`` says so (never the last)."""
-        deleted = []
-        for mf in self.files[:-1]:
-            if not should_delete(mf):
-                break
-            mf.destroy()
-            deleted.append(mf)
         if deleted:
             with self._lock:
                 self.files = [f for f in self.files if f not in deleted]

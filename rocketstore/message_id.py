@@ -11,7 +11,7 @@ import threading
 import time
 from datetime import datetime
 
-from rocketstore.message import parse_host
+from rocketstore.message import format_host, parse_host
 
 
 def message_id_prefix(store_host: str) -> str:
@@ -27,8 +27,6 @@ def create_message_id(store_host: str, physical_offset: int) -> str:
 
 def decode_message_id(msg_id: str) -> tuple[str, int]:
     """Split an offset msgId into (``ip:port``, physical offset); 32 chars is IPv4, 56 is IPv6."""
-    from rocketstore.message import format_host
-
     if len(msg_id) not in (32, 56):
         raise ValueError(f"bad offset msgId {msg_id!r}: expected 32 (IPv4) or 56 (IPv6) hex characters")
     try:

@@ -79,11 +79,6 @@ class AllocateMappedFileService:
                 self._queue.put((path, size))
             return fut
 
-    def prepare(self, path: str, next_path: str, size: int) -> None:
-        """Start creating ``path`` and ``next_path`` without waiting (at store start)."""
-        self._submit(path, size)
-        self._submit(next_path, size)
-
     def request(self, path: str, next_path: str, size: int) -> MappedFile:
         """The file at ``path``, waiting for it; ``next_path`` is prepared in the background.
         Raises OSError when the file cannot be created (disk full, permissions)."""
@@ -147,7 +142,8 @@ class MappedFileQueue:
         """Map every file of the directory. Every file must be exactly the configured size,
         except a last file that was never written (an interrupted creation), which is removed."""
         os.makedirs(self.store_path, exist_ok=True)
-        names = sorted(n for n in os.listdir(self.store_path) if n.isdigit() and len(n) == 20)
+        names = sorted(n for n in os.listdir(self.store_path) if n.isdigit() and len(n) == 20
+                       and os.path.isfile(os.path.join(self.store_path, n)))
         for leftover in os.listdir(self.store_path):
             if leftover.endswith(".tmp"):
                 os.unlink(os.path.join(self.store_path, leftover))
@@ -179,16 +175,6 @@ class MappedFileQueue:
     def last(self) -> MappedFile | None:
         files = self.files
         return files[-1] if files else None
-
-    def prepare_next_file(self) -> None:
-        """Have the allocator create the file the next append will need, ahead of it."""
-        last = self.last()
-        if self.allocator is None or (last is not None and not last.is_full()):
-            return
-        offset = 0 if last is None else last.file_from_offset + self.mapped_file_size
-        self.allocator.prepare(os.path.join(self.store_path, offset_to_file_name(offset)),
-                               os.path.join(self.store_path, offset_to_file_name(offset + self.mapped_file_size)),
-                               self.mapped_file_size)
 
     def get_last_mapped_file(self, start_offset: int = 0, need_create: bool = True) -> MappedFile | None:
         """The file being written; a new one when the last is full (or there is none) and

@@ -160,8 +160,8 @@ def test_os_page_cache_busy(stores, tmp_path: Path) -> None:
 
 
 def test_first_file_that_cannot_be_created(stores, tmp_path: Path) -> None:
-    store = stores.start()
     os.makedirs(commitlog_dir(tmp_path) / f"{0:020d}")  # a directory where the first file must go
+    store = stores.start()  # starts all the same: the first put is refused
     result = store.put_message(msg())
     assert result.status is PutMessageStatus.CREATE_MAPEDFILE_FAILED
     assert result.reason and not result.status.stored

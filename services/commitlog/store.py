@@ -83,7 +83,12 @@ class CommitLogStore:
         _write_file(s.abort_file, str(os.getpid()))
         self.clean_service.check_disk()
         self.commitlog.allocator.start()
-        self.commitlog.mapped_file_queue.prepare_next_file()
+        # Have the file the first append needs ready before taking puts (creating and
+        # zero-filling a 1 GiB file takes seconds); a failure here is left to the first put.
+        try:
+            self.commitlog.mapped_file_queue.get_last_mapped_file(0)
+        except OSError as e:
+            log.warning("could not create the first CommitLog file yet", error=str(e))
         self._start_flush_services()
         self.clean_service.start()
         self._snapshot_thread = threading.Thread(target=self._snapshot_loop, name="QueueOffsetSnapshot",

@@ -309,3 +309,11 @@ def test_transient_store_pool_data_survives_a_restart(stores, tmp_path: Path) ->
     assert again.max_offset == results[-1].wrote_offset + results[-1].wrote_bytes
     for i, r in enumerate(results):
         assert read_back(again, r).body == f"keep-{i}".encode()
+
+
+def test_sync_flush_batch_spanning_several_files_is_flushed_whole(stores) -> None:
+    store = stores.start(flushDiskType="SYNC_FLUSH")
+    results = store.put_messages([msg(body=b"s" * 3000) for _ in range(80)])  # ~4 files of 64 KiB
+    assert all(r.status is PutMessageStatus.PUT_OK for r in results)
+    assert store.max_offset > 3 * FILE_SIZE
+    assert store.flushed_offset >= results[-1].wrote_offset + results[-1].wrote_bytes

@@ -376,3 +376,37 @@ def test_transient_pool_runs_dry_and_files_fall_back_to_the_mapping(tmp_path: Pa
     second.write_target[0:3] = b"abc"
     second.wrote_position = 3
     assert second.select(0, 3) == b"abc"
+
+
+def test_warm_file_touches_every_page_and_stays_usable(tmp_path: Path) -> None:
+    path = str(tmp_path / offset_to_file_name(0))
+    mf = MappedFile(path, 16 * OS_PAGE_SIZE)
+    try:
+        mf.mm[5 * OS_PAGE_SIZE] = 7  # stale byte: warming writes every page through with zeros
+        mf.warm(flush_each_pages=4, lock=True)
+        assert mf.mm[:] == bytes(16 * OS_PAGE_SIZE)
+        mf.mm[0:5] = b"hello"
+        mf.wrote_position = 5
+        assert mf.flush(0) == 5
+        assert mf.select(0, 5) == b"hello"
+    finally:
+        mf.destroy()
+    assert not os.path.exists(path)
+
+
+def test_store_with_warm_mapped_files_appends_and_recovers(tmp_path: Path) -> None:
+    from storage_helpers import StoreFactory, msg
+
+    from rocketstore.statuses import PutMessageStatus
+
+    factory = StoreFactory(tmp_path)
+    try:
+        store = factory.start(warmMapedFileEnable="true", flushDiskType="SYNC_FLUSH")
+        results = store.put_messages([msg(body=bytes([i]) * 900) for i in range(150)])  # crosses files
+        assert all(r.status is PutMessageStatus.PUT_OK for r in results)
+        end = store.max_offset
+        store.shutdown()
+        again = factory.start()
+        assert again.max_offset == end
+    finally:
+        factory.close_all()

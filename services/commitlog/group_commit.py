@@ -118,12 +118,13 @@ class GroupCommitService:
         if requests:
             flushed = self._flushed_where()
             for req in requests:
-                # The wanted offset may sit in the next file: at most two flushes, as RocketMQ does.
-                for _ in range(2):
-                    if flushed >= req.next_offset:
-                        break
-                    flushed = self._flush()
+                # One flush covers one file; a batch may span several, so flush file after file
+                # while that makes progress (RocketMQ tries twice: its batches span at most two).
+                while flushed < req.next_offset:
+                    before, flushed = flushed, self._flush()
                     self.flush_count += 1
+                    if flushed <= before:
+                        break
                 req.complete(flushed >= req.next_offset)
             _wake_tasks(requests)
             if self._on_flushed is not None:

@@ -391,3 +391,36 @@ def test_sync_flush_acknowledges_flushed_records(commitlog_service) -> None:
     first = next(tail)
     tail.cancel()
     assert first.offset == 0 and 0 < len(first.data) <= end
+
+
+@pytest.mark.parametrize("commitlog_service", [{"flushIntervalCommitLog": "60000",
+                                                "flushCommitLogThoroughInterval": "600000"}], indirect=True)
+def test_flushed_only_tail_sees_bytes_only_once_they_are_flushed(commitlog_service) -> None:
+    stub = commitlog_service.stub
+    results = append(stub, [make_message(i, body_size=500) for i in range(10)])
+    end = results[-1].wrote_offset + results[-1].wrote_bytes
+    raw = stub.ReadRaw(pb.ReadRawRequest(offset=0, max_bytes=1 << 20, flushed_only=True), timeout=RPC_TIMEOUT)
+    assert raw.data == b"", "nothing is flushed yet: a flushed-only reader sees nothing"
+
+    chunks: queue.Queue[pb.Chunk | BaseException] = queue.Queue()
+    call = stub.Tail(pb.TailRequest(from_offset=0, flushed_only=True), timeout=60)
+
+    def consume() -> None:
+        try:
+            for chunk in call:
+                chunks.put(chunk)
+        except BaseException as e:  # noqa: BLE001 - handed to the test thread
+            chunks.put(e)
+
+    threading.Thread(target=consume, daemon=True).start()
+    with pytest.raises(queue.Empty):
+        chunks.get(timeout=0.5)
+    stub.Flush(pb.FlushRequest(), timeout=RPC_TIMEOUT)
+    got = b""
+    while len(got) < end:
+        item = chunks.get(timeout=10)
+        assert not isinstance(item, BaseException), item
+        got += item.data
+    call.cancel()
+    assert len(got) == end
+    assert len(_split_records(got, 0)) == len(results)

@@ -81,19 +81,16 @@ class MessageRefused(ValueError):
         self.reason = reason
 
 
-_struct_cache: dict[tuple[int, int, int, int, int], struct.Struct] = {}
+# One compiled layout per (born IPv6, store IPv6, body, topic and properties lengths).
+_struct_cache: dict[tuple[bool, bool, int, int, int], struct.Struct] = {}
 
 
-def _record_struct(born_len: int, store_len: int, body_len: int, topic_len: int, props_len: int) -> struct.Struct:
-    key = (born_len, store_len, body_len, topic_len, props_len)
-    st = _struct_cache.get(key)
-    if st is None:
-        if len(_struct_cache) > 4096:
-            _struct_cache.clear()
-        st = struct.Struct(
-            f">iIIiiqqiq{born_len - 4}siq{store_len - 4}siiqi{body_len}sB{topic_len}sh{props_len}s"
-        )
-        _struct_cache[key] = st
+def _record_struct(born_v6: bool, store_v6: bool, body_len: int, topic_len: int, props_len: int) -> struct.Struct:
+    if len(_struct_cache) > 4096:
+        _struct_cache.clear()
+    born_addr, store_addr = (16 if born_v6 else 4), (16 if store_v6 else 4)
+    st = struct.Struct(f">iIIiiqqiq{born_addr}siq{store_addr}siiqi{body_len}sB{topic_len}sh{props_len}s")
+    _struct_cache[(born_v6, store_v6, body_len, topic_len, props_len)] = st
     return st
 
 
@@ -124,7 +121,8 @@ def encode_unplaced(msg: Message, store_addr: bytes, store_port: int, store_v6: 
             or len(props_b) > MAX_PROPERTIES_LENGTH or size > max_message_size + RECORD_SIZE_SLACK \
             or not 0 <= msg.queue_id <= 0x7FFFFFFF:
         _refuse(topic_b, body, props_b, size, msg.queue_id, max_message_size)
-    st = _record_struct(20 if born_v6 else 8, 20 if store_v6 else 8, len(body), len(topic_b), len(props_b))
+    key = (born_v6, store_v6, len(body), len(topic_b), len(props_b))
+    st = _struct_cache.get(key) or _record_struct(*key)
     return st.pack(size, MESSAGE_MAGIC_CODE, zlib.crc32(body) & 0x7FFFFFFF if body else 0, msg.queue_id, msg.flag,
                    0, 0, sys_flag, msg.born_timestamp, born_addr, born_port, 0, store_addr, store_port,
                    msg.reconsume_times, msg.prepared_transaction_offset, len(body), body,

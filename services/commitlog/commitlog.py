@@ -131,7 +131,7 @@ class CommitLog:
     # --- append ----------------------------------------------------------------------------
     def encode(self, msgs: Sequence[Message]) -> tuple[list[tuple], PutResults]:
         """Validate and pack every message outside the lock. Returns the records to place, as
-        (index, record, (topic, queueId), takes a queue offset, store-timestamp position),
+        (index, record, size, (topic, queueId), takes a queue offset, store-timestamp position),
         and the results, with refused messages already answered."""
         results = PutResults(len(msgs), self.msg_id_prefix)
         records: list[tuple] = []
@@ -151,7 +151,8 @@ class CommitLog:
             tx = flags & TRANSACTION_ROLLBACK_TYPE
             # Prepared and rolled-back transaction records take queue offset 0 and do not advance it.
             takes = tx != TRANSACTION_PREPARED_TYPE and tx != TRANSACTION_ROLLBACK_TYPE
-            records.append((index, rec, (msg.topic, msg.queue_id), takes, 68 if flags & BORNHOST_V6_FLAG else 56))
+            records.append((index, rec, len(rec), (msg.topic, msg.queue_id), takes,
+                            68 if flags & BORNHOST_V6_FLAG else 56))
         return records, results
 
     def append(self, records: list[tuple], results: PutResults) -> int:
@@ -170,14 +171,13 @@ class CommitLog:
             written = 0
             try:
                 mf = self._writable_file()
-                batch_size = sum(len(r[1]) for r in records)
+                batch_size = sum([r[2] for r in records])
                 # A batch that fits in a fresh file is kept whole: it goes to the next file together.
                 if (batch_size + END_FILE_MIN_BLANK_LENGTH > file_size - mf.wrote_position
                         and batch_size + END_FILE_MIN_BLANK_LENGTH <= file_size and mf.wrote_position > 0):
                     mf = self._end_file(mf, now)
                 buf, pos, base = mf.write_target, mf.wrote_position, mf.file_from_offset
-                for index, rec, key, takes, ts_pos in records:
-                    size = len(rec)
+                for index, rec, size, key, takes, ts_pos in records:
                     if size + END_FILE_MIN_BLANK_LENGTH > file_size - pos:
                         mf.wrote_position = pos
                         mf = self._end_file(mf, now)

@@ -66,7 +66,6 @@ import random
 import resource
 import shutil
 import signal
-import socket
 import struct
 import subprocess
 import sys
@@ -78,6 +77,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
 from rocketstore.codec import encode_unplaced, place
+from rocketstore.demo import free_port, wait_serving
 from rocketstore.log import configure_logging
 from rocketstore.message import Message
 from rocketstore.message_id import UniqKeyGenerator
@@ -657,10 +657,7 @@ def dump_profile(profile: cProfile.Profile, prefix: str, name: str, messages: in
 
 
 # --- gRPC service -----------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+
 
 
 class ServiceProcess:
@@ -682,23 +679,10 @@ class ServiceProcess:
         self.target = f"127.0.0.1:{self.port}"
 
     def wait_serving(self, timeout: float = 60.0) -> None:
-        import grpc
-        from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-        deadline = time.monotonic() + timeout
-        with grpc.insecure_channel(self.target) as ch:
-            stub = health_pb2_grpc.HealthStub(ch)
-            while time.monotonic() < deadline:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"the service exited with {self.proc.returncode}: {self.tail_log()}")
-                try:
-                    r = stub.Check(health_pb2.HealthCheckRequest(service="rocketstore.v1.CommitLog"), timeout=1)
-                    if r.status == health_pb2.HealthCheckResponse.SERVING:
-                        return
-                except grpc.RpcError:
-                    pass
-                time.sleep(0.1)
-        raise RuntimeError(f"the service did not report SERVING within {timeout}s: {self.tail_log()}")
+        try:
+            wait_serving(self.target, self.proc, timeout)
+        except RuntimeError as e:
+            raise RuntimeError(f"{e}: {self.tail_log()}") from e
 
     def cpu_seconds(self) -> float:
         """User + system CPU of the service process so far."""
@@ -708,7 +692,7 @@ class ServiceProcess:
 
     def wait_idle(self, timeout: float = 30.0, quiet: float = 0.3) -> float:
         """Wait until the service uses (almost) no CPU for ``quiet`` seconds: after the warm-up its
-        allocation thread creates and prefaults the next file, which must not overlap the run."""
+        allocation thread creates and zero-fills the next file, which must not overlap the run."""
         t0 = time.perf_counter()
         cpu = self.cpu_seconds
         try:

@@ -29,6 +29,7 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from storage_helpers import StoreFactory
 
 from rocketstore.v1 import commitlog_pb2_grpc
 
@@ -193,6 +194,14 @@ class CommitLogProcess:
             code = self.terminate()
         self._close_channel()
         return code
+
+
+@pytest.fixture
+def stores(tmp_path: Path) -> Iterator[StoreFactory]:
+    """In-process CommitLog stores on ``tmp_path`` with small files; all shut down at teardown."""
+    factory = StoreFactory(tmp_path)
+    yield factory
+    factory.close_all()
 
 
 @pytest.fixture

@@ -7,11 +7,9 @@ import random
 import struct
 from pathlib import Path
 
-import pytest
 from storage_helpers import (
     FILE_SIZE,
     STORE_HOST,
-    StoreFactory,
     blank_at,
     commitlog_files,
     msg,
@@ -29,13 +27,6 @@ from rocketstore.message import (
 )
 from rocketstore.message_id import decode_message_id
 from rocketstore.statuses import PutMessageStatus
-
-
-@pytest.fixture
-def stores(tmp_path: Path):
-    factory = StoreFactory(tmp_path)
-    yield factory
-    factory.close_all()
 
 
 def read_back(store, result):

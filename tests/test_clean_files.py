@@ -8,18 +8,11 @@ from pathlib import Path
 
 import pytest
 from rocketstore.services.commitlog.commitlog import OffsetNotAvailable
-from storage_helpers import FILE_SIZE, StoreFactory, age_files, commitlog_files, msg, wait_until
+from storage_helpers import FILE_SIZE, age_files, commitlog_files, msg, wait_until
 
 from rocketstore.statuses import PutMessageStatus
 
 FILES = 6  # files written by ``fill``; the last one is being written
-
-
-@pytest.fixture
-def stores(tmp_path: Path):
-    factory = StoreFactory(tmp_path)
-    yield factory
-    factory.close_all()
 
 
 def this_hour() -> str:

@@ -212,13 +212,9 @@ def _split_records(stream: bytes, start: int) -> list[bytes]:
     return out
 
 
-def test_tail_streams_new_bytes_across_a_file_roll(commitlog_service) -> None:
-    stub = commitlog_service.stub
-    before = append(stub, [make_message(i, body_size=1000) for i in range(5)])
-    start = before[-1].wrote_offset + before[-1].wrote_bytes
-
+def _consume_in_background(call) -> tuple[queue.Queue, threading.Thread]:  # noqa: ANN001
+    """Read a Tail stream on a thread: each chunk, or the error that ended it, lands in the queue."""
     chunks: queue.Queue[pb.Chunk | BaseException] = queue.Queue()
-    call = stub.Tail(pb.TailRequest(from_offset=start, max_chunk_bytes=8192), timeout=120)
 
     def consume() -> None:
         try:
@@ -229,6 +225,16 @@ def test_tail_streams_new_bytes_across_a_file_roll(commitlog_service) -> None:
 
     reader = threading.Thread(target=consume, daemon=True)
     reader.start()
+    return chunks, reader
+
+
+def test_tail_streams_new_bytes_across_a_file_roll(commitlog_service) -> None:
+    stub = commitlog_service.stub
+    before = append(stub, [make_message(i, body_size=1000) for i in range(5)])
+    start = before[-1].wrote_offset + before[-1].wrote_bytes
+
+    call = stub.Tail(pb.TailRequest(from_offset=start, max_chunk_bytes=8192), timeout=120)
+    chunks, reader = _consume_in_background(call)
     time.sleep(0.3)  # the stream is open and idle before anything is appended
 
     msgs, results = [], []
@@ -402,17 +408,8 @@ def test_flushed_only_tail_sees_bytes_only_once_they_are_flushed(commitlog_servi
     raw = stub.ReadRaw(pb.ReadRawRequest(offset=0, max_bytes=1 << 20, flushed_only=True), timeout=RPC_TIMEOUT)
     assert raw.data == b"", "nothing is flushed yet: a flushed-only reader sees nothing"
 
-    chunks: queue.Queue[pb.Chunk | BaseException] = queue.Queue()
     call = stub.Tail(pb.TailRequest(from_offset=0, flushed_only=True), timeout=60)
-
-    def consume() -> None:
-        try:
-            for chunk in call:
-                chunks.put(chunk)
-        except BaseException as e:  # noqa: BLE001 - handed to the test thread
-            chunks.put(e)
-
-    threading.Thread(target=consume, daemon=True).start()
+    chunks, _ = _consume_in_background(call)
     with pytest.raises(queue.Empty):
         chunks.get(timeout=0.5)
     stub.Flush(pb.FlushRequest(), timeout=RPC_TIMEOUT)

@@ -10,17 +10,10 @@ from pathlib import Path
 import pytest
 from rocketstore.services.commitlog.flush import FlushRealTimeService
 from rocketstore.services.commitlog.group_commit import GroupCommitRequest, GroupCommitService
-from storage_helpers import FILE_SIZE, StoreFactory, msg, read_log, wait_until
+from storage_helpers import FILE_SIZE, msg, read_log, wait_until
 
 from rocketstore.codec import decode_message
 from rocketstore.statuses import PutMessageStatus
-
-
-@pytest.fixture
-def stores(tmp_path: Path):
-    factory = StoreFactory(tmp_path)
-    yield factory
-    factory.close_all()
 
 
 def read_back(store, result):

@@ -6,20 +6,11 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from pathlib import Path
 
-import pytest
-from storage_helpers import StoreFactory, msg
+from storage_helpers import msg
 
 from rocketstore.codec import decode_message
 from rocketstore.statuses import PutMessageStatus
-
-
-@pytest.fixture
-def stores(tmp_path: Path):
-    factory = StoreFactory(tmp_path)
-    yield factory
-    factory.close_all()
 
 
 def test_many_async_appenders_are_answered_by_shared_flushes(stores) -> None:

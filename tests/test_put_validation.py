@@ -8,17 +8,10 @@ import time
 from pathlib import Path
 
 import pytest
-from storage_helpers import FILE_SIZE, StoreFactory, commitlog_dir, msg, read_log, sized_msg, snapshot_files
+from storage_helpers import FILE_SIZE, commitlog_dir, msg, read_log, sized_msg, snapshot_files
 
 from rocketstore.codec import decode_message
 from rocketstore.statuses import PutMessageStatus
-
-
-@pytest.fixture
-def stores(tmp_path: Path):
-    factory = StoreFactory(tmp_path)
-    yield factory
-    factory.close_all()
 
 
 def seed(store, n: int = 5) -> list:

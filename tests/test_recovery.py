@@ -12,7 +12,6 @@ import pytest
 from rocketstore.services.commitlog.store import StoreStartError
 from storage_helpers import (
     FILE_SIZE,
-    StoreFactory,
     body_position,
     commitlog_dir,
     commitlog_files,
@@ -28,13 +27,6 @@ from rocketstore.codec import encode_message
 from rocketstore.statuses import PutMessageStatus
 
 SNAPSHOT = Path("config") / "commitlogQueueOffsets.json"
-
-
-@pytest.fixture
-def stores(tmp_path: Path):
-    factory = StoreFactory(tmp_path)
-    yield factory
-    factory.close_all()
 
 
 def fill(store, n: int, topics: tuple[str, ...] = ("TopicA", "TopicB"), queues: int = 2,

@@ -53,6 +53,10 @@ class GrpcServer:
             options=[
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                # Services keep long streams to each other with keepalive pings (rocketstore.channel).
+                ("grpc.keepalive_permit_without_calls", 1),
+                ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
+                ("grpc.http2.max_ping_strikes", 0),
                 *options,
             ],
             interceptors=list(interceptors),

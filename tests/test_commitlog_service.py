@@ -167,7 +167,17 @@ def test_read_records_outside_the_log_are_not_found_and_bad_ranges_are_refused(c
     assert [r.found for r in response.records] == [True, False, False]
     assert response.records[2].data == b""
 
-    for bad, needle in ((pb.Range(offset=-1, size=10), "offset"), (pb.Range(offset=0, size=0), "size"),
+    # Size 0: the whole record at the offset (what a lookup by offset alone needs), and only a record.
+    response = stub.ReadRecords(pb.ReadRecordsRequest(ranges=[
+        pb.Range(offset=results[2].wrote_offset, size=0),
+        pb.Range(offset=results[2].wrote_offset + 4, size=0),  # inside a record
+        pb.Range(offset=end, size=0),
+    ]), timeout=RPC_TIMEOUT)
+    assert [r.found for r in response.records] == [True, False, False]
+    assert len(response.records[0].data) == results[2].wrote_bytes
+    assert decode_message(response.records[0].data).queue_offset == results[2].queue_offset
+
+    for bad, needle in ((pb.Range(offset=-1, size=10), "offset"),
                         (pb.Range(offset=0, size=-5), "size"), (pb.Range(offset=0, size=2**31 - 1), "size")):
         request = pb.ReadRecordsRequest(ranges=[bad])
         err = rpc_error(lambda request=request: stub.ReadRecords(request, timeout=RPC_TIMEOUT))

@@ -152,28 +152,34 @@ class TailRequest(_message.Message):
     def __init__(self, from_offset: _Optional[int] = ..., max_chunk_bytes: _Optional[int] = ..., flushed_only: _Optional[bool] = ...) -> None: ...
 
 class Chunk(_message.Message):
-    __slots__ = ("offset", "data")
+    __slots__ = ("offset", "data", "max_offset")
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
     offset: int
     data: bytes
-    def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
+    max_offset: int
+    def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ..., max_offset: _Optional[int] = ...) -> None: ...
 
 class GetOffsetsRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class Offsets(_message.Message):
-    __slots__ = ("min_offset", "max_offset", "flushed_offset", "committed_offset")
+    __slots__ = ("min_offset", "max_offset", "flushed_offset", "committed_offset", "recovered_offset", "instance_id")
     MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
     MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
     FLUSHED_OFFSET_FIELD_NUMBER: _ClassVar[int]
     COMMITTED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    RECOVERED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     min_offset: int
     max_offset: int
     flushed_offset: int
     committed_offset: int
-    def __init__(self, min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., flushed_offset: _Optional[int] = ..., committed_offset: _Optional[int] = ...) -> None: ...
+    recovered_offset: int
+    instance_id: str
+    def __init__(self, min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., flushed_offset: _Optional[int] = ..., committed_offset: _Optional[int] = ..., recovered_offset: _Optional[int] = ..., instance_id: _Optional[str] = ...) -> None: ...
 
 class FlushRequest(_message.Message):
     __slots__ = ()

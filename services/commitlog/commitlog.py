@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from rocketstore.codec import (
     END_FILE_MIN_BLANK_LENGTH,
+    MESSAGE_MAGIC_CODE,
     POS_QUEUEOFFSET,
     POS_SYSFLAG,
     MessageRefused,
@@ -43,6 +44,8 @@ log = get_logger(__name__)
 WARM_FLUSH_PAGES = 4096
 _OFFSETS = struct.Struct(">qq")  # QUEUEOFFSET, PHYSICALOFFSET
 _LONG = struct.Struct(">q")
+_SIZE_MAGIC = struct.Struct(">iI")
+MIN_RECORD_SIZE = 91  # a V1 record with empty body, topic and properties and IPv4 hosts
 
 
 @dataclass(slots=True)
@@ -275,11 +278,22 @@ class CommitLog:
 
     # --- reads -----------------------------------------------------------------------------
     def get_data(self, offset: int, size: int) -> bytes | None:
-        """The ``size`` bytes at ``offset`` (one record), or None when gone or not written yet."""
+        """The ``size`` bytes at ``offset`` (one record), or None when gone or not written yet.
+
+        ``size`` 0 reads the whole record that starts at ``offset``, its size taken from its TOTALSIZE
+        (a lookup by offset alone, as an IndexFile hit gives); None when no record starts there."""
         mf = self.mapped_file_queue.find_mapped_file_by_offset(offset)
         if mf is None:
             return None
-        return mf.select(offset - mf.file_from_offset, size)
+        pos = offset - mf.file_from_offset
+        if size == 0:
+            head = mf.select(pos, 8)
+            if head is None:
+                return None
+            size, magic = _SIZE_MAGIC.unpack(head)
+            if magic != MESSAGE_MAGIC_CODE or size < MIN_RECORD_SIZE:
+                return None
+        return mf.select(pos, size)
 
     def read_raw(self, offset: int, max_bytes: int, flushed_only: bool = False) -> bytes:
         """Readable bytes from ``offset``, never past the end of its file; b"" when there are none yet."""

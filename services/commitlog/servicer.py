@@ -154,9 +154,10 @@ class CommitLogServicer(pb_grpc.CommitLogServicer):
         for i, (offset, size) in enumerate(ranges):
             if offset < 0:
                 raise _invalid(f"ranges[{i}].offset is {offset}; offsets are >= 0")
-            if not 0 < size <= self._max_record_size:
-                raise _invalid(f"ranges[{i}].size is {size}; a record is 1..{self._max_record_size} bytes")
-            total += size
+            if not 0 <= size <= self._max_record_size:
+                raise _invalid(f"ranges[{i}].size is {size}; a record is 1..{self._max_record_size} bytes "
+                               "(0: the whole record at the offset)")
+            total += size or self._max_record_size
         if total > self._max_read_bytes:
             raise _invalid(f"the ranges ask for {total} bytes in all; at most {self._max_read_bytes} a call")
         response = pb.ReadRecordsResponse()
@@ -226,7 +227,7 @@ class CommitLogServicer(pb_grpc.CommitLogServicer):
                 raise self._out_of_range(offset) from e
             if data:
                 idle = 0
-                yield pb.Chunk(offset=offset, data=bytes(data))
+                yield pb.Chunk(offset=offset, data=bytes(data), max_offset=store.max_offset)
                 offset += len(data)
                 continue
             if store.wait_for_bytes(offset, self._poll, flushed_only=flushed_only):
@@ -239,7 +240,8 @@ class CommitLogServicer(pb_grpc.CommitLogServicer):
     def _offsets(self) -> pb.Offsets:
         s = self._store
         return pb.Offsets(min_offset=s.min_offset, max_offset=s.max_offset, flushed_offset=s.flushed_offset,
-                          committed_offset=s.committed_offset)
+                          committed_offset=s.committed_offset, recovered_offset=s.recovered_offset,
+                          instance_id=s.instance_id)
 
     def GetOffsets(self, request: pb.GetOffsetsRequest, context: _Ctx) -> pb.Offsets:
         def call() -> pb.Offsets:

@@ -10,6 +10,7 @@ import fcntl
 import os
 import threading
 import time
+import uuid
 from collections.abc import Sequence
 
 from rocketstore.services.commitlog import recovery
@@ -45,6 +46,8 @@ class CommitLogStore:
         self.checkpoint: StoreCheckpoint | None = None
         self.last_exit_ok = True
         self.recovered_offset = 0
+        # Tells followers (dispatcher, HA) that this is a new start of the store.
+        self.instance_id = uuid.uuid4().hex
         self._lock_fd: int | None = None
         self._running = False
         self._shutdown = False

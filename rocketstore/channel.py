@@ -1,0 +1,25 @@
+"""Client channels between services: one place for the limits every internal hop needs."""
+
+from __future__ import annotations
+
+import grpc
+
+from rocketstore.server import MAX_MESSAGE_BYTES
+
+__all__ = ["open_channel"]
+
+_OPTIONS = [
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    # Fail a dead peer's calls quickly instead of waiting for TCP to notice.
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+]
+
+
+def open_channel(endpoint: str) -> grpc.Channel:
+    """An insecure channel to another rocketstore service (``host:port``), with the batch-sized
+    message limits the servers use."""
+    return grpc.insecure_channel(endpoint, options=_OPTIONS)

@@ -1,0 +1,172 @@
+"""RocketMQ's ConfigManager persistence: the JSON files under ``<storePathRootDir>/config/``.
+
+RocketMQ keeps broker metadata (``topics.json``, ``consumerOffset.json``, ``delayOffset.json``, ...) as
+pretty-printed JSON. ``MixAll.string2File`` writes the new text to ``<file>.tmp``, keeps the previous text as
+``<file>.bak`` and renames; ``ConfigManager.load`` reads ``<file>`` and falls back to ``<file>.bak`` when the
+file is missing, empty or does not decode. We keep the same files and the same fallback, and make the write
+crash-safe, which ``string2File`` is not: the temporary file is fsynced before the rename and the directory
+after it, and the previous version becomes ``.bak`` by a rename rather than a second unsynced write.
+
+The text is laid out like fastjson's ``toJSONString(obj, prettyFormat=true)`` (what RocketMQ's
+``RemotingSerializable.toJson(true)`` calls): tab indentation, no space after ``:``. Callers give the key
+order; fastjson sorts bean fields alphabetically, so the managers build their dicts that way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from rocketstore.log import get_logger
+
+__all__ = ["BAK_SUFFIX", "TMP_SUFFIX", "ConfigFileError", "load_json", "persist_json", "to_json"]
+
+BAK_SUFFIX = ".bak"
+TMP_SUFFIX = ".tmp"
+
+_log = get_logger("rocketstore.config_file")
+
+# fastjson writes Integer map keys without quotes (RocketMQ's own consumerOffset.json reads
+# ``{"TopicTest@group":{0:250,1:250}}``), which is not JSON. Quoting them lets us read such files.
+_BARE_INT_KEY = re.compile(r"([{,]\s*)(-?[0-9]+)(\s*:)")
+
+# One writer at a time per file: concurrent persists would share the ``.tmp`` name.
+_path_locks: dict[str, threading.Lock] = {}
+_path_locks_guard = threading.Lock()
+
+
+class ConfigFileError(ValueError):
+    """Neither a config file nor its ``.bak`` could be read, and at least one of them exists."""
+
+
+def to_json(data: Any) -> str:
+    """``data`` as fastjson's pretty format: tab-indented, ``"key":value``, keys in the order given."""
+    return json.dumps(data, indent="\t", separators=(",", ":"), ensure_ascii=False)
+
+
+def load_json(
+    path: str | os.PathLike[str], check: Callable[[dict[str, Any]], object] | None = None
+) -> dict[str, Any] | None:
+    """The JSON object in ``path``, or in ``path + ".bak"`` when ``path`` is missing, empty or unparsable.
+
+    ``check`` (optional) decodes or validates the object; a ValueError, TypeError or KeyError it raises makes
+    that file count as unparsable, so a file that is valid JSON but not a valid table also falls back.
+    Returns None when neither file exists (or both are empty): a first start. Raises ConfigFileError when a
+    file exists but neither it nor the backup can be used, rather than silently starting empty and then
+    overwriting the only copy of the data.
+    """
+    path = os.fspath(path)
+    bak = path + BAK_SUFFIX
+    data, problem = _read(path, check)
+    if data is not None:
+        _log.info("config file loaded", path=path)
+        return data
+    bak_data, bak_problem = _read(bak, check)
+    if bak_data is not None:
+        _log.warning("config file unusable, loaded its backup", path=path, problem=problem, backup=bak)
+        return bak_data
+    if problem in ("missing", "empty") and bak_problem in ("missing", "empty"):
+        _log.info("no config file yet, starting empty", path=path)
+        return None
+    _log.error("config file and its backup unusable", path=path, problem=problem, backup_problem=bak_problem)
+    raise ConfigFileError(f"cannot load {path} ({problem}) nor its backup {bak} ({bak_problem})")
+
+
+def persist_json(path: str | os.PathLike[str], data: Any) -> None:
+    """Write ``data`` to ``path`` atomically; the previous version is kept as ``path + ".bak"``.
+
+    Steps: write ``path + ".tmp"`` and fsync it; rename the current file to ``.bak`` (only if it parses: a
+    corrupt file must not replace a good backup); rename ``.tmp`` to ``path``; fsync the directory. A crash
+    at any point leaves either the new file or the previous one as ``.bak``, which ``load_json`` falls back
+    to. OSError (disk full, read-only directory) propagates; the file and its backup are left as they were.
+    """
+    path = os.fspath(path)
+    text = to_json(data).encode("utf-8")
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    tmp = path + TMP_SUFFIX
+    with _lock_for(path):
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                view = memoryview(text)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError:
+            _remove_quietly(tmp)
+            raise
+        if _read(path, None)[0] is not None:
+            os.replace(path, path + BAK_SUFFIX)
+        os.replace(tmp, path)
+        _fsync_dir(directory)
+
+
+def _read(path: str, check: Callable[[dict[str, Any]], object] | None) -> tuple[dict[str, Any] | None, str]:
+    """(object, "") or (None, why it is not usable)."""
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read()
+    except FileNotFoundError:
+        return None, "missing"
+    except OSError as exc:
+        return None, f"unreadable: {exc.strerror or exc}"
+    if not raw.strip():
+        return None, "empty"
+    try:
+        data = _parse(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        return None, "not UTF-8 text"
+    except json.JSONDecodeError as exc:
+        return None, f"not valid JSON: {exc}"
+    if not isinstance(data, dict):
+        return None, f"not a JSON object but {type(data).__name__}"
+    if check is not None:
+        try:
+            check(data)
+        except (ValueError, TypeError, KeyError) as exc:
+            return None, f"bad content: {exc}"
+    return data, ""
+
+
+def _parse(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as first:
+        fixed = _BARE_INT_KEY.sub(r'\1"\2"\3', text)
+        if fixed == text:
+            raise
+        try:
+            return json.loads(fixed)
+        except json.JSONDecodeError:
+            raise first from None
+
+
+def _lock_for(path: str) -> threading.Lock:
+    key = os.path.abspath(path)
+    with _path_locks_guard:
+        lock = _path_locks.get(key)
+        if lock is None:
+            lock = _path_locks[key] = threading.Lock()
+        return lock
+
+
+def _fsync_dir(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass

@@ -1,0 +1,174 @@
+"""Turning CommitLog bytes into dispatch requests: the decoding half of RocketMQ's
+ReputMessageService (``CommitLog.checkMessageAndReturnSize`` with the body left unread).
+
+The Tail stream delivers the CommitLog as contiguous chunks that may end inside a record;
+``DispatchDecoder`` keeps the unfinished tail of one chunk until the next one completes it,
+skips END_OF_FILE blank records (the next file starts right after the blank's TOTALSIZE),
+and fills one ``DispatchColumns`` per chunk, column by column, as the Dispatch RPC sends them.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+from rocketstore.codec import BLANK, BLANK_MAGIC_CODE, INVALID, MESSAGE_MAGIC_CODE, check_record, host_length
+from rocketstore.message import BORNHOST_V6_FLAG, STOREHOSTADDRESS_V6_FLAG, java_string_hash
+
+__all__ = ["SCHEDULE_TOPIC", "CorruptRecord", "DispatchColumns", "DispatchDecoder", "tags_code_of"]
+
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+
+_HEAD = struct.Struct(">iIIiiqqiq")  # TOTALSIZE .. BORNTIMESTAMP
+_SIZE_MAGIC = struct.Struct(">iI")
+_LONG = struct.Struct(">q")
+_INT = struct.Struct(">i")
+_SHORT = struct.Struct(">h")
+
+
+class CorruptRecord(Exception):
+    """The bytes at a position are not a record the dispatcher can read (bad magic or size).
+
+    Records are published only once complete, so this means damage on disk: the dispatcher
+    stops there and retries rather than guess where the next record starts."""
+
+    def __init__(self, offset: int, reason: str) -> None:
+        super().__init__(f"no valid record at CommitLog offset {offset}: {reason}")
+        self.offset = offset
+
+
+@dataclass(slots=True)
+class DispatchColumns:
+    """The dispatch requests of one batch, one list per field (entry i = the i-th of each)."""
+
+    from_offset: int
+    next_offset: int = 0
+    topic: list[str] = field(default_factory=list)
+    queue_id: list[int] = field(default_factory=list)
+    queue_offset: list[int] = field(default_factory=list)
+    physical_offset: list[int] = field(default_factory=list)
+    size: list[int] = field(default_factory=list)
+    tags_code: list[int] = field(default_factory=list)
+    store_timestamp: list[int] = field(default_factory=list)
+    sys_flag: list[int] = field(default_factory=list)
+    keys: list[str] = field(default_factory=list)
+    uniq_key: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.topic)
+
+
+def _property(props: str, name: str) -> str:
+    """The value of property ``name`` in a ``name\\x01value\\x02`` string, "" when absent."""
+    prefix = name + "\x01"
+    start = 0
+    while True:
+        i = props.find(prefix, start)
+        if i < 0:
+            return ""
+        if i == 0 or props[i - 1] == "\x02":  # a whole name, not the tail of a longer one
+            j = props.find("\x02", i)
+            return props[i + len(prefix):] if j < 0 else props[i + len(prefix):j]
+        start = i + 1
+
+
+def tags_code_of(topic: str, props: str, store_timestamp: int, delay_levels: tuple[int, ...]) -> int:
+    """RocketMQ's tagsCode: Java's String.hashCode of TAGS (0 without tags); for a delayed message
+    in SCHEDULE_TOPIC_XXXX the time it is due (storeTimestamp + the level's delay)."""
+    if topic == SCHEDULE_TOPIC:
+        delay = _property(props, "DELAY")
+        if delay:
+            try:
+                level = min(int(delay), len(delay_levels))
+            except ValueError:
+                level = 0
+            if level > 0:
+                return store_timestamp + delay_levels[level - 1]
+    tags = _property(props, "TAGS")
+    return java_string_hash(tags) if tags else 0
+
+
+class DispatchDecoder:
+    """Decodes a contiguous byte stream of the CommitLog, starting at ``position``."""
+
+    def __init__(self, position: int, delay_levels: tuple[int, ...], check_crc: bool = False) -> None:
+        self.position = position  # CommitLog offset of the first byte not yet decoded
+        self._pending = b""  # bytes from `position` on that do not yet hold a whole record
+        self._skip = 0  # bytes of a blank record's remainder still to come
+        self._delay_levels = delay_levels
+        self._check_crc = check_crc
+        self.last_store_timestamp = 0
+
+    def feed(self, offset: int, data: bytes) -> DispatchColumns:
+        """Decode a chunk that starts at CommitLog offset ``offset``; returns its dispatch requests
+        (possibly none) with ``next_offset`` = the new position. Raises CorruptRecord."""
+        end = offset + len(data)
+        expected = self.position + len(self._pending)
+        if offset != expected:
+            if end <= expected:
+                return DispatchColumns(self.position, self.position)  # a resent chunk: already had it
+            if offset > expected:
+                raise CorruptRecord(expected, f"the stream jumped to {offset}")
+            data = data[expected - offset:]
+        if self._skip:
+            cut = min(self._skip, len(data))
+            self._skip -= cut
+            self.position += cut
+            data = data[cut:]
+        buf = self._pending + data if self._pending else data
+        out = DispatchColumns(self.position)
+        consumed = self._decode(buf, out)
+        self._pending = bytes(buf[consumed:]) if consumed < len(buf) else b""
+        out.next_offset = self.position
+        return out
+
+    def _decode(self, buf: bytes, out: DispatchColumns) -> int:
+        pos, limit, base = 0, len(buf), self.position
+        check_crc, levels = self._check_crc, self._delay_levels
+        topics, queue_ids, queue_offsets, phys = out.topic, out.queue_id, out.queue_offset, out.physical_offset
+        sizes, codes, stamps, flags = out.size, out.tags_code, out.store_timestamp, out.sys_flag
+        keys_col, uniq_col = out.keys, out.uniq_key
+        while limit - pos >= 8:
+            total, magic = _SIZE_MAGIC.unpack_from(buf, pos)
+            if magic == BLANK_MAGIC_CODE:
+                # END_OF_FILE: the rest of this file is filler; the next record starts after it.
+                if total < 8:
+                    raise CorruptRecord(base + pos, f"blank record of size {total}")
+                if pos + total > limit:
+                    self._skip = pos + total - limit
+                    self.position = base + limit
+                    return limit
+                pos += total
+                continue
+            if magic != MESSAGE_MAGIC_CODE or total < 91:
+                raise CorruptRecord(base + pos, f"magic 0x{magic:08X}, size {total}")
+            if pos + total > limit:
+                break  # the rest of the record is in the next chunk
+            checked = check_record(buf, pos, limit, base + pos, check_crc)
+            if checked == INVALID or checked == BLANK:
+                raise CorruptRecord(base + pos, "fields disagree with TOTALSIZE, wrong offset or wrong body CRC")
+            _, _, _, queue_id, _, queue_offset, physical, sys_flag, _ = _HEAD.unpack_from(buf, pos)
+            born = host_length(bool(sys_flag & BORNHOST_V6_FLAG))
+            p = pos + 48 + born
+            store_ts = _LONG.unpack_from(buf, p)[0]
+            p += 8 + host_length(bool(sys_flag & STOREHOSTADDRESS_V6_FLAG)) + 12
+            p += 4 + _INT.unpack_from(buf, p)[0]
+            topic_len = buf[p]
+            topic = buf[p + 1:p + 1 + topic_len].decode()
+            p += 1 + topic_len
+            props_len = _SHORT.unpack_from(buf, p)[0]
+            props = buf[p + 2:p + 2 + props_len].decode() if props_len else ""
+            topics.append(topic)
+            queue_ids.append(queue_id)
+            queue_offsets.append(queue_offset)
+            phys.append(physical)
+            sizes.append(total)
+            codes.append(tags_code_of(topic, props, store_ts, levels) if props else 0)
+            stamps.append(store_ts)
+            flags.append(sys_flag)
+            keys_col.append(_property(props, "KEYS") if props else "")
+            uniq_col.append(_property(props, "UNIQ_KEY") if props else "")
+            self.last_store_timestamp = store_ts
+            pos += total
+        self.position = base + pos
+        return pos

@@ -1,0 +1,218 @@
+"""The dispatcher: RocketMQ's ReputMessageService as its own process.
+
+It follows the CommitLog service's Tail stream from the index service's position, decodes every
+record (``decode.DispatchDecoder``) and streams the dispatch requests, one batch per chunk, to the
+index service's Dispatch stream. It keeps no state of its own: where to resume is the index
+service's position, which is derived from the ConsumeQueue and IndexFiles themselves, so a crash
+of either process (or of both) resumes exactly where the files end; a batch resent after a crash
+is skipped entry by entry by the index service, as ``putMessagePositionInfo`` skips what it holds.
+
+When the CommitLog service restarted (its instance id changed) and recovered to an end below what
+was dispatched, the index is first truncated to that end, as RocketMQ's ``truncateDirtyLogicFiles``.
+With SYNC_FLUSH only flushed bytes are dispatched (a message becomes visible once it is durable).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass
+
+import grpc
+
+from rocketstore.channel import open_channel
+from rocketstore.log import get_logger
+from rocketstore.v1 import commitlog_pb2 as cl_pb
+from rocketstore.v1 import commitlog_pb2_grpc as cl_grpc
+from rocketstore.v1 import index_pb2 as ix_pb
+from rocketstore.v1 import index_pb2_grpc as ix_grpc
+
+from .decode import CorruptRecord, DispatchColumns, DispatchDecoder
+
+__all__ = ["Dispatcher", "DispatchStatus"]
+
+_log = get_logger("rocketstore.dispatcher")
+
+CHUNK_BYTES = 1 << 20
+# Batches on their way to the index service before the tail waits (bounds memory, gives backpressure).
+MAX_IN_FLIGHT = 8
+_STOP = object()
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchStatus:
+    """Where the dispatcher is, for metrics and the admin status."""
+
+    position: int  # everything below is decoded and sent
+    applied: int  # everything below is acknowledged by the index service
+    commitlog_max_offset: int
+    lag_bytes: int
+    lag_millis: int
+    dispatched: int  # dispatch requests sent since the start
+    connected: bool
+    last_error: str
+
+
+class Dispatcher:
+    def __init__(self, commitlog_endpoint: str, index_endpoint: str, delay_levels: tuple[int, ...],
+                 *, flushed_only: bool, check_crc: bool = False, retry_seconds: float = 0.5,
+                 chunk_bytes: int = CHUNK_BYTES) -> None:
+        self._commitlog_endpoint = commitlog_endpoint
+        self._index_endpoint = index_endpoint
+        self._delay_levels = delay_levels
+        self._flushed_only = flushed_only
+        self._check_crc = check_crc
+        self._retry = retry_seconds
+        self._chunk_bytes = chunk_bytes
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._calls: list[grpc.Future] = []  # open streams, cancelled by stop()
+        self._position = 0
+        self._applied = 0
+        self._max_offset = 0
+        self._last_store_ts = 0
+        self._dispatched = 0
+        self._connected = False
+        self._last_error = ""
+
+    # --- life cycle ----------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="ReputMessageService", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stopped.set()
+        with self._lock:
+            calls = list(self._calls)
+        for call in calls:
+            call.cancel()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def status(self) -> DispatchStatus:
+        with self._lock:
+            lag = max(0, self._max_offset - self._position)
+            lag_ms = max(0, int(time.time() * 1000) - self._last_store_ts) if lag and self._last_store_ts else 0
+            return DispatchStatus(self._position, self._applied, self._max_offset, lag, lag_ms,
+                                  self._dispatched, self._connected, self._last_error)
+
+    def _run(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                self._session()
+            except grpc.RpcError as e:
+                if self._stopped.is_set():
+                    break
+                self._note_error(f"{e.code().name}: {e.details()}")  # type: ignore[attr-defined]
+            except CorruptRecord as e:
+                self._note_error(str(e))
+                # Damage does not heal by retrying at once; the CommitLog's recovery cuts it on restart.
+                self._stopped.wait(max(self._retry, 5.0))
+                continue
+            except Exception as e:  # noqa: BLE001 - the dispatcher must outlive any one failure
+                self._note_error(f"{type(e).__name__}: {e}")
+                _log.exception("dispatch session failed")
+            finally:
+                with self._lock:
+                    self._connected = False
+            self._stopped.wait(self._retry)
+
+    def _note_error(self, text: str) -> None:
+        with self._lock:
+            changed = text != self._last_error
+            self._last_error = text
+        (_log.warning if changed else _log.debug)("dispatch interrupted; retrying", error=text,
+                                                  position=self._position)
+
+    # --- one connected session -----------------------------------------------------------------
+    def _session(self) -> None:
+        with open_channel(self._commitlog_endpoint) as cl_channel, open_channel(self._index_endpoint) as ix_channel:
+            commitlog = cl_grpc.CommitLogStub(cl_channel)
+            index = ix_grpc.IndexStub(ix_channel)
+            offsets = commitlog.GetOffsets(cl_pb.GetOffsetsRequest(), timeout=10)
+            where = index.GetPosition(ix_pb.GetPositionRequest(), timeout=10)
+            start = self._resume_point(index, offsets, where)
+            decoder = DispatchDecoder(start, self._delay_levels, self._check_crc)
+            with self._lock:
+                self._position = self._applied = start
+                self._max_offset = offsets.max_offset
+                self._connected = True
+                self._last_error = ""
+            _log.info("dispatch resumed", position=start, commitlog_min_offset=offsets.min_offset,
+                      commitlog_max_offset=offsets.max_offset, commitlog_instance_id=offsets.instance_id,
+                      flushed_only=self._flushed_only)
+
+            batches: queue.Queue[object] = queue.Queue(MAX_IN_FLIGHT)
+            acks = index.Dispatch(_drain(batches))
+            tail = commitlog.Tail(cl_pb.TailRequest(from_offset=start, max_chunk_bytes=self._chunk_bytes,
+                                                    flushed_only=self._flushed_only))
+            with self._lock:
+                self._calls = [acks, tail]
+            if self._stopped.is_set():
+                return
+            reader = threading.Thread(target=self._read_acks, args=(acks, tail), name="DispatchAcks", daemon=True)
+            reader.start()
+            try:
+                for chunk in tail:
+                    columns = decoder.feed(chunk.offset, chunk.data)
+                    with self._lock:
+                        self._max_offset = chunk.max_offset
+                        self._position = decoder.position
+                        self._dispatched += len(columns)
+                        if decoder.last_store_timestamp:
+                            self._last_store_ts = decoder.last_store_timestamp
+                        lag_ms = (max(0, int(time.time() * 1000) - self._last_store_ts)
+                                  if chunk.max_offset > decoder.position else 0)
+                    if columns.next_offset > columns.from_offset:
+                        batches.put(_to_proto(columns, chunk.max_offset, lag_ms, offsets.instance_id))
+            finally:
+                batches.put(_STOP)
+                acks.cancel()
+                reader.join(5)
+
+    def _resume_point(self, index: ix_grpc.IndexStub, offsets: cl_pb.Offsets, where: ix_pb.Position) -> int:
+        """The index's position, after cutting what a restarted CommitLog no longer holds."""
+        position = where.position
+        built_end = max(position, where.consume_queue_max_physical_offset, where.index_end_physical_offset)
+        if where.commitlog_instance_id != offsets.instance_id and built_end > offsets.recovered_offset:
+            _log.warning("the CommitLog restarted with a shorter log; truncating the index",
+                         index_position=position, built_end=built_end, recovered_offset=offsets.recovered_offset)
+            where = index.Truncate(ix_pb.TruncateRequest(physical_offset=offsets.recovered_offset,
+                                                         commitlog_instance_id=offsets.instance_id), timeout=60)
+            position = where.position
+        if position < offsets.min_offset:
+            # The files below were deleted before being dispatched: nothing to rebuild there.
+            _log.warning("dispatch position below the CommitLog's min offset; skipping ahead",
+                         position=position, min_offset=offsets.min_offset)
+            position = offsets.min_offset
+        return min(position, offsets.max_offset)
+
+    def _read_acks(self, acks, tail) -> None:  # type: ignore[no-untyped-def]
+        try:
+            for ack in acks:
+                with self._lock:
+                    self._applied = ack.position
+        except grpc.RpcError as e:
+            if e.code() != grpc.StatusCode.CANCELLED:  # type: ignore[attr-defined]
+                self._note_error(f"index stream: {e.code().name}: {e.details()}")  # type: ignore[attr-defined]
+        finally:
+            tail.cancel()  # the index stream is gone: end the session, reconnect from its position
+
+
+def _drain(batches: queue.Queue[object]):  # type: ignore[no-untyped-def]
+    while True:
+        item = batches.get()
+        if item is _STOP:
+            return
+        yield item
+
+
+def _to_proto(c: DispatchColumns, max_offset: int, lag_ms: int, instance_id: str) -> ix_pb.DispatchBatch:
+    return ix_pb.DispatchBatch(
+        topic=c.topic, queue_id=c.queue_id, queue_offset=c.queue_offset, physical_offset=c.physical_offset,
+        size=c.size, tags_code=c.tags_code, store_timestamp=c.store_timestamp, sys_flag=c.sys_flag,
+        keys=c.keys, uniq_key=c.uniq_key, from_offset=c.from_offset, next_offset=c.next_offset,
+        commitlog_max_offset=max_offset, lag_millis=lag_ms, commitlog_instance_id=instance_id,
+    )

@@ -2,6 +2,8 @@
 
     rocketstore serve commitlog [--config broker.properties] [--data-dir DIR] [--host H] [--port N]
                                 [--metrics-port N] [--set KEY=VALUE ...] [--log-level LEVEL]
+    rocketstore serve index --commitlog HOST:PORT [same options]
+    rocketstore serve dispatcher --commitlog HOST:PORT --index HOST:PORT [same options]
     rocketstore demo [--data-dir DIR] [--port N] [--count N] [--no-wait] [--set KEY=VALUE ...]
 
 Settings come from defaults < ``--config`` (a RocketMQ-style broker.properties, or $ROCKETSTORE_CONFIG)
@@ -35,12 +37,24 @@ class ServiceEntry:
 
     module: str
     help: str
+    # Services this one talks to: each becomes a required ``--<peer> HOST:PORT`` option.
+    peers: tuple[str, ...] = ()
 
 
 SERVICES: dict[str, ServiceEntry] = {
     "commitlog": ServiceEntry(
         "rocketstore.services.commitlog.main",
         "the CommitLog service: appends, flushes, raw reads and tailing of the CommitLog files",
+    ),
+    "index": ServiceEntry(
+        "rocketstore.services.index.main",
+        "the index service: ConsumeQueues, IndexFiles, getMessage and queries by key",
+        peers=("commitlog",),
+    ),
+    "dispatcher": ServiceEntry(
+        "rocketstore.services.dispatcher.main",
+        "the dispatcher: tails the CommitLog and feeds the index service (ReputMessageService)",
+        peers=("commitlog", "index"),
     ),
 }
 
@@ -53,6 +67,13 @@ def _port(text: str) -> int:
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"port {value} is out of range 0..65535")
     return value
+
+
+def _endpoint(text: str) -> str:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected HOST:PORT, e.g. 127.0.0.1:10911")
+    return text
 
 
 def _key_value(text: str) -> tuple[str, str]:
@@ -86,6 +107,9 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
                        help="gRPC port (default: the listenPort setting; 0 picks a free port)")
         p.add_argument("--metrics-port", type=_port, default=None,
                        help="serve Prometheus metrics on this port (default: no metrics endpoint)")
+        for peer in entry.peers:
+            p.add_argument(f"--{peer}", metavar="HOST:PORT", required=True, type=_endpoint,
+                           help=f"endpoint of the {peer} service")
         p.set_defaults(handler=_run_serve)
 
 
@@ -140,8 +164,9 @@ def _run_serve(args: argparse.Namespace) -> int:
     try:
         settings = _load_settings(args)
         serve: Callable[..., int] = importlib.import_module(SERVICES[args.service].module).serve
+        peers = {peer: getattr(args, peer) for peer in SERVICES[args.service].peers}
         return serve(settings, host=args.host, port=args.port, metrics_port=args.metrics_port,
-                     log_level=args.log_level)
+                     log_level=args.log_level, **peers)
     except SettingsError as e:
         print(f"rocketstore: {e}", file=sys.stderr)
         return EXIT_USAGE

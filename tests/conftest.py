@@ -1,6 +1,7 @@
 """Fixtures that run the real service processes on loopback ports.
 
-``commitlog_service`` starts ``rocketstore serve commitlog`` (the installed console script) on a fresh
+``broker`` starts the CommitLog, index and dispatcher processes over one data directory (each a
+``ServiceProcess`` with the same controls). ``commitlog_service`` starts ``rocketstore serve commitlog`` (the installed console script) on a fresh
 data directory with small CommitLog files, waits for the health service to report SERVING and hands
 the test a ``CommitLogProcess``: its ``stub``, ``kill9()``, ``terminate()`` and ``restart()`` on the same
 data directory. At teardown a process still running is stopped with SIGTERM and must exit 0.
@@ -31,13 +32,22 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from storage_helpers import StoreFactory
 
-from rocketstore.v1 import commitlog_pb2_grpc
+from rocketstore.v1 import commitlog_pb2_grpc, index_pb2_grpc
 
 COMMITLOG_SERVICE = "rocketstore.v1.CommitLog"
 START_TIMEOUT = 30.0  # seconds for a process to report SERVING
 STOP_TIMEOUT = 30.0  # seconds for a process to exit after SIGTERM / SIGKILL
 RPC_TIMEOUT = 20.0  # deadline of every RPC a test makes
 SMALL_COMMITLOG_FILE = 64 * 1024  # small files so tests cross file ends
+
+# What the broker fixture runs with: small files everywhere so tests cross file ends and stay light.
+DEFAULT_BROKER_SETTINGS: dict[str, str] = {
+    "mapedFileSizeCommitLog": str(SMALL_COMMITLOG_FILE),
+    "mapedFileSizeConsumeQueue": str(100 * 20),
+    "maxHashSlotNum": "1000",
+    "maxIndexNum": "4000",
+    "flushIntervalConsumeQueue": "100",
+}
 
 DEFAULT_COMMITLOG_SETTINGS: dict[str, str] = {
     "mapedFileSizeCommitLog": str(SMALL_COMMITLOG_FILE),
@@ -68,13 +78,17 @@ def _clean_environ() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("ROCKETSTORE_")}
 
 
-class CommitLogProcess:
-    """One ``rocketstore serve commitlog`` process, restartable on the same data dir and port."""
+class ServiceProcess:
+    """One ``rocketstore serve <service>`` process, restartable on the same data dir and port."""
+
+    service = ""
+    health_service = ""
 
     def __init__(self, data_dir: Path, overrides: Mapping[str, str], log_dir: Path,
-                 port: int | None = None) -> None:
+                 port: int | None = None, peers: Mapping[str, str] | None = None) -> None:
         self.data_dir = data_dir
         self.overrides = dict(overrides)
+        self.peers = dict(peers or {})
         self.port = port or free_port()
         self.endpoint = f"127.0.0.1:{self.port}"
         self._log_dir = log_dir
@@ -82,35 +96,23 @@ class CommitLogProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path: Path | None = None
         self.channel: grpc.Channel | None = None
-        self.stub: commitlog_pb2_grpc.CommitLogStub | None = None
         self.health: health_pb2_grpc.HealthStub | None = None
-
-    # --- files of the store ------------------------------------------------------------------
-    @property
-    def abort_file(self) -> Path:
-        return self.data_dir / "abort"
-
-    @property
-    def checkpoint_file(self) -> Path:
-        return self.data_dir / "checkpoint"
-
-    @property
-    def commitlog_dir(self) -> Path:
-        return self.data_dir / "commitlog"
 
     # --- lifecycle ---------------------------------------------------------------------------
     def command(self) -> list[str]:
-        cmd = [*_rocketstore_command(), "serve", "commitlog", "--data-dir", str(self.data_dir),
+        cmd = [*_rocketstore_command(), "serve", self.service, "--data-dir", str(self.data_dir),
                "--host", "127.0.0.1", "--port", str(self.port)]
+        for peer, endpoint in self.peers.items():
+            cmd += [f"--{peer}", endpoint]
         for key, value in self.overrides.items():
             cmd += ["--set", f"{key}={value}"]
         return cmd
 
-    def start(self, timeout: float = START_TIMEOUT) -> CommitLogProcess:
+    def start(self, timeout: float = START_TIMEOUT):  # type: ignore[no-untyped-def]
         if self.running:
-            raise RuntimeError("the commitlog process is already running")
+            raise RuntimeError(f"the {self.service} process is already running")
         self._runs += 1
-        self.log_path = self._log_dir / f"commitlog-{self.port}-run{self._runs}.log"
+        self.log_path = self._log_dir / f"{self.service}-{self.port}-run{self._runs}.log"
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
                                          env=_clean_environ(), start_new_session=True)
@@ -121,20 +123,23 @@ class CommitLogProcess:
     def _connect(self) -> None:
         self._close_channel()
         self.channel = grpc.insecure_channel(self.endpoint, options=_CHANNEL_OPTIONS)
-        self.stub = commitlog_pb2_grpc.CommitLogStub(self.channel)
         self.health = health_pb2_grpc.HealthStub(self.channel)
+        self._make_stubs(self.channel)
+
+    def _make_stubs(self, channel: grpc.Channel) -> None:
+        """Subclasses add their service stubs."""
 
     def wait_serving(self, timeout: float = START_TIMEOUT) -> None:
-        """Poll the health service until the CommitLog reports SERVING (or fail with the process log)."""
+        """Poll the health service until the service reports SERVING (or fail with the process log)."""
         assert self.health is not None and self.proc is not None
         deadline = time.monotonic() + timeout
         last_error = "no answer yet"
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                pytest.fail(f"commitlog process exited with {self.proc.returncode} before serving:\n"
+                pytest.fail(f"{self.service} process exited with {self.proc.returncode} before serving:\n"
                             f"{self.log_tail()}")
             try:
-                request = health_pb2.HealthCheckRequest(service=COMMITLOG_SERVICE)
+                request = health_pb2.HealthCheckRequest(service=self.health_service)
                 reply = self.health.Check(request, timeout=1.0)
                 if reply.status == health_pb2.HealthCheckResponse.SERVING:
                     return
@@ -142,14 +147,14 @@ class CommitLogProcess:
             except grpc.RpcError as e:
                 last_error = f"{e.code().name}: {e.details()}"
             time.sleep(0.05)
-        pytest.fail(f"commitlog process not SERVING after {timeout}s ({last_error}):\n{self.log_tail()}")
+        pytest.fail(f"{self.service} process not SERVING after {timeout}s ({last_error}):\n{self.log_tail()}")
 
     @property
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
     def kill9(self, timeout: float = STOP_TIMEOUT) -> int:
-        """SIGKILL the process (a crash: no flush, no checkpoint, abort file left) and reap it."""
+        """SIGKILL the process (a crash: nothing flushed or saved on the way out) and reap it."""
         assert self.proc is not None
         self.proc.send_signal(signal.SIGKILL)
         return self._wait(timeout)
@@ -168,9 +173,9 @@ class CommitLogProcess:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(STOP_TIMEOUT)
-            pytest.fail(f"commitlog process did not exit within {timeout}s:\n{self.log_tail()}")
+            pytest.fail(f"{self.service} process did not exit within {timeout}s:\n{self.log_tail()}")
 
-    def restart(self, timeout: float = START_TIMEOUT) -> CommitLogProcess:
+    def restart(self, timeout: float = START_TIMEOUT):  # type: ignore[no-untyped-def]
         """Start again on the same data directory and port (after ``kill9`` or ``terminate``)."""
         if self.running:
             raise RuntimeError("stop the process (kill9 or terminate) before restarting it")
@@ -194,6 +199,69 @@ class CommitLogProcess:
             code = self.terminate()
         self._close_channel()
         return code
+
+
+class CommitLogProcess(ServiceProcess):
+    service = "commitlog"
+    health_service = COMMITLOG_SERVICE
+    stub: commitlog_pb2_grpc.CommitLogStub | None = None
+
+    def _make_stubs(self, channel: grpc.Channel) -> None:
+        self.stub = commitlog_pb2_grpc.CommitLogStub(channel)
+
+    @property
+    def abort_file(self) -> Path:
+        return self.data_dir / "abort"
+
+    @property
+    def checkpoint_file(self) -> Path:
+        return self.data_dir / "checkpoint"
+
+    @property
+    def commitlog_dir(self) -> Path:
+        return self.data_dir / "commitlog"
+
+
+class IndexProcess(ServiceProcess):
+    service = "index"
+    health_service = "rocketstore.v1.Index"
+    stub: index_pb2_grpc.IndexStub | None = None
+
+    def _make_stubs(self, channel: grpc.Channel) -> None:
+        self.stub = index_pb2_grpc.IndexStub(channel)
+
+
+class DispatcherProcess(ServiceProcess):
+    service = "dispatcher"
+    health_service = ""  # the server's overall health: it carries no service of its own
+
+
+class Broker:
+    """CommitLog, index and dispatcher processes over one data directory."""
+
+    def __init__(self, data_dir: Path, overrides: Mapping[str, str], log_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.commitlog = CommitLogProcess(data_dir, overrides, log_dir)
+        self.index = IndexProcess(data_dir, overrides, log_dir, peers={"commitlog": self.commitlog.endpoint})
+        self.dispatcher = DispatcherProcess(data_dir, overrides, log_dir, peers={
+            "commitlog": self.commitlog.endpoint, "index": self.index.endpoint})
+
+    @property
+    def processes(self) -> list[ServiceProcess]:
+        return [self.commitlog, self.index, self.dispatcher]
+
+    def start(self) -> Broker:
+        for proc in self.processes:
+            proc.start()
+        return self
+
+    def close(self) -> list[str]:
+        failures = []
+        for proc in reversed(self.processes):  # dispatcher first, CommitLog last
+            code = proc.close()
+            if code not in (None, 0):
+                failures.append(f"{proc.service} exited with {code} on SIGTERM:\n{proc.log_tail()}")
+        return failures
 
 
 @pytest.fixture
@@ -240,3 +308,27 @@ def commitlog_service(request: pytest.FixtureRequest,
 def commitlog_stub(commitlog_service: CommitLogProcess) -> commitlog_pb2_grpc.CommitLogStub:
     assert commitlog_service.stub is not None
     return commitlog_service.stub
+
+
+@pytest.fixture
+def broker_factory(tmp_path: Path) -> Iterator[Callable[..., Broker]]:
+    """Start brokers (CommitLog + index + dispatcher processes): ``factory(overrides=None)``; all are
+    stopped at teardown, and each process still running must exit 0 on SIGTERM."""
+    started: list[Broker] = []
+
+    def factory(overrides: Mapping[str, str] | None = None, start: bool = True) -> Broker:
+        broker = Broker(tmp_path / f"broker{len(started)}", {**DEFAULT_BROKER_SETTINGS, **(overrides or {})},
+                        tmp_path)
+        started.append(broker)
+        return broker.start() if start else broker
+
+    yield factory
+    failures = [f for broker in started for f in broker.close()]
+    if failures:
+        pytest.fail("\n".join(failures))
+
+
+@pytest.fixture
+def broker(request: pytest.FixtureRequest, broker_factory: Callable[..., Broker]) -> Broker:
+    """One running broker; indirect parametrisation passes a dict of settings overrides."""
+    return broker_factory(getattr(request, "param", None) or {})

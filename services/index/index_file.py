@@ -487,6 +487,21 @@ class IndexService:
             log.info("index_file_deleted", file=f.file_name, end_phy_offset=f.end_phy_offset)
         return len(expired)
 
+    def truncate(self, phy_offset: int) -> int:
+        """Destroy the newest files holding entries at or beyond ``phy_offset`` (the CommitLog recovered
+        to a shorter end, so those records are gone or replaced); the caller re-dispatches from
+        ``end_phy_offset`` afterwards. Returns how many files were destroyed."""
+        self._wait_background_flush()
+        with self._lock:
+            doomed = []
+            while self._files and self._files[-1].end_phy_offset >= phy_offset and self._files[-1].index_count > 1:
+                doomed.append(self._files.pop())
+        for f in doomed:
+            f.destroy()
+            log.warning("index_file_truncated", file=f.file_name, end_phy_offset=f.end_phy_offset,
+                        phy_offset=phy_offset)
+        return len(doomed)
+
     def flush(self) -> None:
         """Wait for background flushes, then flush every file, oldest first."""
         self._wait_background_flush()

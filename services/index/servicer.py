@@ -1,0 +1,223 @@
+"""``rocketstore.v1.Index`` over an ``IndexStore``: checks requests, delegates, translates answers."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import grpc
+
+from rocketstore.log import get_logger
+from rocketstore.subscription import SubscriptionError, parse_expression
+from rocketstore.v1 import index_pb2 as pb
+from rocketstore.v1 import index_pb2_grpc as pb_grpc
+
+from .store import DispatchGap, IndexStore
+
+__all__ = ["SERVICE_NAME", "IndexServicer"]
+
+SERVICE_NAME = "rocketstore.v1.Index"
+MAX_PULL_MESSAGES = 1024
+MAX_BATCH_MESSAGES = 65536
+DEFAULT_BATCH_MESSAGES = 4096
+MAX_TOPIC_LENGTH = 127
+
+_log = get_logger("rocketstore.index")
+
+
+class _Watchers:
+    """Fans queue advances out to every open Watch stream, merging what a slow one has not taken yet."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._streams: list[tuple[dict[tuple[str, int], int], threading.Event]] = []
+
+    def publish(self, advanced: dict[tuple[str, int], int]) -> None:
+        with self._lock:
+            for pending, event in self._streams:
+                pending.update(advanced)
+                event.set()
+
+    def open(self) -> tuple[dict[tuple[str, int], int], threading.Event]:
+        entry: tuple[dict[tuple[str, int], int], threading.Event] = ({}, threading.Event())
+        with self._lock:
+            self._streams.append(entry)
+        return entry
+
+    def close(self, entry: tuple[dict[tuple[str, int], int], threading.Event]) -> None:
+        with self._lock:
+            self._streams.remove(entry)
+
+    def take(self, pending: dict[tuple[str, int], int], event: threading.Event) -> dict[tuple[str, int], int]:
+        with self._lock:
+            out = dict(pending)
+            pending.clear()
+            event.clear()
+        return out
+
+
+class IndexServicer(pb_grpc.IndexServicer):
+    def __init__(self, store: IndexStore) -> None:
+        self._store = store
+        self._closed = threading.Event()
+        self._watchers = _Watchers()
+        store.add_listener(self._watchers.publish)
+
+    def close(self) -> None:
+        self._closed.set()
+
+    # --- dispatch ------------------------------------------------------------------------------
+    def Dispatch(self, request_iterator, context) -> Iterator[pb.DispatchAck]:  # type: ignore[no-untyped-def]
+        store = self._store
+        _log.info("dispatch stream opened", position=store.position, peer=context.peer())
+        for batch in request_iterator:
+            if self._closed.is_set():
+                context.abort(grpc.StatusCode.UNAVAILABLE, "the index service is stopping")
+            try:
+                position = store.apply(batch)
+            except DispatchGap as e:
+                context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+            yield pb.DispatchAck(position=position)
+
+    def GetPosition(self, request: pb.GetPositionRequest, context) -> pb.Position:  # type: ignore[no-untyped-def]
+        return self._position()
+
+    def _position(self) -> pb.Position:
+        position, cq_end, index_end, instance = self._store.resume_info()
+        return pb.Position(position=position, consume_queue_max_physical_offset=cq_end,
+                           index_end_physical_offset=index_end, commitlog_instance_id=instance)
+
+    def Truncate(self, request: pb.TruncateRequest, context) -> pb.Position:  # type: ignore[no-untyped-def]
+        if request.physical_offset < 0:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          f"physical_offset is {request.physical_offset}; offsets are >= 0")
+        self._store.truncate(request.physical_offset, request.commitlog_instance_id)
+        return self._position()
+
+    # --- reads ---------------------------------------------------------------------------------
+    def GetMessage(self, request: pb.GetMessageRequest, context) -> pb.GetMessageResponse:  # type: ignore[no-untyped-def]
+        _check_queue(context, request.topic, request.queue_id)
+        if request.offset < 0:
+            _invalid(context, f"offset is {request.offset}; queue offsets are >= 0")
+        if not 1 <= request.max_messages <= MAX_PULL_MESSAGES:
+            _invalid(context, f"max_messages is {request.max_messages}; it must be 1..{MAX_PULL_MESSAGES}")
+        subscription = _subscription(context, request.expression)
+        try:
+            r = self._store.get_message(request.topic, request.queue_id, request.offset, request.max_messages,
+                                        subscription, with_bodies=not request.without_bodies)
+        except grpc.RpcError as e:
+            _commitlog_unavailable(context, e)
+        return pb.GetMessageResponse(
+            status=int(r.status), next_begin_offset=r.next_begin_offset, min_offset=r.min_offset,
+            max_offset=r.max_offset, suggest_pulling_from_slave=r.suggest_pulling_from_slave,
+            records=b"".join(r.records), queue_offsets=r.queue_offsets, physical_offsets=r.physical_offsets,
+            sizes=r.sizes)
+
+    def ReadQueue(self, request: pb.ReadQueueRequest, context) -> Iterator[pb.ReadQueueBatch]:  # type: ignore[no-untyped-def]
+        _check_queue(context, request.topic, request.queue_id)
+        if request.start_offset < 0 or request.end_offset < 0:
+            _invalid(context, f"start_offset {request.start_offset} and end_offset {request.end_offset} "
+                              "must be >= 0")
+        batch = request.batch_messages or DEFAULT_BATCH_MESSAGES
+        if not 1 <= batch <= MAX_BATCH_MESSAGES:
+            _invalid(context, f"batch_messages is {batch}; it must be 0 (default) or 1..{MAX_BATCH_MESSAGES}")
+        subscription = _subscription(context, request.expression)
+        try:
+            for offsets, records, next_offset in self._store.read_queue(
+                    request.topic, request.queue_id, request.start_offset, request.end_offset, subscription, batch):
+                if not context.is_active():
+                    return
+                yield pb.ReadQueueBatch(records=b"".join(records), queue_offsets=offsets, next_offset=next_offset)
+        except grpc.RpcError as e:
+            _commitlog_unavailable(context, e)
+
+    def GetQueueOffsets(self, request: pb.GetQueueOffsetsRequest, context) -> pb.GetQueueOffsetsResponse:  # type: ignore[no-untyped-def]
+        try:
+            infos = self._store.queue_infos(request.topic or None)
+        except grpc.RpcError as e:
+            _commitlog_unavailable(context, e)
+        return pb.GetQueueOffsetsResponse(queues=[
+            pb.QueueOffset(topic=i.topic, queue_id=i.queue_id, min_offset=i.min_offset, max_offset=i.max_offset,
+                           last_store_timestamp=i.last_store_timestamp) for i in infos])
+
+    def GetOffsetByTime(self, request: pb.GetOffsetByTimeRequest, context) -> pb.GetOffsetByTimeResponse:  # type: ignore[no-untyped-def]
+        _check_queue(context, request.topic, request.queue_id)
+        try:
+            offset = self._store.offset_by_time(request.topic, request.queue_id, request.timestamp)
+        except grpc.RpcError as e:
+            _commitlog_unavailable(context, e)
+        return pb.GetOffsetByTimeResponse(offset=offset)
+
+    def QueryByKey(self, request: pb.QueryByKeyRequest, context) -> pb.QueryByKeyResponse:  # type: ignore[no-untyped-def]
+        _check_topic(context, request.topic)
+        if not request.key:
+            _invalid(context, "key is empty; give a KEYS token or a UNIQ_KEY")
+        limit = self._store.settings.max_msgs_num_batch
+        if not 1 <= request.max_messages <= limit:
+            _invalid(context, f"max_messages is {request.max_messages}; it must be 1..{limit} (maxMsgsNumBatch)")
+        end = request.end_timestamp or int(time.time() * 1000)
+        if request.begin_timestamp < 0 or end < request.begin_timestamp:
+            _invalid(context, f"time range [{request.begin_timestamp}, {end}] is empty or negative")
+        try:
+            found = self._store.query_by_key(request.topic, request.key, request.max_messages,
+                                             request.begin_timestamp, end)
+        except grpc.RpcError as e:
+            _commitlog_unavailable(context, e)
+        return pb.QueryByKeyResponse(records=b"".join(r for _, r in found), physical_offsets=[p for p, _ in found])
+
+    def Watch(self, request: pb.WatchRequest, context) -> Iterator[pb.QueueAdvances]:  # type: ignore[no-untyped-def]
+        entry = self._watchers.open()
+        pending, event = entry
+        try:
+            yield pb.QueueAdvances()  # tells the watcher the stream is open: no advance can be missed after it
+            while context.is_active() and not self._closed.is_set():
+                if not event.wait(1.0):
+                    continue
+                advanced = self._watchers.take(pending, event)
+                if advanced:
+                    keys = list(advanced)
+                    yield pb.QueueAdvances(topic=[t for t, _ in keys], queue_id=[q for _, q in keys],
+                                           max_offset=[advanced[k] for k in keys])
+        finally:
+            self._watchers.close(entry)
+
+    def DeleteTopic(self, request: pb.DeleteTopicRequest, context) -> pb.DeleteTopicResponse:  # type: ignore[no-untyped-def]
+        _check_topic(context, request.topic)
+        return pb.DeleteTopicResponse(deleted_queues=self._store.delete_topic(request.topic))
+
+    def GetStats(self, request: pb.IndexStatsRequest, context) -> pb.IndexStatsResponse:  # type: ignore[no-untyped-def]
+        return pb.IndexStatsResponse(stats={k: _text(v) for k, v in self._store.stats().items()})
+
+
+def _text(value: object) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _invalid(context, details: str) -> None:  # type: ignore[no-untyped-def]
+    context.abort(grpc.StatusCode.INVALID_ARGUMENT, details)
+
+
+def _check_topic(context, topic: str) -> None:  # type: ignore[no-untyped-def]
+    if not topic:
+        _invalid(context, "topic is empty")
+    if len(topic.encode()) > MAX_TOPIC_LENGTH:
+        _invalid(context, f"topic is {len(topic.encode())} bytes; at most {MAX_TOPIC_LENGTH}")
+
+
+def _check_queue(context, topic: str, queue_id: int) -> None:  # type: ignore[no-untyped-def]
+    _check_topic(context, topic)
+    if queue_id < 0:
+        _invalid(context, f"queue_id is {queue_id}; queue ids are >= 0")
+
+
+def _subscription(context, expression: str):  # type: ignore[no-untyped-def]
+    try:
+        return parse_expression(expression)
+    except SubscriptionError as e:
+        _invalid(context, str(e))
+
+
+def _commitlog_unavailable(context, e: grpc.RpcError) -> None:  # type: ignore[no-untyped-def]
+    context.abort(grpc.StatusCode.UNAVAILABLE,
+                  f"the CommitLog service could not be read: {e.code().name}: {e.details()}")  # type: ignore[attr-defined]

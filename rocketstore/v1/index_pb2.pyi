@@ -234,13 +234,13 @@ class QueueAdvances(_message.Message):
     max_offset: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, topic: _Optional[_Iterable[str]] = ..., queue_id: _Optional[_Iterable[int]] = ..., max_offset: _Optional[_Iterable[int]] = ...) -> None: ...
 
-class DeleteTopicRequest(_message.Message):
+class DeleteTopicQueuesRequest(_message.Message):
     __slots__ = ("topic",)
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     topic: str
     def __init__(self, topic: _Optional[str] = ...) -> None: ...
 
-class DeleteTopicResponse(_message.Message):
+class DeleteTopicQueuesResponse(_message.Message):
     __slots__ = ("deleted_queues",)
     DELETED_QUEUES_FIELD_NUMBER: _ClassVar[int]
     deleted_queues: int

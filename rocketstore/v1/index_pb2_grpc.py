@@ -79,10 +79,10 @@ class IndexStub:
                 request_serializer=rocketstore_dot_v1_dot_index__pb2.WatchRequest.SerializeToString,
                 response_deserializer=rocketstore_dot_v1_dot_index__pb2.QueueAdvances.FromString,
                 _registered_method=True)
-        self.DeleteTopic = channel.unary_unary(
-                '/rocketstore.v1.Index/DeleteTopic',
-                request_serializer=rocketstore_dot_v1_dot_index__pb2.DeleteTopicRequest.SerializeToString,
-                response_deserializer=rocketstore_dot_v1_dot_index__pb2.DeleteTopicResponse.FromString,
+        self.DeleteTopicQueues = channel.unary_unary(
+                '/rocketstore.v1.Index/DeleteTopicQueues',
+                request_serializer=rocketstore_dot_v1_dot_index__pb2.DeleteTopicQueuesRequest.SerializeToString,
+                response_deserializer=rocketstore_dot_v1_dot_index__pb2.DeleteTopicQueuesResponse.FromString,
                 _registered_method=True)
         self.GetStats = channel.unary_unary(
                 '/rocketstore.v1.Index/GetStats',
@@ -162,7 +162,7 @@ class IndexServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def DeleteTopic(self, request, context):
+    def DeleteTopicQueues(self, request, context):
         """Remove a topic's ConsumeQueues.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -224,10 +224,10 @@ def add_IndexServicer_to_server(servicer, server):
                     request_deserializer=rocketstore_dot_v1_dot_index__pb2.WatchRequest.FromString,
                     response_serializer=rocketstore_dot_v1_dot_index__pb2.QueueAdvances.SerializeToString,
             ),
-            'DeleteTopic': grpc.unary_unary_rpc_method_handler(
-                    servicer.DeleteTopic,
-                    request_deserializer=rocketstore_dot_v1_dot_index__pb2.DeleteTopicRequest.FromString,
-                    response_serializer=rocketstore_dot_v1_dot_index__pb2.DeleteTopicResponse.SerializeToString,
+            'DeleteTopicQueues': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteTopicQueues,
+                    request_deserializer=rocketstore_dot_v1_dot_index__pb2.DeleteTopicQueuesRequest.FromString,
+                    response_serializer=rocketstore_dot_v1_dot_index__pb2.DeleteTopicQueuesResponse.SerializeToString,
             ),
             'GetStats': grpc.unary_unary_rpc_method_handler(
                     servicer.GetStats,
@@ -489,7 +489,7 @@ class Index:
             _registered_method=True)
 
     @staticmethod
-    def DeleteTopic(request,
+    def DeleteTopicQueues(request,
             target,
             options=(),
             channel_credentials=None,
@@ -502,9 +502,9 @@ class Index:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/rocketstore.v1.Index/DeleteTopic',
-            rocketstore_dot_v1_dot_index__pb2.DeleteTopicRequest.SerializeToString,
-            rocketstore_dot_v1_dot_index__pb2.DeleteTopicResponse.FromString,
+            '/rocketstore.v1.Index/DeleteTopicQueues',
+            rocketstore_dot_v1_dot_index__pb2.DeleteTopicQueuesRequest.SerializeToString,
+            rocketstore_dot_v1_dot_index__pb2.DeleteTopicQueuesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -182,9 +182,9 @@ class IndexServicer(pb_grpc.IndexServicer):
         finally:
             self._watchers.close(entry)
 
-    def DeleteTopic(self, request: pb.DeleteTopicRequest, context) -> pb.DeleteTopicResponse:  # type: ignore[no-untyped-def]
+    def DeleteTopicQueues(self, request: pb.DeleteTopicQueuesRequest, context) -> pb.DeleteTopicQueuesResponse:  # type: ignore[no-untyped-def]
         _check_topic(context, request.topic)
-        return pb.DeleteTopicResponse(deleted_queues=self._store.delete_topic(request.topic))
+        return pb.DeleteTopicQueuesResponse(deleted_queues=self._store.delete_topic(request.topic))
 
     def GetStats(self, request: pb.IndexStatsRequest, context) -> pb.IndexStatsResponse:  # type: ignore[no-untyped-def]
         return pb.IndexStatsResponse(stats={k: _text(v) for k, v in self._store.stats().items()})

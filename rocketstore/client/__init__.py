@@ -1,0 +1,1 @@
+"""The Python client of the rocketstore gateway: producer, consumers and admin."""

@@ -56,6 +56,11 @@ SERVICES: dict[str, ServiceEntry] = {
         "the dispatcher: tails the CommitLog and feeds the index service (ReputMessageService)",
         peers=("commitlog", "index"),
     ),
+    "gateway": ServiceEntry(
+        "rocketstore.services.gateway.main",
+        "the gateway: send, pull with long polling, consumer groups, queries, admin and batch reads",
+        peers=("commitlog", "index"),
+    ),
 }
 
 

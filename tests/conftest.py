@@ -32,7 +32,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from storage_helpers import StoreFactory
 
-from rocketstore.v1 import commitlog_pb2_grpc, index_pb2_grpc
+from rocketstore.v1 import commitlog_pb2_grpc, gateway_pb2_grpc, index_pb2_grpc
 
 COMMITLOG_SERVICE = "rocketstore.v1.CommitLog"
 START_TIMEOUT = 30.0  # seconds for a process to report SERVING
@@ -236,19 +236,33 @@ class DispatcherProcess(ServiceProcess):
     health_service = ""  # the server's overall health: it carries no service of its own
 
 
-class Broker:
-    """CommitLog, index and dispatcher processes over one data directory."""
+class GatewayProcess(ServiceProcess):
+    service = "gateway"
+    health_service = "rocketstore.v1.Gateway"
+    stub: gateway_pb2_grpc.GatewayStub | None = None
+    batch_read: gateway_pb2_grpc.BatchReadStub | None = None
 
-    def __init__(self, data_dir: Path, overrides: Mapping[str, str], log_dir: Path) -> None:
+    def _make_stubs(self, channel: grpc.Channel) -> None:
+        self.stub = gateway_pb2_grpc.GatewayStub(channel)
+        self.batch_read = gateway_pb2_grpc.BatchReadStub(channel)
+
+
+class Broker:
+    """CommitLog, index and dispatcher processes over one data directory, and optionally the gateway."""
+
+    def __init__(self, data_dir: Path, overrides: Mapping[str, str], log_dir: Path, with_gateway: bool = False) -> None:
         self.data_dir = data_dir
         self.commitlog = CommitLogProcess(data_dir, overrides, log_dir)
         self.index = IndexProcess(data_dir, overrides, log_dir, peers={"commitlog": self.commitlog.endpoint})
         self.dispatcher = DispatcherProcess(data_dir, overrides, log_dir, peers={
             "commitlog": self.commitlog.endpoint, "index": self.index.endpoint})
+        self.gateway = GatewayProcess(data_dir, overrides, log_dir, peers={
+            "commitlog": self.commitlog.endpoint, "index": self.index.endpoint}) if with_gateway else None
 
     @property
     def processes(self) -> list[ServiceProcess]:
-        return [self.commitlog, self.index, self.dispatcher]
+        procs: list[ServiceProcess] = [self.commitlog, self.index, self.dispatcher]
+        return procs + [self.gateway] if self.gateway is not None else procs
 
     def start(self) -> Broker:
         for proc in self.processes:
@@ -316,9 +330,9 @@ def broker_factory(tmp_path: Path) -> Iterator[Callable[..., Broker]]:
     stopped at teardown, and each process still running must exit 0 on SIGTERM."""
     started: list[Broker] = []
 
-    def factory(overrides: Mapping[str, str] | None = None, start: bool = True) -> Broker:
+    def factory(overrides: Mapping[str, str] | None = None, start: bool = True, gateway: bool = False) -> Broker:
         broker = Broker(tmp_path / f"broker{len(started)}", {**DEFAULT_BROKER_SETTINGS, **(overrides or {})},
-                        tmp_path)
+                        tmp_path, with_gateway=gateway)
         started.append(broker)
         return broker.start() if start else broker
 
@@ -332,3 +346,10 @@ def broker_factory(tmp_path: Path) -> Iterator[Callable[..., Broker]]:
 def broker(request: pytest.FixtureRequest, broker_factory: Callable[..., Broker]) -> Broker:
     """One running broker; indirect parametrisation passes a dict of settings overrides."""
     return broker_factory(getattr(request, "param", None) or {})
+
+
+@pytest.fixture
+def gateway(request: pytest.FixtureRequest, broker_factory: Callable[..., Broker]) -> Broker:
+    """A running broker with its gateway (``broker.gateway.stub`` / ``.batch_read``); indirect
+    parametrisation passes a dict of settings overrides."""
+    return broker_factory(getattr(request, "param", None) or {}, gateway=True)

@@ -1,0 +1,158 @@
+"""Sending: client messages checked and turned into CommitLog messages, and concurrent sends
+gathered into batched appends.
+
+``SendBatcher`` is the gateway's half of group commit: every send request (one message or a
+client's batch) is queued; a few sender threads each take everything queued at that moment and
+carry it to the CommitLog service in one AppendBatch. Under load one internal RPC answers many
+client RPCs; alone, a send waits for nothing but its own append.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from rocketstore.log import get_logger
+from rocketstore.message import (
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+)
+from rocketstore.message_id import UniqKeyGenerator
+from rocketstore.v1 import commitlog_pb2 as cl_pb
+from rocketstore.v1 import gateway_pb2 as pb
+
+__all__ = ["RESERVED_PROPERTIES", "SendBatcher", "SendError", "to_commitlog_message"]
+
+_log = get_logger("rocketstore.gateway")
+
+# RocketMQ's MessageConst.STRING_HASH_SET: names a user property may not take.
+RESERVED_PROPERTIES = frozenset({
+    "TRACE_ON", "MSG_REGION", "KEYS", "TAGS", "WAIT", "DELAY", "RETRY_TOPIC", "REAL_TOPIC", "REAL_QID",
+    "TRAN_MSG", "PGROUP", "MIN_OFFSET", "MAX_OFFSET", "BUYER_ID", "ORIGIN_MESSAGE_ID", "TRANSFER_FLAG",
+    "CORRECTION_FLAG", "MQ2_FLAG", "RECONSUME_TIME", "UNIQ_KEY", "MAX_RECONSUME_TIMES", "CONSUME_START_TIME",
+    "TRAN_PREPARED_QUEUE_OFFSET", "TRANSACTION_CHECK_TIMES", "CHECK_IMMUNITY_TIME_IN_SECONDS",
+    "SHARDING_KEY", "__transactionId__", "INSTANCE_ID", "CLUSTER",
+})
+MAX_BATCH_MESSAGES = 4096  # one AppendBatch carries at most this many messages ...
+MAX_BATCH_BYTES = 16 << 20  # ... or about this many body bytes
+
+
+class SendError(Exception):
+    """A send the gateway refuses or could not complete; ``code`` is the gRPC status to answer."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def to_commitlog_message(m: pb.OutgoingMessage, topic: str, queue_id: int, max_message_size: int,
+                         uniq_keys: UniqKeyGenerator, peer_host: str, index: int) -> cl_pb.Message:
+    """Check one client message (RocketMQ's Validators.checkMessage) and build what the CommitLog stores."""
+    where = f"messages[{index}]"
+    if not m.body:
+        raise SendError("INVALID_ARGUMENT", f"{where}: the message body is empty; send at least one byte")
+    if len(m.body) > max_message_size:
+        raise SendError("INVALID_ARGUMENT", f"{where}: the body is {len(m.body)} bytes; at most {max_message_size} "
+                                            "(maxMessageSize) are accepted")
+    props = {}
+    for name, value in m.properties.items():
+        if name in RESERVED_PROPERTIES:
+            raise SendError("INVALID_ARGUMENT", f"{where}: property {name!r} is used by the system; choose another "
+                                                "name (tags, keys and the unique key have their own fields)")
+        if not name or any(c in name or c in value for c in "\x01\x02"):
+            raise SendError("INVALID_ARGUMENT", f"{where}: property names must be non-empty and names and values "
+                                                "must not contain the characters \\x01 or \\x02")
+        props[name] = value
+    if m.tags:
+        if any(c in m.tags for c in "\x01\x02|") or m.tags.strip() != m.tags:
+            raise SendError("INVALID_ARGUMENT", f"{where}: tags {m.tags!r} may not contain '|', control characters "
+                                                "or surrounding spaces")
+        props[PROPERTY_TAGS] = m.tags
+    if m.keys:
+        props[PROPERTY_KEYS] = m.keys
+    props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = m.uniq_key or uniq_keys.next()
+    return cl_pb.Message(topic=topic, queue_id=queue_id, flag=m.flag, body=m.body, properties=props,
+                         born_timestamp=m.born_timestamp or int(time.time() * 1000),
+                         born_host=m.born_host or peer_host)
+
+
+@dataclass(slots=True)
+class _Pending:
+    messages: Sequence[cl_pb.Message]
+    future: Future
+    size: int
+
+
+class SendBatcher:
+    """Gathers the messages of concurrent sends into AppendBatch calls."""
+
+    def __init__(self, append: Callable[[list[cl_pb.Message]], Sequence[cl_pb.AppendResult]],
+                 senders: int = 4) -> None:
+        self._append = append
+        self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
+        self._threads = [threading.Thread(target=self._run, name=f"SendBatcher-{i}", daemon=True)
+                         for i in range(senders)]
+        self._closed = False
+        self.appends = 0  # AppendBatch calls made
+        self.messages = 0
+
+    def start(self) -> None:
+        for t in self._threads:
+            t.start()
+
+    def close(self) -> None:
+        self._closed = True
+        for _ in self._threads:
+            self._queue.put(None)
+        for t in self._threads:
+            t.join(5)
+
+    def submit(self, messages: Sequence[cl_pb.Message]) -> Future:
+        """Queue messages for the next append; the future's result is their AppendResults, in order."""
+        if self._closed:
+            raise SendError("UNAVAILABLE", "the gateway is stopping")
+        future: Future = Future()
+        self._queue.put(_Pending(messages, future, sum(len(m.body) for m in messages)))
+        return future
+
+    def _run(self) -> None:
+        q = self._queue
+        while True:
+            first = q.get()
+            if first is None:
+                return
+            batch = [first]
+            count, size = len(first.messages), first.size
+            while count < MAX_BATCH_MESSAGES and size < MAX_BATCH_BYTES:
+                try:
+                    item = q.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    q.put(None)  # leave the stop signal for this thread's next round
+                    break
+                batch.append(item)
+                count += len(item.messages)
+                size += item.size
+            self._send(batch, count)
+
+    def _send(self, batch: list[_Pending], count: int) -> None:
+        messages = [m for p in batch for m in p.messages] if len(batch) > 1 else list(batch[0].messages)
+        try:
+            results = self._append(messages)
+        except Exception as e:  # noqa: BLE001 - every waiting send gets the failure
+            for p in batch:
+                p.future.set_exception(e)
+            return
+        self.appends += 1
+        self.messages += count
+        start = 0
+        for p in batch:
+            n = len(p.messages)
+            p.future.set_result(results[start:start + n])
+            start += n

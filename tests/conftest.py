@@ -109,6 +109,12 @@ class ServiceProcess:
         return cmd
 
     def start(self, timeout: float = START_TIMEOUT):  # type: ignore[no-untyped-def]
+        self.launch()
+        self.wait_serving(timeout)
+        return self
+
+    def launch(self) -> None:
+        """Start the process without waiting for it to serve (``wait_serving`` does)."""
         if self.running:
             raise RuntimeError(f"the {self.service} process is already running")
         self._runs += 1
@@ -117,8 +123,6 @@ class ServiceProcess:
             self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
                                          env=_clean_environ(), start_new_session=True)
         self._connect()
-        self.wait_serving(timeout)
-        return self
 
     def _connect(self) -> None:
         self._close_channel()
@@ -265,8 +269,11 @@ class Broker:
         return procs + [self.gateway] if self.gateway is not None else procs
 
     def start(self) -> Broker:
+        # All at once: each service waits for (or retries) the ones it talks to.
         for proc in self.processes:
-            proc.start()
+            proc.launch()
+        for proc in self.processes:
+            proc.wait_serving()
         return self
 
     def close(self) -> list[str]:

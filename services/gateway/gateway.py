@@ -111,7 +111,7 @@ class Gateway:
         self.offsets = ConsumerOffsetManager(config_dir)
         self.groups = ConsumerGroupRegistry()
         self.sender = SendBatcher(self._append)
-        self.watcher = QueueWatcher(lambda: self.index.Watch(ix_pb.WatchRequest()))
+        self.watcher = QueueWatcher(lambda: self.index.Watch(ix_pb.WatchRequest(), wait_for_ready=True))
         self._uniq = UniqKeyGenerator()
         self._round_robin: dict[str, itertools.count] = {}
         self._stopped = threading.Event()
@@ -178,7 +178,8 @@ class Gateway:
     # --- send ----------------------------------------------------------------------------------
     def _append(self, messages: list[cl_pb.Message]) -> Sequence[cl_pb.AppendResult]:
         try:
-            return self.commitlog.AppendBatch(cl_pb.AppendBatchRequest(messages=messages), timeout=RPC_TIMEOUT).results
+            request = cl_pb.AppendBatchRequest(messages=messages)
+            return self.commitlog.AppendBatch(request, timeout=RPC_TIMEOUT, wait_for_ready=True).results
         except grpc.RpcError as e:
             raise _unavailable("commitlog", e) from None
 
@@ -272,7 +273,7 @@ class Gateway:
         try:
             return self.index.GetMessage(ix_pb.GetMessageRequest(
                 topic=request.topic, queue_id=request.queue_id, offset=offset, max_messages=request.max_messages,
-                expression=subscription.expression), timeout=RPC_TIMEOUT)
+                expression=subscription.expression), timeout=RPC_TIMEOUT, wait_for_ready=True)
         except grpc.RpcError as e:
             raise _unavailable("index", e) from None
 
@@ -401,7 +402,7 @@ class Gateway:
             try:
                 r = self.index.GetMessage(ix_pb.GetMessageRequest(topic=request.topic, queue_id=request.queue_id,
                                                                   offset=request.queue_offset, max_messages=1),
-                                          timeout=RPC_TIMEOUT)
+                                          timeout=RPC_TIMEOUT, wait_for_ready=True)
             except grpc.RpcError as e:
                 raise _unavailable("index", e) from None
             if r.status != ix_pb.GET_FOUND or not r.queue_offsets or r.queue_offsets[0] != request.queue_offset:
@@ -415,7 +416,8 @@ class Gateway:
         try:
             r = self.index.QueryByKey(ix_pb.QueryByKeyRequest(
                 topic=request.topic, key=key, max_messages=min(limit, self.settings.max_msgs_num_batch),
-                begin_timestamp=request.begin_timestamp, end_timestamp=request.end_timestamp), timeout=RPC_TIMEOUT)
+                begin_timestamp=request.begin_timestamp, end_timestamp=request.end_timestamp),
+                timeout=RPC_TIMEOUT, wait_for_ready=True)
         except grpc.RpcError as e:
             if e.code() == grpc.StatusCode.INVALID_ARGUMENT:  # type: ignore[attr-defined]
                 raise GatewayError("INVALID_ARGUMENT", e.details()) from None  # type: ignore[attr-defined]
@@ -434,7 +436,7 @@ class Gateway:
     def _read_records(self, ranges: list[tuple[int, int]]) -> list[bytes | None]:
         try:
             r = self.commitlog.ReadRecords(cl_pb.ReadRecordsRequest(
-                ranges=[cl_pb.Range(offset=o, size=s) for o, s in ranges]), timeout=RPC_TIMEOUT)
+                ranges=[cl_pb.Range(offset=o, size=s) for o, s in ranges]), timeout=RPC_TIMEOUT, wait_for_ready=True)
         except grpc.RpcError as e:
             raise _unavailable("commitlog", e) from None
         return [x.data if x.found else None for x in r.records]
@@ -455,16 +457,17 @@ class Gateway:
         return self._topic_info(saved)
 
     def delete_topic(self, request: pb.DeleteTopicRequest) -> None:
-        self._topic_for_read(request.topic)
         if self.topics.is_system_topic(request.topic):
             raise GatewayError("PERMISSION_DENIED", f"topic {request.topic!r} is a system topic; it cannot be deleted")
+        self._topic_for_read(request.topic)
         try:
             self.topics.delete(request.topic)
         except TopicError as e:
             raise GatewayError("PERMISSION_DENIED", str(e)) from None
         self.offsets.remove_topic(request.topic)
         try:
-            self.index.DeleteTopicQueues(ix_pb.DeleteTopicQueuesRequest(topic=request.topic), timeout=RPC_TIMEOUT)
+            self.index.DeleteTopicQueues(ix_pb.DeleteTopicQueuesRequest(topic=request.topic), timeout=RPC_TIMEOUT,
+                                         wait_for_ready=True)
         except grpc.RpcError as e:
             raise _unavailable("index", e) from None
 
@@ -479,7 +482,7 @@ class Gateway:
     def _queue_offsets(self, topic: str) -> list[ix_pb.QueueOffset]:
         try:
             return list(self.index.GetQueueOffsets(ix_pb.GetQueueOffsetsRequest(topic=topic),
-                                                   timeout=RPC_TIMEOUT).queues)
+                                                   timeout=RPC_TIMEOUT, wait_for_ready=True).queues)
         except grpc.RpcError as e:
             raise _unavailable("index", e) from None
 
@@ -495,11 +498,11 @@ class Gateway:
 
     def broker_status(self) -> pb.BrokerStatus:
         try:
-            cl = self.commitlog.GetStats(cl_pb.GetStatsRequest(), timeout=RPC_TIMEOUT)
+            cl = self.commitlog.GetStats(cl_pb.GetStatsRequest(), timeout=RPC_TIMEOUT, wait_for_ready=True)
         except grpc.RpcError as e:
             raise _unavailable("commitlog", e) from None
         try:
-            ix = self.index.GetStats(ix_pb.IndexStatsRequest(), timeout=RPC_TIMEOUT).stats
+            ix = self.index.GetStats(ix_pb.IndexStatsRequest(), timeout=RPC_TIMEOUT, wait_for_ready=True).stats
         except grpc.RpcError as e:
             raise _unavailable("index", e) from None
         s = self.settings
@@ -542,7 +545,7 @@ class Gateway:
         try:
             return self.index.GetOffsetByTime(ix_pb.GetOffsetByTimeRequest(topic=topic, queue_id=queue_id,
                                                                            timestamp=timestamp),
-                                              timeout=RPC_TIMEOUT).offset
+                                              timeout=RPC_TIMEOUT, wait_for_ready=True).offset
         except grpc.RpcError as e:
             raise _unavailable("index", e) from None
 
@@ -554,7 +557,7 @@ class Gateway:
         stream = self.index.ReadQueue(ix_pb.ReadQueueRequest(
             topic=request.topic, queue_id=request.queue_id, start_offset=request.start_offset,
             end_offset=request.end_offset, expression=request.expression, batch_messages=request.batch_messages),
-            timeout=3600)
+            timeout=3600, wait_for_ready=True)
         try:
             for batch in stream:
                 self.get_messages += len(batch.queue_offsets)

@@ -1,10 +1,11 @@
 """Fixtures that run the real service processes on loopback ports.
 
-``broker`` starts the CommitLog, index and dispatcher processes over one data directory (each a
-``ServiceProcess`` with the same controls). ``commitlog_service`` starts ``rocketstore serve commitlog`` (the installed console script) on a fresh
-data directory with small CommitLog files, waits for the health service to report SERVING and hands
-the test a ``CommitLogProcess``: its ``stub``, ``kill9()``, ``terminate()`` and ``restart()`` on the same
-data directory. At teardown a process still running is stopped with SIGTERM and must exit 0.
+``broker`` starts the CommitLog, index and dispatcher processes over one data directory, and
+``gateway`` the same with the gateway in front (each a ``ServiceProcess``: ``kill9()``,
+``terminate()``, ``restart()`` on the same data directory and port). ``commitlog_service`` starts
+``rocketstore serve commitlog`` (the installed console script) alone, with small CommitLog files.
+Each fixture waits for the health service to report SERVING; at teardown a process still running is
+stopped with SIGTERM and must exit 0.
 
 Settings are overridden per test by indirect parametrisation::
 

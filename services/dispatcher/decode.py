@@ -92,9 +92,12 @@ class DispatchDecoder:
     """Decodes a contiguous byte stream of the CommitLog, starting at ``position``."""
 
     def __init__(self, position: int, delay_levels: tuple[int, ...], check_crc: bool = False) -> None:
-        self.position = position  # CommitLog offset of the first byte not yet decoded
+        # CommitLog offset of the first byte not yet decoded: always where a record (or a blank) starts,
+        # so it is a safe place to resume from; never inside a blank's filler, which holds no record.
+        self.position = position
         self._pending = b""  # bytes from `position` on that do not yet hold a whole record
-        self._skip = 0  # bytes of a blank record's remainder still to come
+        self._skip = 0  # bytes of a blank record's remainder still to come (position stays at the blank)
+        self._blank_end = 0  # where the next file starts, while skipping a blank
         self._delay_levels = delay_levels
         self._check_crc = check_crc
         self.last_store_timestamp = 0
@@ -103,20 +106,23 @@ class DispatchDecoder:
         """Decode a chunk that starts at CommitLog offset ``offset``; returns its dispatch requests
         (possibly none) with ``next_offset`` = the new position. Raises CorruptRecord."""
         end = offset + len(data)
-        expected = self.position + len(self._pending)
+        expected = self._blank_end - self._skip if self._skip else self.position + len(self._pending)
         if offset != expected:
             if end <= expected:
                 return DispatchColumns(self.position, self.position)  # a resent chunk: already had it
             if offset > expected:
                 raise CorruptRecord(expected, f"the stream jumped to {offset}")
             data = data[expected - offset:]
+        out = DispatchColumns(self.position)
         if self._skip:
             cut = min(self._skip, len(data))
             self._skip -= cut
-            self.position += cut
             data = data[cut:]
+            if self._skip:
+                out.next_offset = self.position
+                return out
+            self.position = self._blank_end  # past the blank: the next file starts here
         buf = self._pending + data if self._pending else data
-        out = DispatchColumns(self.position)
         consumed = self._decode(buf, out)
         self._pending = bytes(buf[consumed:]) if consumed < len(buf) else b""
         out.next_offset = self.position
@@ -135,8 +141,11 @@ class DispatchDecoder:
                 if total < 8:
                     raise CorruptRecord(base + pos, f"blank record of size {total}")
                 if pos + total > limit:
+                    # The filler runs on into the next chunk: skip it there, and until then report the
+                    # blank's start as the position (resuming inside the filler would read zeros).
                     self._skip = pos + total - limit
-                    self.position = base + limit
+                    self._blank_end = base + pos + total
+                    self.position = base + pos
                     return limit
                 pos += total
                 continue

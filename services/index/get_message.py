@@ -166,7 +166,9 @@ def get_message(cq: QueueView | None, offset: int, max_msgs: int, subscription: 
         chosen.append((offset + scanned - 1, phy, size))
         buffer_total += size
 
-    result = answer(S.NO_MATCHED_MESSAGE, offset + scanned)
+    # Not nextOffsetCorrection: a scan moves even a slave's consumer past what it examined (4.9.8 sets
+    # nextBeginOffset = offset + i / CQ_STORE_UNIT_SIZE directly), else a slave would serve the same batch forever.
+    result = GetMessageResult(S.NO_MATCHED_MESSAGE, offset + scanned, min_offset, max_offset)
     result.suggest_pulling_from_slave = max_phy_offset - last_phy > memory
     if not chosen:
         return result

@@ -66,6 +66,8 @@ class CommitLogReader(Protocol):
 
     def min_offset(self) -> int: ...
 
+    # Optional: ``max_offset() -> int``, the CommitLog's end, for the lag in stats().
+
 
 class DispatchGap(Exception):
     """A dispatch batch starts beyond the index's position: entries in between would be lost."""
@@ -246,6 +248,7 @@ class IndexStore:
         with self._apply_lock:
             self.consume_queues.truncate_dirty(physical_offset)
             self.position = min(self.position, physical_offset)
+            self.commitlog_max_offset = physical_offset  # the old instance's end is gone with it
             if self.index.truncate(physical_offset):
                 self.position = min(self.position, self.index.end_phy_offset)
             self.commitlog_instance_id = instance_id
@@ -416,12 +419,24 @@ class IndexStore:
             self.consume_queues.delete_topic(topic)
             return n
 
+    def _commitlog_end(self) -> int:
+        """The CommitLog's max offset, asked of the CommitLog itself when it answers: the lag must show
+        while the dispatcher is down too, when no batch brings a newer one."""
+        max_offset = getattr(self.commitlog, "max_offset", None)
+        if max_offset is not None:
+            try:
+                return int(max_offset())
+            except Exception as e:  # noqa: BLE001 - the CommitLog may be restarting: the last known end
+                _log.debug("cannot read the CommitLog's max offset", error=str(e))
+        return self.commitlog_max_offset
+
     def stats(self) -> dict[str, object]:
         assert self.index is not None
-        lag = max(0, self.commitlog_max_offset - self.position)
+        end = self._commitlog_end()
+        lag = max(0, end - self.position)
         return {
             "dispatchPosition": self.position,
-            "commitLogMaxOffset": self.commitlog_max_offset,
+            "commitLogMaxOffset": end,
             "dispatchBehindBytes": lag,
             "dispatchBehindMillis": self.lag_millis if lag else 0,
             "dispatchedEntries": self.dispatched,

@@ -111,6 +111,7 @@ def test_header_and_entries_byte_for_byte(index_file: IndexFile) -> None:
     raw = Path(index_file.path)
 
     assert index_file.put_key("hello", 1234, T0)
+    index_file.publish_header()  # the dispatcher's batch is in: the header is written once for it
     data = raw.read_bytes()
     # First entry: begin values were 0, so timeDiff is 0 and begin values become this message's.
     assert data[:40] == HEADER.pack(T0, T0, 1234, 1234, 1, 2)
@@ -119,6 +120,8 @@ def test_header_and_entries_byte_for_byte(index_file: IndexFile) -> None:
     assert data[_entry_pos(1):_entry_pos(2)] == ENTRY.pack(99162322, 1234, 0, 0)
 
     assert index_file.put_key("hello", 2000, T0 + 5_999)
+    assert raw.read_bytes()[:40] == HEADER.pack(T0, T0, 1234, 1234, 1, 2)  # not published yet
+    index_file.publish_header()
     data = raw.read_bytes()
     assert data[:40] == HEADER.pack(T0, T0 + 5_999, 1234, 2000, 1, 3)  # same slot: hashSlotCount stays 1
     assert data[slot:slot + 4] == struct.pack(">i", 2)
@@ -126,6 +129,7 @@ def test_header_and_entries_byte_for_byte(index_file: IndexFile) -> None:
 
     # Earlier than the begin time: timeDiff is forced to 0.
     assert index_file.put_key("hello", 3000, T0 - 10_000)
+    index_file.flush()  # a flush writes the header too
     data = raw.read_bytes()
     assert data[_entry_pos(3):_entry_pos(4)] == ENTRY.pack(99162322, 3000, 0, 2)
     assert data[:40] == HEADER.pack(T0, T0 - 10_000, 1234, 3000, 1, 4)
@@ -226,6 +230,7 @@ def test_rollover_seeds_new_file_and_query_walks_newest_first(tmp_path: Path) ->
 
     assert svc.build_index("T", "k", None, 600, 100, T0 + 5000, 0) == 1
     assert svc.build_index("T", "k", None, 700, 100, T0 + 6000, 0) == 1
+    svc.publish()
     data = Path(second.path).read_bytes()
     # The first entry's timeDiff is taken against the seeded begin time, as in RocketMQ.
     assert ENTRY.unpack_from(data, _entry_pos(1, HASH_SLOT_NUM)) == (index_key_hash("T#k"), 600, 2, 0)

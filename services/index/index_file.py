@@ -57,13 +57,31 @@ _pack_int = _INT.pack_into
 _unpack_int = _INT.unpack_from
 
 
+# Hashes of key heads. A key is "topic#" + a UNIQ_KEY whose first 20 characters are the same for
+# every message of one producer process, so all but the last 12 characters usually hash from here.
+_HEADS: dict[str, int] = {}
+_HEADS_MAX = 4096
+_TAIL = 12
+
+
 def index_key_hash(key: str) -> int:
     """IndexFile.indexKeyHashMethod: abs(String.hashCode(key)), 0 for Integer.MIN_VALUE.
 
-    Inlined rather than rocketstore.message.java_string_hash: index keys are mostly unique
-    (UNIQ_KEY), so a cache only costs, and the plain-ASCII path avoids the UTF-16 encode."""
+    String.hashCode is a polynomial, so hash(head + tail) = hash(head) * 31**len(tail) + the tail's
+    terms (mod 2**32): the head's hash comes from a small cache, only the tail is hashed here."""
     h = 0
     if key.isascii():
+        if len(key) > 2 * _TAIL:
+            cut = len(key) - _TAIL
+            head = key[:cut]
+            h = _HEADS.get(head, -1)
+            if h < 0:
+                h = 0
+                for b in head.encode():
+                    h = (31 * h + b) & 0xFFFFFFFF
+                if len(_HEADS) < _HEADS_MAX:
+                    _HEADS[head] = h
+            key = key[cut:]
         for b in key.encode():
             h = 31 * h + b
     else:
@@ -202,9 +220,16 @@ class IndexFile:
             self._hash_slot_count += 1
         self._end_phy_offset = phy_offset
         self._end_timestamp = store_timestamp
-        self._index_count = count + 1  # publishes the entry to readers
-        self._write_header()
+        self._index_count = count + 1  # publishes the entry to readers (they use these attributes)
+        # The header on disk is written once per dispatched batch (publish_header) and at every
+        # flush: after a crash it may lag the entries, which is safe as entries beyond indexCount
+        # are ignored and re-dispatch indexes them again.
         return True
+
+    def publish_header(self) -> None:
+        """Write the in-memory header (counts, begin/end offsets and times) into the file."""
+        if self._mapped.available:
+            self._write_header()
 
     # --- read ------------------------------------------------------------------------------
     def select_phy_offsets(self, key: str, max_num: int, begin: int, end: int,
@@ -240,8 +265,10 @@ class IndexFile:
 
     # --- lifecycle -------------------------------------------------------------------------
     def flush(self) -> None:
-        """Make the whole file durable. The header needs no rewrite (Java's updateByteBuffer):
-        every change is written through, and rewriting it from another thread could race a put."""
+        """Write the header, then make the whole file durable. From another thread than the writer
+        the header may catch a put half-way: its fields only move forward and the count is the
+        last one a put changes, so the header never covers an entry that is not written."""
+        self._write_header()
         self._mapped.sync()
 
     def shutdown(self) -> None:
@@ -383,6 +410,7 @@ class IndexService:
         with self._lock:
             self._files = [*self._files, f]  # a new list, so readers iterate a stable snapshot
         if prev is not None:
+            prev.publish_header()
             self._flush_in_background(prev)
         return f
 
@@ -501,6 +529,12 @@ class IndexService:
             log.warning("index_file_truncated", file=f.file_name, end_phy_offset=f.end_phy_offset,
                         phy_offset=phy_offset)
         return len(doomed)
+
+    def publish(self) -> None:
+        """Write the newest file's header (the dispatcher's batch is in)."""
+        files = self._files
+        if files:
+            files[-1].publish_header()
 
     def flush(self) -> None:
         """Wait for background flushes, then flush every file, oldest first."""

@@ -224,7 +224,9 @@ class IndexStore:
                     advanced[(topic, qid)] = qoff + 1
                     last_ts = ts
                 if build is not None and (keys or uniq):
-                    build(topic, keys, uniq, phy, size, ts, flag)
+                    build(topic, keys, uniq or None, phy, size, ts, flag)
+            if build is not None:
+                self.index.publish()
             n = len(batch.topic)
             self.dispatched += n
             if last_ts:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-from rocketstore.codec import BLANK, BLANK_MAGIC_CODE, INVALID, MESSAGE_MAGIC_CODE, check_record, host_length
+from rocketstore.codec import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, check_record
 from rocketstore.message import BORNHOST_V6_FLAG, STOREHOSTADDRESS_V6_FLAG, java_string_hash
 
 __all__ = ["SCHEDULE_TOPIC", "CorruptRecord", "DispatchColumns", "DispatchDecoder", "tags_code_of"]
@@ -153,20 +153,27 @@ class DispatchDecoder:
                 raise CorruptRecord(base + pos, f"magic 0x{magic:08X}, size {total}")
             if pos + total > limit:
                 break  # the rest of the record is in the next chunk
-            checked = check_record(buf, pos, limit, base + pos, check_crc)
-            if checked == INVALID or checked == BLANK:
-                raise CorruptRecord(base + pos, "fields disagree with TOTALSIZE, wrong offset or wrong body CRC")
+            # One parse both reads the fields and checks them (checkMessageAndReturnSize without
+            # the body): the lengths must add up to TOTALSIZE and the record must carry its own offset.
             _, _, _, queue_id, _, queue_offset, physical, sys_flag, _ = _HEAD.unpack_from(buf, pos)
-            born = host_length(bool(sys_flag & BORNHOST_V6_FLAG))
+            born = 8 if not sys_flag & BORNHOST_V6_FLAG else 20
             p = pos + 48 + born
             store_ts = _LONG.unpack_from(buf, p)[0]
-            p += 8 + host_length(bool(sys_flag & STOREHOSTADDRESS_V6_FLAG)) + 12
-            p += 4 + _INT.unpack_from(buf, p)[0]
+            p += 8 + (8 if not sys_flag & STOREHOSTADDRESS_V6_FLAG else 20) + 12
+            body_len = _INT.unpack_from(buf, p)[0]
+            p += 4 + body_len
+            end = pos + total
+            if body_len < 0 or p + 3 > end or physical != base + pos:
+                raise CorruptRecord(base + pos, f"body length {body_len} or offset {physical} disagree with the record")
             topic_len = buf[p]
             topic = buf[p + 1:p + 1 + topic_len].decode()
             p += 1 + topic_len
-            props_len = _SHORT.unpack_from(buf, p)[0]
-            props = buf[p + 2:p + 2 + props_len].decode() if props_len else ""
+            props_len = _SHORT.unpack_from(buf, p)[0] if p + 2 <= end else -1
+            if props_len < 0 or p + 2 + props_len != end:
+                raise CorruptRecord(base + pos, "topic and properties lengths disagree with TOTALSIZE")
+            if check_crc and check_record(buf, pos, limit, physical, True) != total:
+                raise CorruptRecord(base + pos, "wrong body CRC")
+            props = buf[p + 2:end].decode() if props_len else ""
             topics.append(topic)
             queue_ids.append(queue_id)
             queue_offsets.append(queue_offset)

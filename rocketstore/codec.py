@@ -103,8 +103,17 @@ def encode_unplaced(msg: Message, store_addr: bytes, store_port: int, store_v6: 
     the CommitLog service receives), so a request is encoded without an intermediate copy."""
     topic_b = msg.topic.encode()
     body = msg.body
-    props = msg.properties
-    props_b = "".join([f"{k}\x01{v}\x02" for k, v in props.items() if v is not None]).encode()
+    props_text = getattr(msg, "properties_text", "")
+    if props_text:
+        if msg.properties:
+            raise MessageRefused(PutMessageStatus.MESSAGE_ILLEGAL,
+                                 "a message carries properties or properties_text, not both")
+        if props_text[-1] != "\x02" or props_text.count("\x01") != props_text.count("\x02"):
+            raise MessageRefused(PutMessageStatus.MESSAGE_ILLEGAL,
+                                 "properties_text must be name\\x01value\\x02 pairs, each ending in \\x02")
+        props_b = props_text.encode()
+    else:
+        props_b = "".join([f"{k}\x01{v}\x02" for k, v in msg.properties.items() if v is not None]).encode()
     try:
         born_addr, born_port, born_v6 = parse_host(msg.born_host or "127.0.0.1:0")
     except ValueError as e:

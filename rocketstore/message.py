@@ -61,10 +61,27 @@ def string_to_properties(text: str) -> dict[str, str]:
     return out
 
 
-def wait_store_msg_ok(properties) -> bool:
+def property_value(text: str, name: str) -> str | None:
+    """The value of property ``name`` in its stored form ``name\x01value\x02...``, without
+    splitting the whole string; None when absent."""
+    prefix = name + NAME_VALUE_SEPARATOR
+    start = 0
+    while True:
+        i = text.find(prefix, start)
+        if i < 0:
+            return None
+        if i == 0 or text[i - 1] == PROPERTY_SEPARATOR:  # a whole name, not the tail of a longer one
+            j = text.find(PROPERTY_SEPARATOR, i)
+            return text[i + len(prefix):] if j < 0 else text[i + len(prefix):j]
+        start = i + 1
+
+
+def wait_store_msg_ok(properties, properties_text: str = "") -> bool:
     """Whether the producer waits for the store: WAIT absent, or true as Java's
-    Boolean.parseBoolean reads it."""
-    wait = properties.get(PROPERTY_WAIT_STORE_MSG_OK)
+    Boolean.parseBoolean reads it. ``properties_text`` is the stored form, when that is what
+    the message carries."""
+    wait = property_value(properties_text, PROPERTY_WAIT_STORE_MSG_OK) if properties_text \
+        else properties.get(PROPERTY_WAIT_STORE_MSG_OK)
     return wait is None or wait.lower() == "true"
 
 

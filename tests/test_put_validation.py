@@ -225,3 +225,21 @@ def test_bad_born_host_is_illegal(stores, tmp_path: Path) -> None:
     reason = assert_refused_and_untouched(store, tmp_path, msg(born_host="not-a-host:1"),
                                           PutMessageStatus.MESSAGE_ILLEGAL)
     assert "not-a-host" in reason
+
+
+def test_properties_in_stored_form_are_stored_as_given(stores, tmp_path: Path) -> None:
+    # What the gateway sends: properties_text instead of a map; the WAIT property is read from it too.
+    from rocketstore.v1 import commitlog_pb2 as pb
+
+    store = stores.start(brokerRole="SYNC_MASTER")
+    text = "TAGS\x01TagA\x02UNIQ_KEY\x01U1\x02WAIT\x01false\x02"
+    result = store.put_message(pb.Message(topic="T", body=b"b", properties_text=text))
+    assert result.status is PutMessageStatus.PUT_OK  # WAIT=false: no slave wait
+    data = store.read_records([(result.wrote_offset, result.wrote_bytes)])[0]
+    assert decode_message(data).properties == {"TAGS": "TagA", "UNIQ_KEY": "U1", "WAIT": "false"}
+
+    for bad, needle in ((pb.Message(topic="T", body=b"b", properties_text="TAGS\x01A"), "pairs"),
+                        (pb.Message(topic="T", body=b"b", properties_text="A\x01B\x02", properties={"C": "D"}),
+                         "not both")):
+        reason = assert_refused_and_untouched(store, tmp_path, bad, PutMessageStatus.MESSAGE_ILLEGAL)
+        assert needle in reason

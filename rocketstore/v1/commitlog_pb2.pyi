@@ -31,7 +31,7 @@ OS_PAGECACHE_BUSY: PutMessageStatus
 UNKNOWN_ERROR: PutMessageStatus
 
 class Message(_message.Message):
-    __slots__ = ("topic", "queue_id", "flag", "body", "properties", "sys_flag", "born_timestamp", "born_host", "reconsume_times", "prepared_transaction_offset")
+    __slots__ = ("topic", "queue_id", "flag", "body", "properties", "sys_flag", "born_timestamp", "born_host", "reconsume_times", "prepared_transaction_offset", "properties_text")
     class PropertiesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -49,6 +49,7 @@ class Message(_message.Message):
     BORN_HOST_FIELD_NUMBER: _ClassVar[int]
     RECONSUME_TIMES_FIELD_NUMBER: _ClassVar[int]
     PREPARED_TRANSACTION_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_TEXT_FIELD_NUMBER: _ClassVar[int]
     topic: str
     queue_id: int
     flag: int
@@ -59,7 +60,8 @@ class Message(_message.Message):
     born_host: str
     reconsume_times: int
     prepared_transaction_offset: int
-    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., flag: _Optional[int] = ..., body: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ..., sys_flag: _Optional[int] = ..., born_timestamp: _Optional[int] = ..., born_host: _Optional[str] = ..., reconsume_times: _Optional[int] = ..., prepared_transaction_offset: _Optional[int] = ...) -> None: ...
+    properties_text: str
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., flag: _Optional[int] = ..., body: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ..., sys_flag: _Optional[int] = ..., born_timestamp: _Optional[int] = ..., born_host: _Optional[str] = ..., reconsume_times: _Optional[int] = ..., prepared_transaction_offset: _Optional[int] = ..., properties_text: _Optional[str] = ...) -> None: ...
 
 class AppendBatchRequest(_message.Message):
     __slots__ = ("messages",)

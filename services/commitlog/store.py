@@ -274,8 +274,8 @@ class CommitLogStore:
             self._wake_async_flush()
             return results, end, []
         statuses = results.statuses
-        waiting = [index for index, *_ in records
-                   if statuses[index] is PutMessageStatus.PUT_OK and wait_store_msg_ok(msgs[index].properties)]
+        waiting = [index for index, *_ in records if statuses[index] is PutMessageStatus.PUT_OK
+                   and wait_store_msg_ok(msgs[index].properties, getattr(msgs[index], "properties_text", ""))]
         if not waiting:
             self._wake_async_flush()
         return results, end, waiting

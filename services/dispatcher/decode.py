@@ -13,7 +13,7 @@ import struct
 from dataclasses import dataclass, field
 
 from rocketstore.codec import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, check_record
-from rocketstore.message import BORNHOST_V6_FLAG, STOREHOSTADDRESS_V6_FLAG, java_string_hash
+from rocketstore.message import BORNHOST_V6_FLAG, STOREHOSTADDRESS_V6_FLAG, java_string_hash, property_value
 
 __all__ = ["SCHEDULE_TOPIC", "CorruptRecord", "DispatchColumns", "DispatchDecoder", "tags_code_of"]
 
@@ -59,17 +59,8 @@ class DispatchColumns:
 
 
 def _property(props: str, name: str) -> str:
-    """The value of property ``name`` in a ``name\\x01value\\x02`` string, "" when absent."""
-    prefix = name + "\x01"
-    start = 0
-    while True:
-        i = props.find(prefix, start)
-        if i < 0:
-            return ""
-        if i == 0 or props[i - 1] == "\x02":  # a whole name, not the tail of a longer one
-            j = props.find("\x02", i)
-            return props[i + len(prefix):] if j < 0 else props[i + len(prefix):j]
-        start = i + 1
+    """The value of property ``name`` in a ``name\x01value\x02`` string, "" when absent."""
+    return property_value(props, name) or ""
 
 
 def tags_code_of(topic: str, props: str, store_timestamp: int, delay_levels: tuple[int, ...]) -> int:

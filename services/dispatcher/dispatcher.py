@@ -152,7 +152,9 @@ class Dispatcher:
                 self._calls = [acks, tail]
             if self._stopped.is_set():
                 return
-            reader = threading.Thread(target=self._read_acks, args=(acks, tail), name="DispatchAcks", daemon=True)
+            ended = threading.Event()  # the index stream is over: nothing takes batches from the queue any more
+            reader = threading.Thread(target=self._read_acks, args=(acks, tail, ended), name="DispatchAcks",
+                                      daemon=True)
             reader.start()
             try:
                 for chunk in tail:
@@ -165,12 +167,24 @@ class Dispatcher:
                             self._last_store_ts = decoder.last_store_timestamp
                         lag_ms = (max(0, int(time.time() * 1000) - self._last_store_ts)
                                   if chunk.max_offset > decoder.position else 0)
-                    if columns.next_offset > columns.from_offset:
-                        batches.put(_to_proto(columns, chunk.max_offset, lag_ms, offsets.instance_id))
+                    if columns.next_offset > columns.from_offset and not self._offer(
+                            batches, _to_proto(columns, chunk.max_offset, lag_ms, offsets.instance_id), ended):
+                        break
             finally:
-                batches.put(_STOP)
+                _end_stream(batches)
                 acks.cancel()
                 reader.join(5)
+
+    def _offer(self, batches: queue.Queue[object], batch: ix_pb.DispatchBatch, ended: threading.Event) -> bool:
+        """Queue a batch for the index stream; False when the stream ended (or the dispatcher stops)
+        first. A plain put would wait forever on a full queue once the index is gone."""
+        while True:
+            try:
+                batches.put(batch, timeout=0.2)
+                return True
+            except queue.Full:
+                if ended.is_set() or self._stopped.is_set():
+                    return False
 
     def _resume_point(self, index: ix_grpc.IndexStub, offsets: cl_pb.Offsets, where: ix_pb.Position) -> int:
         """The index's position, after cutting what a restarted CommitLog no longer holds."""
@@ -189,7 +203,7 @@ class Dispatcher:
             position = offsets.min_offset
         return min(position, offsets.max_offset)
 
-    def _read_acks(self, acks, tail) -> None:  # type: ignore[no-untyped-def]
+    def _read_acks(self, acks, tail, ended: threading.Event) -> None:  # type: ignore[no-untyped-def]
         try:
             for ack in acks:
                 with self._lock:
@@ -198,7 +212,23 @@ class Dispatcher:
             if e.code() != grpc.StatusCode.CANCELLED:  # type: ignore[attr-defined]
                 self._note_error(f"index stream: {e.code().name}: {e.details()}")  # type: ignore[attr-defined]
         finally:
+            ended.set()
             tail.cancel()  # the index stream is gone: end the session, reconnect from its position
+
+
+def _end_stream(batches: queue.Queue[object]) -> None:
+    """End the request stream without blocking. Batches not sent yet are dropped, all of them, so none is
+    sent after a gap; the next session resends them from the index's position."""
+    while True:
+        try:
+            batches.put_nowait(_STOP)
+            return
+        except queue.Full:
+            try:
+                while True:
+                    batches.get_nowait()
+            except queue.Empty:
+                pass
 
 
 def _drain(batches: queue.Queue[object]):  # type: ignore[no-untyped-def]

@@ -199,9 +199,10 @@ class Gateway:
         else:
             counter = self._round_robin.setdefault(topic, itertools.count())
             queue_id = next(counter) % config.write_queue_nums
-        max_size = self.settings.max_message_size
-        messages = [to_commitlog_message(m, topic, queue_id, max_size, self._uniq, peer_host, i)
-                    for i, m in enumerate(request.messages)]
+        max_size, uniq, now = self.settings.max_message_size, self._uniq, int(time.time() * 1000)
+        built = [to_commitlog_message(m, topic, queue_id, max_size, uniq, peer_host, i, now)
+                 for i, m in enumerate(request.messages)]
+        messages = [m for m, _ in built]
         try:
             results = self.sender.submit(messages).result(RPC_TIMEOUT)
         except SendError:
@@ -210,12 +211,12 @@ class Gateway:
             raise GatewayError("DEADLINE_EXCEEDED", "the CommitLog service did not answer in time") from None
         response = pb.SendResponse()
         stored_bytes = 0
-        for m, r in zip(messages, results, strict=True):
+        for (_, uniq_key), r in zip(built, results, strict=True):
             status = PutMessageStatus(r.status)
             if status not in _STORED:
                 raise GatewayError(_REFUSED_CODE.get(status, "INTERNAL"), f"{status.name}: {r.reason}")
             stored_bytes += r.wrote_bytes
-            response.results.add(status=_STORED[status], msg_id=m.properties["UNIQ_KEY"], offset_msg_id=r.msg_id,
+            response.results.add(status=_STORED[status], msg_id=uniq_key, offset_msg_id=r.msg_id,
                                  queue_id=queue_id, queue_offset=r.queue_offset, commit_log_offset=r.wrote_offset,
                                  store_timestamp=r.store_timestamp, topic=topic)
         self.put_messages += len(messages)

@@ -51,34 +51,43 @@ class SendError(Exception):
 
 
 def to_commitlog_message(m: pb.OutgoingMessage, topic: str, queue_id: int, max_message_size: int,
-                         uniq_keys: UniqKeyGenerator, peer_host: str, index: int) -> cl_pb.Message:
-    """Check one client message (RocketMQ's Validators.checkMessage) and build what the CommitLog stores."""
-    where = f"messages[{index}]"
-    if not m.body:
-        raise SendError("INVALID_ARGUMENT", f"{where}: the message body is empty; send at least one byte")
-    if len(m.body) > max_message_size:
-        raise SendError("INVALID_ARGUMENT", f"{where}: the body is {len(m.body)} bytes; at most {max_message_size} "
-                                            "(maxMessageSize) are accepted")
-    props = {}
-    for name, value in m.properties.items():
-        if name in RESERVED_PROPERTIES:
-            raise SendError("INVALID_ARGUMENT", f"{where}: property {name!r} is used by the system; choose another "
-                                                "name (tags, keys and the unique key have their own fields)")
-        if not name or any(c in name or c in value for c in "\x01\x02"):
-            raise SendError("INVALID_ARGUMENT", f"{where}: property names must be non-empty and names and values "
-                                                "must not contain the characters \\x01 or \\x02")
-        props[name] = value
-    if m.tags:
-        if any(c in m.tags for c in "\x01\x02|") or m.tags.strip() != m.tags:
-            raise SendError("INVALID_ARGUMENT", f"{where}: tags {m.tags!r} may not contain '|', control characters "
-                                                "or surrounding spaces")
-        props[PROPERTY_TAGS] = m.tags
-    if m.keys:
-        props[PROPERTY_KEYS] = m.keys
-    props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = m.uniq_key or uniq_keys.next()
-    return cl_pb.Message(topic=topic, queue_id=queue_id, flag=m.flag, body=m.body, properties=props,
-                         born_timestamp=m.born_timestamp or int(time.time() * 1000),
-                         born_host=m.born_host or peer_host)
+                         uniq_keys: UniqKeyGenerator, peer_host: str, index: int,
+                         now_ms: int = 0) -> tuple[cl_pb.Message, str]:
+    """Check one client message (RocketMQ's Validators.checkMessage) and build what the CommitLog
+    stores, with its properties already in their stored form; returns it and its UNIQ_KEY."""
+    body = m.body
+    if not body:
+        raise SendError("INVALID_ARGUMENT", f"messages[{index}]: the message body is empty; send at least one byte")
+    if len(body) > max_message_size:
+        raise SendError("INVALID_ARGUMENT", f"messages[{index}]: the body is {len(body)} bytes; at most "
+                                            f"{max_message_size} (maxMessageSize) are accepted")
+    parts = []
+    if m.properties:
+        for name, value in m.properties.items():
+            if name in RESERVED_PROPERTIES:
+                raise SendError("INVALID_ARGUMENT", f"messages[{index}]: property {name!r} is used by the system; "
+                                                    "choose another name (tags, keys and the unique key have their "
+                                                    "own fields)")
+            if not name or "\x01" in name or "\x02" in name or "\x01" in value or "\x02" in value:
+                raise SendError("INVALID_ARGUMENT", f"messages[{index}]: property names must be non-empty and names "
+                                                    "and values must not contain the characters \\x01 or \\x02")
+            parts.append(f"{name}\x01{value}\x02")
+    tags = m.tags
+    if tags:
+        if "|" in tags or "\x01" in tags or "\x02" in tags or tags.strip() != tags:
+            raise SendError("INVALID_ARGUMENT", f"messages[{index}]: tags {tags!r} may not contain '|', control "
+                                                "characters or surrounding spaces")
+        parts.append(f"{PROPERTY_TAGS}\x01{tags}\x02")
+    keys = m.keys
+    if keys:
+        if "\x01" in keys or "\x02" in keys:
+            raise SendError("INVALID_ARGUMENT", f"messages[{index}]: keys may not contain control characters")
+        parts.append(f"{PROPERTY_KEYS}\x01{keys}\x02")
+    uniq = m.uniq_key or uniq_keys.next()
+    parts.append(f"{PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX}\x01{uniq}\x02")
+    return cl_pb.Message(topic=topic, queue_id=queue_id, flag=m.flag, body=body, properties_text="".join(parts),
+                         born_timestamp=m.born_timestamp or now_ms or int(time.time() * 1000),
+                         born_host=m.born_host or peer_host), uniq
 
 
 @dataclass(slots=True)

@@ -5,6 +5,7 @@
     rocketstore serve index --commitlog HOST:PORT [same options]
     rocketstore serve dispatcher --commitlog HOST:PORT --index HOST:PORT [same options]
     rocketstore demo [--data-dir DIR] [--port N] [--count N] [--no-wait] [--set KEY=VALUE ...]
+    rocketstore up | send | consume | status | topic | group | query | bench   (rocketstore.commands)
 
 Settings come from defaults < ``--config`` (a RocketMQ-style broker.properties, or $ROCKETSTORE_CONFIG)
 < ``ROCKETSTORE_<KEY>`` environment variables < ``--set KEY=VALUE`` < ``--data-dir``. Keys use
@@ -124,6 +125,12 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_serve(commands)
     _add_demo(commands)
+    from rocketstore.commands import add_commands  # the client side: up, send, consume, admin, bench
+
+    add_commands(commands)
+    from rocketstore.spark.cli import add_spark_command  # rocketstore spark archive|stats
+
+    add_spark_command(commands)
     return parser
 
 

@@ -1,1 +1,81 @@
-"""The Python client of the rocketstore gateway: producer, consumers and admin."""
+"""The Python client of the rocketstore gateway: producer, consumers and admin.
+
+    from rocketstore.client import Message, Producer, PushConsumer, ConsumeStatus
+
+    with Producer("127.0.0.1:8081") as producer:
+        result = producer.send(Message("TopicTest", b"hello", tags="TagA", keys="order-1"))
+
+    consumer = PushConsumer("127.0.0.1:8081", "my_group", lambda msgs, ctx: ConsumeStatus.CONSUME_SUCCESS)
+    consumer.subscribe("TopicTest", "TagA || TagB")
+    consumer.start()
+    ...
+    consumer.shutdown()
+"""
+
+from .admin import Admin
+from .consumer import (
+    ConsumeContext,
+    ConsumeFromWhere,
+    ConsumeOrderlyStatus,
+    ConsumeStatus,
+    MessageListener,
+    MessageModel,
+    PullConsumer,
+    PushConsumer,
+)
+from .errors import (
+    ClientError,
+    DeadlineExceededError,
+    InvalidArgumentError,
+    NotFoundError,
+    OutOfRangeError,
+    PermissionDeniedError,
+    ResourceExhaustedError,
+    UnavailableError,
+)
+from .messages import (
+    Message,
+    MessageQueue,
+    PullResult,
+    PullStatus,
+    ReceivedMessage,
+    SendResult,
+    SendStatus,
+    decode_records,
+)
+from .producer import Producer, SendCallback
+from .selector import HashSelector, QueueSelector, RandomSelector, RoundRobinSelector
+
+__all__ = [
+    "Admin",
+    "ClientError",
+    "ConsumeContext",
+    "ConsumeFromWhere",
+    "ConsumeOrderlyStatus",
+    "ConsumeStatus",
+    "DeadlineExceededError",
+    "HashSelector",
+    "InvalidArgumentError",
+    "Message",
+    "MessageListener",
+    "MessageModel",
+    "MessageQueue",
+    "NotFoundError",
+    "OutOfRangeError",
+    "PermissionDeniedError",
+    "Producer",
+    "PullConsumer",
+    "PullResult",
+    "PullStatus",
+    "PushConsumer",
+    "QueueSelector",
+    "RandomSelector",
+    "ReceivedMessage",
+    "ResourceExhaustedError",
+    "RoundRobinSelector",
+    "SendCallback",
+    "SendResult",
+    "SendStatus",
+    "UnavailableError",
+    "decode_records",
+]

@@ -1,0 +1,815 @@
+"""Consumers: PullConsumer (the caller pulls queues at offsets it chooses) and PushConsumer (RocketMQ's
+DefaultMQPushConsumer: subscribe, register a listener, and the consumer pulls, calls it and commits).
+
+PushConsumer, piece by piece, as in RocketMQ's client:
+
+- membership: a heartbeat every ``heartbeat_interval`` registers the consumer and its subscriptions in
+  its group; the gateway answers with the group's version, which changes when members come or go.
+- re-balance: on a new version (and every ``rebalance_interval`` anyway) the consumer asks the gateway
+  for its share of each topic's queues (RocketMQ's average allocation, computed by the gateway over the
+  group's members, so members get disjoint shares). A queue it gains starts at the group's committed
+  offset (or per ``consume_from_where`` when the group has none); a queue it loses stops being pulled
+  and its offset is committed at once, so the next owner continues where this one stopped.
+- pulling: one long-polling pull in flight per queue (``poll_timeout``: the gateway holds a pull that
+  finds nothing until a message arrives), paused while ``pull_threshold_for_queue`` messages wait.
+- consuming: concurrently (messages of a queue on ``consume_thread_nums`` threads; RECONSUME_LATER
+  consumes the messages again after ``reconsume_later_delay``, up to ``max_reconsume_times``) or orderly
+  (one thread at a time per queue, in queue order; SUSPEND_CURRENT_QUEUE_A_MOMENT retries the same
+  messages after ``suspend_current_queue_time``).
+- offsets: the offset of a queue is the smallest offset still being consumed (so nothing unconsumed is
+  ever skipped); it travels with each pull and is committed every ``persist_consumer_offset_interval``,
+  on re-balance and on shutdown. Delivery is at least once: a crash re-delivers what was consumed since
+  the last commit.
+
+BROADCASTING consumers read every queue and keep their offsets in memory.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from enum import StrEnum
+from itertools import islice
+from typing import Any
+
+import grpc
+
+from rocketstore.log import get_logger
+from rocketstore.subscription import parse_expression
+from rocketstore.v1 import gateway_pb2 as pb
+
+from .connection import DEFAULT_TIMEOUT, Connection, split_endpoints
+from .errors import ClientError, InvalidArgumentError, from_rpc_error
+from .messages import MessageQueue, PullResult, PullStatus, ReceivedMessage
+
+__all__ = [
+    "ConsumeContext",
+    "ConsumeFromWhere",
+    "ConsumeOrderlyStatus",
+    "ConsumeStatus",
+    "MessageListener",
+    "MessageModel",
+    "PullConsumer",
+    "PushConsumer",
+]
+
+_log = get_logger("rocketstore.client.consumer")
+
+PULL_DELAY_ON_FLOW_CONTROL = 0.05  # PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL
+PULL_DELAY_ON_ERROR = 1.0  # after a failed pull (RocketMQ waits 3 s; a loopback gateway restarts faster)
+PULL_RPC_SLACK = 5.0  # a long poll's deadline: poll_timeout plus this
+
+
+class ConsumeStatus(StrEnum):
+    """What a concurrent listener answers (ConsumeConcurrentlyStatus)."""
+
+    CONSUME_SUCCESS = "CONSUME_SUCCESS"
+    RECONSUME_LATER = "RECONSUME_LATER"
+
+
+class ConsumeOrderlyStatus(StrEnum):
+    """What an orderly listener answers."""
+
+    SUCCESS = "SUCCESS"
+    SUSPEND_CURRENT_QUEUE_A_MOMENT = "SUSPEND_CURRENT_QUEUE_A_MOMENT"
+
+
+class ConsumeFromWhere(StrEnum):
+    """Where a group with no committed offset for a queue starts."""
+
+    CONSUME_FROM_LAST_OFFSET = "CONSUME_FROM_LAST_OFFSET"
+    CONSUME_FROM_FIRST_OFFSET = "CONSUME_FROM_FIRST_OFFSET"
+    CONSUME_FROM_TIMESTAMP = "CONSUME_FROM_TIMESTAMP"
+
+
+class MessageModel(StrEnum):
+    CLUSTERING = "CLUSTERING"
+    BROADCASTING = "BROADCASTING"
+
+
+@dataclass
+class ConsumeContext:
+    """Handed to the listener with each batch: the queue, and (orderly) the suspend time it may change."""
+
+    queue: MessageQueue
+    suspend_current_queue_time: float = 1.0
+
+
+MessageListener = Callable[[list[ReceivedMessage], ConsumeContext], Any]
+"""``listener(messages, context)`` returns a ConsumeStatus (concurrent) or ConsumeOrderlyStatus (orderly);
+None counts as success and an exception as "consume later"."""
+
+
+def _client_id() -> str:
+    """RocketMQ's clientId shape: ip@pid, plus a random suffix so two consumers in one process differ."""
+    try:
+        ip = socket.gethostbyname(socket.gethostname())
+    except OSError:
+        ip = "127.0.0.1"
+    return f"{ip}@{os.getpid()}@{uuid.uuid4().hex[:8]}"
+
+
+def _queue_args(queue: MessageQueue | tuple[str, int], queue_id: int | None) -> tuple[str, int]:
+    if isinstance(queue, MessageQueue):
+        return queue.topic, queue.queue_id
+    if isinstance(queue, tuple):
+        return queue[0], int(queue[1])
+    if queue_id is None:
+        raise TypeError("pass a MessageQueue, a (topic, queue_id) tuple, or a topic and queue_id")
+    return queue, queue_id
+
+
+# --- pull consumer ------------------------------------------------------------------------------
+
+class PullConsumer:
+    """Pull queues at explicit offsets (RocketMQ's DefaultMQPullConsumer); offsets are the caller's to
+    keep, and ``commit`` stores them for the group on the broker."""
+
+    def __init__(self, endpoint: str, group: str, *, timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.endpoint = split_endpoints(endpoint)[0]
+        self.group = group
+        self._conn = Connection(self.endpoint, timeout)
+
+    def __enter__(self) -> PullConsumer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def queues(self, topic: str) -> list[MessageQueue]:
+        """The readable queues of ``topic`` (fetchSubscribeMessageQueues)."""
+        stats = self._conn.call("GetTopicStats", pb.GetTopicStatsRequest(topic=topic))
+        if not stats.topic.perm & 4:  # PermName.PERM_READ
+            return []
+        return [MessageQueue(topic, self.endpoint, q) for q in range(stats.topic.read_queue_nums)]
+
+    def offsets(self, topic: str) -> dict[int, tuple[int, int]]:
+        """``{queue_id: (min_offset, max_offset)}`` of ``topic``."""
+        stats = self._conn.call("GetTopicStats", pb.GetTopicStatsRequest(topic=topic))
+        return {q.queue_id: (q.min_offset, q.max_offset) for q in stats.queues}
+
+    def search_offset(self, topic: str, timestamp_ms: int) -> dict[int, int]:
+        """``{queue_id: first offset stored at or after timestamp_ms}`` (searchOffset)."""
+        try:
+            reply = self._conn.batch_read.ListQueues(
+                pb.ListQueuesRequest(topics=[topic], start_timestamp=max(timestamp_ms, 1)), timeout=self._conn.timeout)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e, self.endpoint) from None
+        return {q.queue_id: q.start_offset_by_time for q in reply.queues if q.topic == topic}
+
+    def pull(self, queue: MessageQueue | tuple[str, int] | str, offset: int, max_messages: int = 32,
+             expression: str = "*", *, queue_id: int | None = None, poll_timeout: float = 0.0, raw: bool = True,
+             commit_offset: int | None = None) -> PullResult:
+        """Messages of one queue from ``offset`` matching ``expression``. With ``poll_timeout`` (seconds) a
+        pull that finds nothing waits that long for a matching message (pullBlockIfNotFound)."""
+        topic, qid = _queue_args(queue, queue_id)
+        request = pb.PullRequest(consumer_group=self.group, topic=topic, queue_id=qid, offset=offset,
+                                 max_messages=max_messages, expression=expression,
+                                 poll_timeout_ms=int(poll_timeout * 1000), raw_records=raw)
+        if commit_offset is not None:
+            request.commit_offset = commit_offset
+        reply = self._conn.call("Pull", request, timeout=self._conn.timeout + poll_timeout)
+        return PullResult.from_proto(reply)
+
+    def commit(self, offsets: Mapping[MessageQueue | tuple[str, int], int]) -> None:
+        """Store the group's offsets (the next offset to consume) of many queues in one call."""
+        entries = []
+        for queue, offset in offsets.items():
+            topic, qid = _queue_args(queue, None)
+            entries.append(pb.OffsetEntry(topic=topic, queue_id=qid, offset=offset))
+        self._conn.call("CommitOffsets", pb.CommitOffsetsRequest(consumer_group=self.group, offsets=entries))
+
+    def committed(self, topic: str) -> dict[int, int]:
+        """``{queue_id: committed offset}`` of the group on ``topic`` (-1: none)."""
+        reply = self._conn.call("QueryOffsets", pb.QueryOffsetsRequest(consumer_group=self.group, topic=topic))
+        return {e.queue_id: e.offset for e in reply.offsets}
+
+
+# --- push consumer: the queue being consumed --------------------------------------------------
+
+class _ProcessQueue:
+    """RocketMQ's ProcessQueue: the messages of one queue pulled and not yet consumed.
+
+    Messages arrive in queue-offset order and are kept in an insertion-ordered dict, so its first key
+    is the smallest offset not yet consumed: the offset that is safe to commit.
+    """
+
+    def __init__(self, mq: MessageQueue, next_offset: int) -> None:
+        self.mq = mq
+        self.next_offset = next_offset  # where the next pull starts
+        self.lock = threading.Lock()
+        self.consume_lock = threading.Lock()  # orderly: one consumer thread at a time
+        self._msgs: dict[int, ReceivedMessage] = {}
+        self._consuming: dict[int, ReceivedMessage] = {}  # orderly: taken, not yet committed
+        self._pulled_to = next_offset  # every offset below this was pulled (consumed or filtered out)
+        self.consumed_offset = next_offset  # what to commit
+        self.committed_offset = -1  # what the broker holds, as far as we know
+        self.dropped = False
+        self.call: grpc.Future | None = None
+        self.orderly_task_running = False
+
+    @property
+    def count(self) -> int:
+        return len(self._msgs) + len(self._consuming)
+
+    def _safe_offset(self) -> int:
+        if self._consuming:
+            return next(iter(self._consuming))
+        if self._msgs:
+            return next(iter(self._msgs))
+        return self._pulled_to
+
+    def put(self, messages: Sequence[ReceivedMessage], next_begin_offset: int) -> None:
+        with self.lock:
+            for m in messages:
+                self._msgs[m.queue_offset] = m
+            self._pulled_to = max(self._pulled_to, next_begin_offset)
+            self.next_offset = next_begin_offset
+            self.consumed_offset = max(self.consumed_offset, self._safe_offset())
+
+    def remove(self, messages: Iterable[ReceivedMessage]) -> int:
+        """Messages consumed (concurrently): returns the offset now safe to commit."""
+        with self.lock:
+            for m in messages:
+                self._msgs.pop(m.queue_offset, None)
+            self.consumed_offset = max(self.consumed_offset, self._safe_offset())
+            return self.consumed_offset
+
+    def take(self, n: int) -> list[ReceivedMessage]:
+        """Orderly: the next ``n`` messages, moved aside until ``commit`` or ``put_back``."""
+        with self.lock:
+            keys = list(islice(self._msgs, n))
+            taken = [self._msgs.pop(k) for k in keys]
+            for m in taken:
+                self._consuming[m.queue_offset] = m
+            return taken
+
+    def commit(self) -> int:
+        with self.lock:
+            self._consuming.clear()
+            self.consumed_offset = max(self.consumed_offset, self._safe_offset())
+            return self.consumed_offset
+
+    def put_back(self) -> None:
+        with self.lock:
+            self._msgs = {**self._consuming, **self._msgs}
+            self._consuming.clear()
+
+    def reset(self, offset: int) -> None:
+        """OFFSET_ILLEGAL: continue from the offset the gateway suggests."""
+        with self.lock:
+            self._msgs.clear()
+            self._consuming.clear()
+            self.next_offset = self._pulled_to = self.consumed_offset = offset
+
+
+class _Scheduler:
+    """One thread running callables at a later time (pulls delayed by flow control or errors, reconsumes)."""
+
+    def __init__(self, name: str) -> None:
+        self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._seq = itertools.count()
+        self._cond = threading.Condition()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def call_later(self, delay: float, fn: Callable[[], None]) -> None:
+        with self._cond:
+            if self._stopped:
+                return
+            heapq.heappush(self._heap, (time.monotonic() + delay, next(self._seq), fn))
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._stopped:
+                    now = time.monotonic()
+                    if self._heap and self._heap[0][0] <= now:
+                        break
+                    self._cond.wait(self._heap[0][0] - now if self._heap else None)
+                if self._stopped:
+                    return
+                _, _, fn = heapq.heappop(self._heap)
+            try:
+                fn()
+            except Exception:
+                _log.exception("scheduled task failed")
+
+    def stop(self, timeout: float = 5.0) -> None:
+        with self._cond:
+            self._stopped = True
+            self._heap.clear()
+            self._cond.notify_all()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+
+
+@dataclass
+class _Subscription:
+    topic: str
+    expression: str
+    tags: frozenset[str] = field(default_factory=frozenset)
+
+    def matches(self, message: ReceivedMessage) -> bool:
+        return not self.tags or message.tags in self.tags
+
+
+# --- push consumer ------------------------------------------------------------------------------
+
+class PushConsumer:
+    """Subscribe, register a listener, start: the consumer pulls, calls the listener and commits offsets.
+
+    ``endpoints`` may name several gateways (brokers): each one's queues are shared among the group.
+    """
+
+    def __init__(
+        self,
+        endpoints: str | Sequence[str],
+        group: str,
+        listener: MessageListener | None = None,
+        *,
+        orderly: bool = False,
+        client_id: str | None = None,
+        message_model: MessageModel | str = MessageModel.CLUSTERING,
+        consume_from_where: ConsumeFromWhere | str = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
+        consume_timestamp: int | None = None,
+        consume_thread_nums: int = 20,
+        consume_message_batch_max_size: int = 1,
+        pull_batch_size: int = 32,
+        pull_threshold_for_queue: int = 1000,
+        poll_timeout: float = 15.0,
+        heartbeat_interval: float = 1.0,
+        rebalance_interval: float = 20.0,
+        persist_consumer_offset_interval: float = 5.0,
+        max_reconsume_times: int | None = None,
+        reconsume_later_delay: float = 5.0,
+        suspend_current_queue_time: float = 1.0,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> None:
+        self.endpoints = split_endpoints(endpoints if isinstance(endpoints, str) else list(endpoints))
+        self.group = group
+        self.client_id = client_id or _client_id()
+        self.orderly = orderly
+        self.message_model = MessageModel(message_model)
+        self.consume_from_where = ConsumeFromWhere(consume_from_where)
+        self.consume_timestamp = consume_timestamp if consume_timestamp is not None else \
+            int(time.time() * 1000) - 30 * 60 * 1000  # RocketMQ: half an hour ago
+        self.consume_thread_nums = consume_thread_nums
+        self.consume_message_batch_max_size = max(1, consume_message_batch_max_size)
+        self.pull_batch_size = pull_batch_size
+        self.pull_threshold_for_queue = pull_threshold_for_queue
+        self.poll_timeout = poll_timeout
+        self.heartbeat_interval = heartbeat_interval
+        self.rebalance_interval = rebalance_interval
+        self.persist_consumer_offset_interval = persist_consumer_offset_interval
+        # RocketMQ: 16 for concurrent consumption, unbounded (Integer.MAX_VALUE) for orderly.
+        self.max_reconsume_times = max_reconsume_times if max_reconsume_times is not None else (
+            2**31 - 1 if orderly else 16)
+        self.reconsume_later_delay = reconsume_later_delay
+        self.suspend_current_queue_time = suspend_current_queue_time
+        self._timeout = timeout
+        self._listener = listener
+        self._subscriptions: dict[str, _Subscription] = {}
+        self._conns = {e: Connection(e, timeout) for e in self.endpoints}
+        self._pqs: dict[MessageQueue, _ProcessQueue] = {}
+        self._pqs_lock = threading.Lock()
+        self._versions: dict[str, int] = {}
+        self._started = False
+        self._stopping = threading.Event()
+        self._wake = threading.Event()
+        self._executor: ThreadPoolExecutor | None = None
+        self._scheduler: _Scheduler | None = None
+        self._thread: threading.Thread | None = None
+        self._rebalances = 0
+        self._consumed = 0
+        self._stats_lock = threading.Lock()
+
+    # --- configuration ---------------------------------------------------------------------
+    def subscribe(self, topic: str, expression: str = "*") -> None:
+        """Consume ``topic``'s messages matching ``expression`` ("*" or "TagA || TagB")."""
+        try:
+            sub = parse_expression(expression)
+        except ValueError as e:
+            raise InvalidArgumentError(str(e), grpc.StatusCode.INVALID_ARGUMENT) from None
+        self._subscriptions[topic] = _Subscription(topic, expression or "*", sub.tags)
+        if self._started:
+            self._wake.set()
+
+    def unsubscribe(self, topic: str) -> None:
+        self._subscriptions.pop(topic, None)
+        if self._started:
+            self._wake.set()
+
+    def register_listener(self, listener: MessageListener) -> None:
+        self._listener = listener
+
+    # --- state -----------------------------------------------------------------------------
+    def assignment(self) -> list[MessageQueue]:
+        """The queues this consumer pulls now."""
+        with self._pqs_lock:
+            return sorted(mq for mq, pq in self._pqs.items() if not pq.dropped)
+
+    @property
+    def rebalance_count(self) -> int:
+        return self._rebalances
+
+    @property
+    def consumed_count(self) -> int:
+        """Messages the listener has accepted so far."""
+        return self._consumed
+
+    def wait_for_assignment(self, predicate: Callable[[list[MessageQueue]], bool], timeout: float) -> bool:
+        """Wait (up to ``timeout`` seconds) until ``predicate(assignment())`` holds."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate(self.assignment()):
+                return True
+            time.sleep(0.02)
+        return predicate(self.assignment())
+
+    # --- life cycle ------------------------------------------------------------------------
+    def __enter__(self) -> PushConsumer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.shutdown()
+
+    def start(self) -> None:
+        """Register with the group, take a share of the queues and start consuming. Raises the gateway's
+        error when the first heartbeat is refused (a bad group name, a bad expression)."""
+        if self._started:
+            return
+        if self._listener is None:
+            raise ValueError("register a listener before start()")
+        if not self._subscriptions:
+            raise ValueError("subscribe to a topic before start()")
+        self._executor = ThreadPoolExecutor(max_workers=self.consume_thread_nums,
+                                            thread_name_prefix=f"consume-{self.group}")
+        self._scheduler = _Scheduler(f"pull-scheduler-{self.group}")
+        self._started = True
+        try:
+            self._heartbeat()
+            self._rebalance()
+        except BaseException:
+            self._started = False
+            self._scheduler.stop()
+            self._executor.shutdown(wait=False)
+            raise
+        self._thread = threading.Thread(target=self._run, name=f"rebalance-{self.group}", daemon=True)
+        self._thread.start()
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        """Stop pulling, let the messages being consumed finish (up to ``timeout``), commit the offsets,
+        leave the group (its other members take the queues over at once) and close the channels."""
+        if not self._started or self._stopping.is_set():
+            return
+        self._stopping.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        with self._pqs_lock:
+            pqs = list(self._pqs.values())
+        for pq in pqs:
+            self._cancel_pull(pq)
+        assert self._executor is not None and self._scheduler is not None
+        self._scheduler.stop()
+        # Messages not yet handed to the listener stay unconsumed: the offset stays below them.
+        waiter = threading.Thread(target=self._executor.shutdown, kwargs={"wait": True, "cancel_futures": True},
+                                  daemon=True)
+        waiter.start()
+        waiter.join(timeout)
+        for pq in pqs:
+            pq.dropped = True
+        try:
+            self._persist(pqs)
+        except ClientError as e:
+            _log.warning("offsets not committed at shutdown", group=self.group, error=str(e))
+        if self.message_model == MessageModel.CLUSTERING:
+            for conn in self._conns.values():
+                try:
+                    conn.call("Unregister", pb.UnregisterRequest(client_id=self.client_id, consumer_group=self.group),
+                              timeout=min(self._timeout, 5.0))
+                except ClientError as e:
+                    _log.warning("unregister failed", group=self.group, endpoint=conn.endpoint, error=str(e))
+        for conn in self._conns.values():
+            conn.close()
+
+    # --- heartbeat and re-balance ----------------------------------------------------------
+    def _run(self) -> None:
+        next_rebalance = time.monotonic() + self.rebalance_interval
+        next_persist = time.monotonic() + self.persist_consumer_offset_interval
+        while not self._stopping.is_set():
+            self._wake.wait(self.heartbeat_interval)
+            woken = self._wake.is_set()
+            self._wake.clear()
+            if self._stopping.is_set():
+                return
+            try:
+                changed = self._heartbeat()
+                now = time.monotonic()
+                if changed or woken or now >= next_rebalance:
+                    self._rebalance()
+                    next_rebalance = now + self.rebalance_interval
+                if now >= next_persist:
+                    with self._pqs_lock:
+                        pqs = list(self._pqs.values())
+                    self._persist(pqs)
+                    next_persist = now + self.persist_consumer_offset_interval
+            except ClientError as e:
+                _log.warning("heartbeat or re-balance failed", group=self.group, error=str(e))
+            except Exception:
+                _log.exception("re-balance failed", group=self.group)
+
+    def _heartbeat(self) -> bool:
+        """Heartbeat every gateway; True when a group's membership changed since the last one."""
+        subs = [pb.SubscriptionEntry(topic=s.topic, expression=s.expression) for s in self._subscriptions.values()]
+        changed = False
+        for endpoint, conn in self._conns.items():
+            reply = conn.call("Heartbeat", pb.HeartbeatRequest(
+                client_id=self.client_id, consumer_group=self.group, subscriptions=subs,
+                consume_type="CONSUME_PASSIVELY", message_model=self.message_model.value))
+            if self._versions.get(endpoint) != reply.group_version:
+                self._versions[endpoint] = reply.group_version
+                changed = True
+        return changed
+
+    def _rebalance(self) -> None:
+        """Take this consumer's share of every subscribed topic's queues; drop the queues it lost."""
+        wanted: dict[MessageQueue, _Subscription] = {}
+        for sub in list(self._subscriptions.values()):
+            for endpoint, conn in self._conns.items():
+                if self.message_model == MessageModel.BROADCASTING:
+                    stats = conn.call("GetTopicStats", pb.GetTopicStatsRequest(topic=sub.topic))
+                    ids: Iterable[int] = range(stats.topic.read_queue_nums)
+                else:
+                    reply = conn.call("GetAssignment", pb.GetAssignmentRequest(
+                        consumer_group=self.group, client_id=self.client_id, topic=sub.topic))
+                    ids = reply.queue_ids
+                for qid in ids:
+                    wanted[MessageQueue(sub.topic, endpoint, qid)] = sub
+        with self._pqs_lock:
+            removed = [pq for mq, pq in self._pqs.items() if mq not in wanted]
+            for pq in removed:
+                pq.dropped = True
+                del self._pqs[pq.mq]
+            added = [mq for mq in wanted if mq not in self._pqs]
+        for pq in removed:
+            self._cancel_pull(pq)
+        if removed:
+            try:
+                self._persist(removed)
+            except ClientError as e:
+                _log.warning("offsets of dropped queues not committed", group=self.group, error=str(e))
+        starts = self._start_offsets(added)
+        for mq in sorted(added):
+            pq = _ProcessQueue(mq, starts[mq])
+            pq.committed_offset = starts[mq] if self.message_model == MessageModel.CLUSTERING else -1
+            with self._pqs_lock:
+                if self._stopping.is_set():
+                    return
+                self._pqs[mq] = pq
+            self._pull(pq, wanted[mq])
+        if removed or added:
+            self._rebalances += 1
+            _log.info("re-balanced", group=self.group, client_id=self.client_id,
+                      queues=[str(mq) for mq in self.assignment()], added=len(added), removed=len(removed))
+
+    def _start_offsets(self, queues: Sequence[MessageQueue]) -> dict[MessageQueue, int]:
+        """computePullFromWhere: the committed offset, else per consume_from_where."""
+        out: dict[MessageQueue, int] = {}
+        by_topic: dict[tuple[str, str], list[MessageQueue]] = {}
+        for mq in queues:
+            by_topic.setdefault((mq.broker, mq.topic), []).append(mq)
+        for (endpoint, topic), mqs in by_topic.items():
+            conn = self._conns[endpoint]
+            committed: dict[int, int] = {}
+            if self.message_model == MessageModel.CLUSTERING:
+                reply = conn.call("QueryOffsets", pb.QueryOffsetsRequest(consumer_group=self.group, topic=topic))
+                committed = {e.queue_id: e.offset for e in reply.offsets}
+            missing = [mq for mq in mqs if committed.get(mq.queue_id, -1) < 0]
+            fallback: dict[int, int] = {}
+            if missing:
+                if self.consume_from_where == ConsumeFromWhere.CONSUME_FROM_TIMESTAMP:
+                    try:
+                        reply = conn.batch_read.ListQueues(pb.ListQueuesRequest(
+                            topics=[topic], start_timestamp=max(self.consume_timestamp, 1)), timeout=self._timeout)
+                    except grpc.RpcError as e:
+                        raise from_rpc_error(e, endpoint) from None
+                    fallback = {q.queue_id: q.start_offset_by_time for q in reply.queues}
+                else:
+                    stats = conn.call("GetTopicStats", pb.GetTopicStatsRequest(topic=topic))
+                    first = self.consume_from_where == ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
+                    fallback = {q.queue_id: q.min_offset if first else q.max_offset for q in stats.queues}
+            for mq in mqs:
+                offset = committed.get(mq.queue_id, -1)
+                out[mq] = offset if offset >= 0 else fallback.get(mq.queue_id, 0)
+        return out
+
+    def _persist(self, pqs: Iterable[_ProcessQueue]) -> None:
+        """Commit the offsets that moved since the last commit (one call per gateway)."""
+        if self.message_model != MessageModel.CLUSTERING:
+            return
+        by_endpoint: dict[str, list[tuple[_ProcessQueue, int]]] = {}
+        for pq in pqs:
+            offset = pq.consumed_offset
+            if offset > pq.committed_offset:
+                by_endpoint.setdefault(pq.mq.broker, []).append((pq, offset))
+        for endpoint, items in by_endpoint.items():
+            self._conns[endpoint].call("CommitOffsets", pb.CommitOffsetsRequest(
+                consumer_group=self.group,
+                offsets=[pb.OffsetEntry(topic=pq.mq.topic, queue_id=pq.mq.queue_id, offset=o) for pq, o in items]))
+            for pq, offset in items:
+                pq.committed_offset = max(pq.committed_offset, offset)
+
+    # --- pulling ---------------------------------------------------------------------------
+    def _cancel_pull(self, pq: _ProcessQueue) -> None:
+        call = pq.call
+        if call is not None:
+            call.cancel()
+
+    def _pull_later(self, pq: _ProcessQueue, sub: _Subscription, delay: float) -> None:
+        if self._scheduler is not None and not pq.dropped and not self._stopping.is_set():
+            self._scheduler.call_later(delay, lambda: self._pull(pq, sub))
+
+    def _pull(self, pq: _ProcessQueue, sub: _Subscription) -> None:
+        if pq.dropped or self._stopping.is_set():
+            return
+        if pq.count >= self.pull_threshold_for_queue:  # flow control: let the listener catch up
+            self._pull_later(pq, sub, PULL_DELAY_ON_FLOW_CONTROL)
+            return
+        request = pb.PullRequest(consumer_group=self.group, topic=pq.mq.topic, queue_id=pq.mq.queue_id,
+                                 offset=pq.next_offset, max_messages=self.pull_batch_size, expression=sub.expression,
+                                 poll_timeout_ms=int(self.poll_timeout * 1000), raw_records=True)
+        if self.message_model == MessageModel.CLUSTERING and pq.consumed_offset > pq.committed_offset:
+            request.commit_offset = pq.consumed_offset  # RocketMQ's pull carries the commit offset
+            committing = pq.consumed_offset
+        else:
+            committing = -1
+        try:
+            call = self._conns[pq.mq.broker].gateway.Pull.future(request, timeout=self.poll_timeout + PULL_RPC_SLACK)
+        except (ValueError, RuntimeError):  # the channel closed under us: shutting down
+            return
+        pq.call = call
+        call.add_done_callback(lambda f: self._pulled(pq, sub, f, committing))
+
+    def _pulled(self, pq: _ProcessQueue, sub: _Subscription, f: grpc.Future, committing: int) -> None:
+        pq.call = None
+        if f.cancelled() or pq.dropped or self._stopping.is_set():
+            return
+        try:
+            result = PullResult.from_proto(f.result())
+        except grpc.RpcError as e:
+            err = from_rpc_error(e, pq.mq.broker)
+            if err.code != grpc.StatusCode.CANCELLED:
+                _log.warning("pull failed", queue=str(pq.mq), offset=pq.next_offset, error=str(err))
+            self._pull_later(pq, sub, PULL_DELAY_ON_ERROR)
+            return
+        except Exception:
+            _log.exception("pull result not decoded", queue=str(pq.mq), offset=pq.next_offset)
+            self._pull_later(pq, sub, PULL_DELAY_ON_ERROR)
+            return
+        if committing >= 0:
+            pq.committed_offset = max(pq.committed_offset, committing)
+        if result.status == PullStatus.FOUND:
+            messages = [m for m in result.messages if sub.matches(m)]  # the store filters by tag hash only
+            pq.put(messages, result.next_begin_offset)
+            if messages:
+                self._submit(pq, messages)
+        elif result.status == PullStatus.OFFSET_ILLEGAL:
+            _log.warning("offset illegal; continuing at the gateway's next offset", queue=str(pq.mq),
+                         offset=pq.next_offset, next_offset=result.next_begin_offset)
+            pq.reset(result.next_begin_offset)
+        else:
+            pq.put((), result.next_begin_offset)
+        self._pull(pq, sub)
+
+    # --- consuming -------------------------------------------------------------------------
+    def _submit(self, pq: _ProcessQueue, messages: list[ReceivedMessage]) -> None:
+        assert self._executor is not None
+        try:
+            if self.orderly:
+                with pq.lock:
+                    if pq.orderly_task_running:
+                        return
+                    pq.orderly_task_running = True
+                self._executor.submit(self._consume_orderly, pq)
+            else:
+                n = self.consume_message_batch_max_size
+                for i in range(0, len(messages), n):
+                    self._executor.submit(self._consume_concurrently, pq, messages[i:i + n])
+        except RuntimeError:  # the executor is shut down: we are stopping
+            pass
+
+    def _call_listener(self, pq: _ProcessQueue, messages: list[ReceivedMessage], context: ConsumeContext) -> Any:
+        assert self._listener is not None
+        try:
+            return self._listener(messages, context)
+        except Exception:
+            _log.exception("listener failed; the messages will be consumed again", queue=str(pq.mq),
+                           offsets=[m.queue_offset for m in messages])
+            return _FAILED
+
+    def _consume_concurrently(self, pq: _ProcessQueue, messages: list[ReceivedMessage]) -> None:
+        if pq.dropped:
+            return
+        status = self._call_listener(pq, messages, ConsumeContext(pq.mq))
+        if pq.dropped:  # re-balanced away meanwhile: the new owner consumes from the committed offset
+            return
+        if status is None or status == ConsumeStatus.CONSUME_SUCCESS:
+            with self._stats_lock:
+                self._consumed += len(messages)
+            pq.remove(messages)
+            return
+        # RECONSUME_LATER (or a failure): the messages stay in the queue, so the offset waits for them.
+        retry = [m for m in messages if m.reconsume_times < self.max_reconsume_times]
+        given_up = [m for m in messages if m.reconsume_times >= self.max_reconsume_times]
+        if given_up:
+            _log.error("message not consumed after max reconsume times; skipped", queue=str(pq.mq),
+                       offsets=[m.queue_offset for m in given_up], max_reconsume_times=self.max_reconsume_times)
+            pq.remove(given_up)
+        for m in retry:
+            m.reconsume_times += 1
+        if retry and self._scheduler is not None:
+            self._scheduler.call_later(self.reconsume_later_delay, lambda: self._resubmit(pq, retry))
+
+    def _resubmit(self, pq: _ProcessQueue, messages: list[ReceivedMessage]) -> None:
+        if pq.dropped or self._executor is None:
+            return
+        try:
+            self._executor.submit(self._consume_concurrently, pq, messages)
+        except RuntimeError:
+            pass
+
+    def _consume_orderly(self, pq: _ProcessQueue) -> None:
+        """Consume a queue's messages in order, one batch at a time; one such task per queue."""
+        suspend = False
+        delay = self.suspend_current_queue_time
+        try:
+            with pq.consume_lock:
+                started = time.monotonic()
+                while not pq.dropped and not self._stopping.is_set():
+                    messages = pq.take(self.consume_message_batch_max_size)
+                    if not messages:
+                        break
+                    context = ConsumeContext(pq.mq, self.suspend_current_queue_time)
+                    status = self._call_listener(pq, messages, context)
+                    if pq.dropped:
+                        return
+                    if status is None or status == ConsumeOrderlyStatus.SUCCESS \
+                            or status == ConsumeStatus.CONSUME_SUCCESS:
+                        with self._stats_lock:
+                            self._consumed += len(messages)
+                        pq.commit()
+                        if time.monotonic() - started > 60.0:  # MAX_TIME_CONSUME_CONTINUOUSLY: let others in
+                            suspend, delay = True, 0.01
+                            break
+                        continue
+                    if any(m.reconsume_times >= self.max_reconsume_times for m in messages):
+                        _log.error("orderly message not consumed after max reconsume times; skipped",
+                                   queue=str(pq.mq), offsets=[m.queue_offset for m in messages])
+                        pq.commit()
+                        continue
+                    for m in messages:
+                        m.reconsume_times += 1
+                    pq.put_back()
+                    suspend, delay = True, context.suspend_current_queue_time
+                    break
+        finally:
+            with pq.lock:
+                pq.orderly_task_running = False
+        if pq.dropped or self._stopping.is_set():
+            return
+        if suspend and self._scheduler is not None:
+            self._scheduler.call_later(delay, lambda: self._resume_orderly(pq))
+        elif pq.count:
+            self._resume_orderly(pq)
+
+    def _resume_orderly(self, pq: _ProcessQueue) -> None:
+        if pq.dropped or self._executor is None:
+            return
+        with pq.lock:
+            if pq.orderly_task_running:
+                return
+            pq.orderly_task_running = True
+        try:
+            self._executor.submit(self._consume_orderly, pq)
+        except RuntimeError:
+            with pq.lock:
+                pq.orderly_task_running = False
+
+
+_FAILED = object()  # a listener that raised: consumed again later

@@ -1,0 +1,350 @@
+"""``rocketstore up``: the embedded broker. Every service as its own process on loopback, one data directory.
+
+Start order follows the data flow: commitlog (owns the CommitLog), index (reads it), dispatcher (feeds
+the index from the CommitLog), gateway (talks to commitlog and index). Each must report SERVING on the
+standard gRPC health service before the next starts. Then the launcher supervises: a service that dies is
+started again on the same port, after a back-off that doubles while it keeps dying (0.5 s up to 30 s,
+reset once it has stayed up for a minute). SIGINT (Ctrl-C) or SIGTERM stops the services in reverse
+order, each with SIGTERM (its own clean stop: drain, flush, checkpoint) and SIGKILL only past a timeout.
+
+The children run in their own session so a Ctrl-C in the terminal reaches only the launcher, which then
+stops them in order; and they get SIGTERM if the launcher itself dies (PR_SET_PDEATHSIG on Linux), so a
+killed launcher leaves nothing running.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+__all__ = ["SERVICE_ORDER", "Launcher", "LaunchError", "ManagedService", "free_port", "run_up"]
+
+SERVICE_ORDER = ("commitlog", "index", "dispatcher", "gateway")
+PEERS: dict[str, tuple[str, ...]] = {
+    "commitlog": (),
+    "index": ("commitlog",),
+    "dispatcher": ("commitlog", "index"),
+    "gateway": ("commitlog", "index"),
+}
+START_TIMEOUT = 60.0  # seconds for one service to report SERVING
+STOP_TIMEOUT = 30.0  # seconds for one service to exit after SIGTERM before SIGKILL
+BACKOFF_INITIAL = 0.5
+BACKOFF_MAX = 30.0
+STABLE_AFTER = 60.0  # a service up this long is healthy again: its back-off starts over
+_PR_SET_PDEATHSIG = 1
+
+
+class LaunchError(RuntimeError):
+    """A service did not come up; the message says which and ends with its log's last lines."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nobody listens on right now."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """Ask Linux to SIGTERM this child when the launcher dies, so nothing is left running."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
+
+
+@dataclass
+class ManagedService:
+    """One ``rocketstore serve <name>`` child process."""
+
+    name: str
+    port: int
+    command: list[str]
+    log_path: Path
+    host: str = "127.0.0.1"
+    proc: subprocess.Popen[bytes] | None = None
+    started_at: float = 0.0
+    restarts: int = 0
+    backoff: float = BACKOFF_INITIAL
+    restart_at: float | None = None
+    exit_codes: list[int] = field(default_factory=list)
+
+    @property
+    def endpoint(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                self.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                start_new_session=True, preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+        self.started_at = time.monotonic()
+
+    def wait_serving(self, timeout: float, stop_requested: Callable[[], bool] = lambda: False) -> None:
+        """Poll the health service until SERVING; LaunchError when the process exits or time runs out."""
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout
+        last = "no answer yet"
+        with grpc.insecure_channel(self.endpoint) as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            while time.monotonic() < deadline:
+                if stop_requested():
+                    raise LaunchError(f"stopped while waiting for {self.name}")
+                if self.proc.poll() is not None:
+                    raise LaunchError(f"{self.name} exited with code {self.proc.returncode} before serving "
+                                      f"(log: {self.log_path}):\n{self.log_tail()}")
+                try:
+                    reply = health.Check(health_pb2.HealthCheckRequest(service=""), timeout=1.0)
+                    if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                        return
+                    last = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+                except grpc.RpcError as e:
+                    last = e.code().name
+                time.sleep(0.05)
+        raise LaunchError(f"{self.name} did not report SERVING on {self.endpoint} within {timeout:.0f} s "
+                          f"(last: {last}; log: {self.log_path}):\n{self.log_tail()}")
+
+    def stop(self, timeout: float = STOP_TIMEOUT) -> int | None:
+        """SIGTERM, wait up to ``timeout``, then SIGKILL; returns the exit code (None if not running)."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(STOP_TIMEOUT)
+        return self.proc.returncode
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+
+class Launcher:
+    """Starts, supervises and stops the four services over one data directory."""
+
+    def __init__(
+        self,
+        data_dir: str | None = None,
+        config: str | None = None,
+        port: int = 8081,
+        *,
+        host: str = "127.0.0.1",
+        settings: Sequence[tuple[str, str]] = (),
+        log_dir: str | None = None,
+        log_level: str = "info",
+        ports: dict[str, int] | None = None,
+        out: TextIO | None = None,
+        start_timeout: float = START_TIMEOUT,
+        stop_timeout: float = STOP_TIMEOUT,
+        backoff_initial: float = BACKOFF_INITIAL,
+        backoff_max: float = BACKOFF_MAX,
+    ) -> None:
+        self.data_dir = data_dir
+        self.config = config
+        self.host = host
+        self.out = out or sys.stdout
+        self.start_timeout = start_timeout
+        self.stop_timeout = stop_timeout
+        self.backoff_initial = backoff_initial
+        self.backoff_max = backoff_max
+        self._stop = threading.Event()
+        self.store_dir = Path(self._store_root())
+        logs = Path(log_dir) if log_dir else self.store_dir / "logs"
+        chosen = dict(ports or {})
+        chosen["gateway"] = port or chosen.get("gateway") or free_port(host)
+        for name in SERVICE_ORDER:
+            if not chosen.get(name):
+                chosen[name] = free_port(host)
+        # Ports the launcher picked itself may be taken by someone else between the pick and the bind:
+        # such a service is started again on another port (the gateway's port is the user's to choose).
+        self._picked = {name for name in SERVICE_ORDER if name != "gateway" and not (ports or {}).get(name)}
+        self._log_level = log_level
+        self._settings = list(settings)
+        self.services: dict[str, ManagedService] = {}
+        for name in SERVICE_ORDER:
+            self.services[name] = ManagedService(name, chosen[name], [], logs / f"{name}.log", host)
+        for name in SERVICE_ORDER:
+            self.services[name].command = self._command(name)
+
+    def _command(self, name: str) -> list[str]:
+        """``rocketstore serve <name>`` with the services' current ports."""
+        cmd = [sys.executable, "-m", "rocketstore", "serve", name, "--host", self.host, "--port",
+               str(self.services[name].port), "--log-level", self._log_level]
+        if self.data_dir is not None:
+            cmd += ["--data-dir", self.data_dir]
+        if self.config is not None:
+            cmd += ["--config", self.config]
+        for key, value in self._settings:
+            cmd += ["--set", f"{key}={value}"]
+        for peer in PEERS[name]:
+            cmd += [f"--{peer}", self.services[peer].endpoint]
+        return cmd
+
+    def _port_taken(self, port: int) -> bool:
+        try:
+            with socket.socket() as s:
+                s.bind((self.host, port))
+            return False
+        except OSError:
+            return True
+
+    def _store_root(self) -> str:
+        if self.data_dir is not None:
+            return os.path.abspath(self.data_dir)
+        from rocketstore.settings import load_settings
+
+        return os.path.abspath(load_settings(self.config, {}, os.environ).store_path_root_dir)
+
+    @property
+    def gateway_endpoint(self) -> str:
+        return self.services["gateway"].endpoint
+
+    def say(self, text: str) -> None:
+        print(text, file=self.out, flush=True)
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    @property
+    def stop_requested(self) -> bool:
+        return self._stop.is_set()
+
+    # --- start -----------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start every service in order, each SERVING before the next; on failure stop what started and
+        raise LaunchError."""
+        t0 = time.monotonic()
+        self.say(f"rocketstore up: store {self.store_dir}, logs {self.services['gateway'].log_path.parent}")
+        try:
+            for i, name in enumerate(SERVICE_ORDER):
+                svc = self.services[name]
+                for attempt in range(3):
+                    svc.start()
+                    try:
+                        svc.wait_serving(self.start_timeout, lambda: self._stop.is_set())
+                        break
+                    except LaunchError:
+                        if self._stop.is_set() or attempt == 2 or name not in self._picked \
+                                or svc.running or not self._port_taken(svc.port):
+                            raise
+                    svc.port = free_port(self.host)  # lost the port we picked: take another one
+                    for later in SERVICE_ORDER[i:]:
+                        self.services[later].command = self._command(later)
+                self.say(f"  {name:<11} {svc.endpoint:<21} pid {svc.pid:<8} SERVING")
+        except BaseException:
+            self.stop()
+            raise
+        self.say(f"ready in {time.monotonic() - t0:.1f} s: clients use the gateway at {self.gateway_endpoint} "
+                 f"(grpcurl -plaintext {self.gateway_endpoint} list); Ctrl-C stops everything")
+
+    # --- supervise -------------------------------------------------------------------------
+    def supervise_once(self) -> None:
+        """Notice dead services and restart those whose back-off has passed."""
+        now = time.monotonic()
+        for name in SERVICE_ORDER:
+            if self._stop.is_set():
+                return
+            svc = self.services[name]
+            if svc.proc is None:
+                continue
+            if svc.restart_at is None:
+                code = svc.proc.poll()
+                if code is None:
+                    if now - svc.started_at > STABLE_AFTER:
+                        svc.backoff = self.backoff_initial
+                    continue
+                svc.exit_codes.append(code)
+                if now - svc.started_at > STABLE_AFTER:
+                    svc.backoff = self.backoff_initial
+                svc.restart_at = now + svc.backoff
+                self.say(f"{name} (pid {svc.pid}) exited with code {code}; restarting in {svc.backoff:.1f} s")
+                svc.backoff = min(svc.backoff * 2, self.backoff_max)
+            elif now >= svc.restart_at:
+                svc.restart_at = None
+                svc.restarts += 1
+                svc.start()
+                try:
+                    svc.wait_serving(self.start_timeout, lambda: self._stop.is_set())
+                except LaunchError as e:
+                    if self._stop.is_set():
+                        return
+                    self.say(f"{name} did not come back: {e}".splitlines()[0])
+                    continue  # it exited (next poll schedules another try) or hangs (stopped at shutdown)
+                self.say(f"  {name:<11} {svc.endpoint:<21} pid {svc.pid:<8} SERVING again (restart {svc.restarts})")
+
+    # --- stop ------------------------------------------------------------------------------
+    def stop(self) -> bool:
+        """Stop the services in reverse start order; True when each that ran exited cleanly (code 0)."""
+        clean = True
+        for name in reversed(SERVICE_ORDER):
+            svc = self.services[name]
+            if not svc.running:
+                continue
+            code = svc.stop(self.stop_timeout)
+            self.say(f"  stopped {name} (exit code {code})")
+            clean = clean and code == 0
+        return clean
+
+    def run(self, install_signals: bool = True) -> int:
+        """Start, supervise until SIGINT/SIGTERM, stop; returns the exit code (0 after a clean stop)."""
+        previous: dict[int, object] = {}
+        if install_signals:
+            def handle(signum: int, _frame: object) -> None:
+                self._stop.set()
+
+            previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            try:
+                self.start()
+            except LaunchError as e:
+                if self._stop.is_set():
+                    self.say("stopped before every service was up")
+                    return 0
+                print(f"rocketstore up: {e}", file=sys.stderr, flush=True)
+                return 1
+            while not self._stop.wait(0.2):
+                self.supervise_once()
+            self.say("stopping (gateway, dispatcher, index, commitlog)")
+            clean = self.stop()
+            self.say("stopped cleanly" if clean else "stopped; a service did not exit cleanly (see its log)")
+            return 0 if clean else 1
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)  # type: ignore[arg-type]
+
+
+def run_up(data_dir: str | None, config: str | None, port: int, *, host: str = "127.0.0.1",
+           settings: Sequence[tuple[str, str]] = (), log_dir: str | None = None, log_level: str = "info") -> int:
+    """``rocketstore up``: the embedded broker in the foreground until Ctrl-C or SIGTERM."""
+    launcher = Launcher(data_dir, config, port, host=host, settings=settings, log_dir=log_dir, log_level=log_level)
+    return launcher.run()

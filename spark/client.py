@@ -1,0 +1,142 @@
+"""The gateway calls the data source makes, with errors a Spark user can act on.
+
+Channels are cached per process (Spark reuses its Python workers across tasks) and never shared across a
+fork. Every failure becomes a ``GatewayError`` whose message names the endpoint, what was being done and
+what to check; a read stream that breaks is resumed from the last offset it delivered.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator, Sequence
+
+import grpc
+
+from rocketstore.v1 import gateway_pb2 as pb
+from rocketstore.v1 import gateway_pb2_grpc as pb_grpc
+
+from .planning import QueueInfo
+
+__all__ = ["GatewayError", "batch_read_stub", "describe_error", "gateway_stub", "list_queues", "read_queue"]
+
+_OPTIONS = [
+    # A batch of thousands of records is several MiB; the server bounds what it sends.
+    ("grpc.max_receive_message_length", -1),
+    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+]
+_RESUME_ATTEMPTS = 5
+
+_lock = threading.Lock()
+_channels: dict[str, grpc.Channel] = {}
+_pid = os.getpid()
+
+
+class GatewayError(RuntimeError):
+    """A gateway call failed; the message says why and what to check."""
+
+    def __init__(self, message: str, code: grpc.StatusCode | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def channel(endpoint: str) -> grpc.Channel:
+    global _pid
+    with _lock:
+        if os.getpid() != _pid:  # a forked worker: the parent's channels are not usable here
+            _channels.clear()
+            _pid = os.getpid()
+        ch = _channels.get(endpoint)
+        if ch is None:
+            ch = _channels[endpoint] = grpc.insecure_channel(endpoint, options=_OPTIONS)
+        return ch
+
+
+def batch_read_stub(endpoint: str) -> pb_grpc.BatchReadStub:
+    return pb_grpc.BatchReadStub(channel(endpoint))
+
+
+def gateway_stub(endpoint: str) -> pb_grpc.GatewayStub:
+    return pb_grpc.GatewayStub(channel(endpoint))
+
+
+def describe_error(e: grpc.RpcError, endpoint: str, doing: str, timeout_ms: int | None = None) -> GatewayError:
+    code: grpc.StatusCode = e.code()  # type: ignore[attr-defined]
+    details: str = e.details() or ""  # type: ignore[attr-defined]
+    if code == grpc.StatusCode.UNAVAILABLE and ("connect" in details.lower() or "resolve" in details.lower()
+                                                or "dns" in details.lower()):
+        msg = (f"cannot reach the rocketstore gateway at {endpoint} to {doing} ({details}). Check the 'endpoint' "
+               "option: it is the HOST:PORT of `rocketstore serve gateway` (8081 by default), and the gateway must "
+               "be running and reachable from the Spark driver and executors")
+    elif code == grpc.StatusCode.UNAVAILABLE:
+        msg = f"the rocketstore gateway at {endpoint} could not {doing}: {details} (a service behind it is down?)"
+    elif code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        limit = f" within {timeout_ms} ms (option 'timeoutMs')" if timeout_ms else ""
+        msg = f"the rocketstore gateway at {endpoint} did not answer{limit} when asked to {doing}"
+    elif code == grpc.StatusCode.UNIMPLEMENTED:
+        msg = (f"{endpoint} does not serve rocketstore.v1.BatchRead/Gateway ({details}); is it the gateway's port "
+               "and not the port of the commitlog or index service?")
+    else:
+        msg = f"the rocketstore gateway at {endpoint} refused to {doing}: {code.name}: {details}"
+    return GatewayError(msg, code)
+
+
+def list_queues(endpoint: str, topics: Sequence[str], pattern: str | None, start_timestamp: int | None,
+                end_timestamp: int | None, timeout_ms: int) -> list[QueueInfo]:
+    """The queues to read, with their offsets (and offsets by time when the times are given)."""
+    request = pb.ListQueuesRequest(topics=list(topics), topic_pattern=pattern or "",
+                                   start_timestamp=start_timestamp or 0, end_timestamp=end_timestamp or 0)
+    what = f"list the queues of {'topics matching ' + repr(pattern) if pattern else ', '.join(map(repr, topics))}"
+    try:
+        response = batch_read_stub(endpoint).ListQueues(request, timeout=timeout_ms / 1000)
+    except grpc.RpcError as e:
+        raise describe_error(e, endpoint, what, timeout_ms) from None
+    out = []
+    for q in response.queues:
+        out.append(QueueInfo(q.topic, q.queue_id, q.min_offset, q.max_offset,
+                             q.start_offset_by_time if start_timestamp else None,
+                             q.end_offset_by_time if end_timestamp else None))
+    listed = {q.topic for q in out}
+    missing = [t for t in topics if t not in listed]
+    if missing:  # a gateway that answers an unknown topic with no queues rather than NOT_FOUND
+        raise GatewayError(f"the rocketstore gateway at {endpoint} knows no topic {', '.join(map(repr, missing))}",
+                           grpc.StatusCode.NOT_FOUND)
+    return out
+
+
+def read_queue(endpoint: str, topic: str, queue_id: int, start: int, end: int, expression: str = "*",
+               batch_messages: int = 4096) -> Iterator[pb.RecordBatch]:
+    """The record batches of ``topic``/``queue_id`` in ``[start, end)``. A broken stream is resumed where it
+    stopped (a few times, with back-off); a batch too large for one response is asked for in halves."""
+    stub = batch_read_stub(endpoint)
+    offset, failures = start, 0
+    while offset < end:
+        request = pb.BatchReadRequest(topic=topic, queue_id=queue_id, start_offset=offset, end_offset=end,
+                                      expression=expression, batch_messages=batch_messages)
+        stream = stub.ReadQueue(request)
+        try:
+            for batch in stream:
+                failures = 0
+                if batch.next_offset <= offset:
+                    raise GatewayError(f"the gateway at {endpoint} did not advance reading {topic}/{queue_id} at "
+                                       f"offset {offset} (next offset {batch.next_offset})")
+                offset = batch.next_offset
+                yield batch
+                if offset >= end:
+                    break
+            else:
+                return  # the server ended the stream: nothing more up to ``end``
+        except grpc.RpcError as e:
+            code = e.code()  # type: ignore[attr-defined]
+            if code == grpc.StatusCode.RESOURCE_EXHAUSTED and batch_messages > 1:
+                batch_messages = max(1, batch_messages // 2)
+                continue
+            failures += 1
+            if code not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL) or failures > _RESUME_ATTEMPTS:
+                raise describe_error(e, endpoint, f"read {topic}/{queue_id} from offset {offset}") from None
+            time.sleep(min(0.2 * 2 ** failures, 5.0))
+        finally:
+            stream.cancel()

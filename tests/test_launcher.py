@@ -1,0 +1,361 @@
+"""``rocketstore up``: the four services start in order and report SERVING, a service that dies is started
+again, and SIGTERM or SIGINT stops them in reverse order with exit code 0.
+
+``UpProcess`` (used by the client, CLI and grpcurl tests too) runs the installed ``rocketstore up`` on a
+fresh data directory and a free gateway port, and reads the endpoints and pids it prints.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from rocketstore.launcher import SERVICE_ORDER, ManagedService
+
+START_TIMEOUT = 240.0  # seconds for `rocketstore up` to print "ready" (4 services, a loaded CI machine)
+STOP_TIMEOUT = 60.0  # seconds for it to exit after SIGTERM / SIGINT
+RPC_TIMEOUT = 10.0
+
+# Small files: tests stay light on disk.
+UP_SETTINGS: dict[str, str] = {
+    "mapedFileSizeCommitLog": str(16 * 1024 * 1024),
+    "mapedFileSizeConsumeQueue": str(20 * 10_000),
+    "flushIntervalConsumeQueue": "100",
+}
+
+_SERVICE_LINE = re.compile(r"^\s+(\w+)\s+(\S+:\d+)\s+pid (\d+)\s+SERVING")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def rocketstore_exe() -> str:
+    exe = shutil.which("rocketstore")
+    if exe is None:
+        pytest.fail("the `rocketstore` console command is not installed: run `pip install -e .` first")
+    return exe
+
+
+def clean_environ() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("ROCKETSTORE_")}
+
+
+class UpProcess:
+    """One ``rocketstore up`` in the foreground of a child process; its output is collected line by line."""
+
+    def __init__(self, data_dir: Path | None, settings: Mapping[str, str] | None = None, port: int | None = None,
+                 config: Path | None = None) -> None:
+        self.data_dir = data_dir
+        self.config = config
+        self.port = port or free_port()
+        self.endpoint = f"127.0.0.1:{self.port}"
+        self.settings = {**UP_SETTINGS, **(settings or {})}
+        self.proc: subprocess.Popen[str] | None = None
+        self.lines: list[str] = []
+        self._cond = threading.Condition()
+        self._reader: threading.Thread | None = None
+
+    def command(self) -> list[str]:
+        cmd = [rocketstore_exe(), "up", "--port", str(self.port)]
+        if self.data_dir is not None:
+            cmd += ["--data-dir", str(self.data_dir)]
+        if self.config is not None:
+            cmd += ["--config", str(self.config)]
+        for key, value in self.settings.items():
+            cmd += ["--set", f"{key}={value}"]
+        return cmd
+
+    def start(self, timeout: float = START_TIMEOUT, wait_ready: bool = True) -> UpProcess:
+        self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     env=clean_environ(), start_new_session=True)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        if wait_ready:
+            self.wait_for(lambda line: line.startswith("ready in"), timeout, "ready")
+        return self
+
+    def _read(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for line in self.proc.stdout:
+            with self._cond:
+                self.lines.append(line.rstrip("\n"))
+                self._cond.notify_all()
+        with self._cond:
+            self._cond.notify_all()
+
+    def wait_for(self, predicate: Callable[[str], bool], timeout: float, what: str, start: int = 0) -> str:
+        """The first output line from index ``start`` on that satisfies ``predicate`` (or fail the test)."""
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                for line in self.lines[start:]:
+                    if predicate(line):
+                        return line
+                if self.proc.poll() is not None and (self._reader is None or not self._reader.is_alive()):
+                    pytest.fail(f"rocketstore up exited ({self.proc.returncode}) before {what}:\n{self.output()}")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    pytest.fail(f"rocketstore up: no {what} within {timeout:.0f} s:\n{self.output()}")
+                self._cond.wait(min(left, 0.2))
+
+    def output(self) -> str:
+        with self._cond:
+            return "\n".join(self.lines)
+
+    def services(self) -> dict[str, tuple[str, int]]:
+        """name → (endpoint, pid) as last printed (a restart prints the new pid)."""
+        out: dict[str, tuple[str, int]] = {}
+        with self._cond:
+            for line in self.lines:
+                m = _SERVICE_LINE.match(line)
+                if m:
+                    out[m.group(1)] = (m.group(2), int(m.group(3)))
+        return out
+
+    def send_signal(self, sig: int) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+
+    def wait(self, timeout: float = STOP_TIMEOUT) -> int:
+        assert self.proc is not None
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill_all()
+            pytest.fail(f"rocketstore up did not exit within {timeout:.0f} s:\n{self.output()}")
+        if self._reader is not None:
+            self._reader.join(5)
+        return code
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = STOP_TIMEOUT) -> int:
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc is not None else 0
+        self.send_signal(sig)
+        return self.wait(timeout)
+
+    def kill_all(self) -> None:
+        """Last resort at teardown: SIGKILL the launcher and every service it printed."""
+        for _endpoint, pid in self.services().values():
+            _kill(pid)
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def pid_alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+def wait_gone(pids: list[int], timeout: float) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        alive = [p for p in pids if pid_alive(p)]
+        if not alive:
+            return []
+        time.sleep(0.05)
+    return [p for p in pids if pid_alive(p)]
+
+
+def health_status(endpoint: str) -> int:
+    with grpc.insecure_channel(endpoint) as channel:
+        reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""),
+                                                          timeout=RPC_TIMEOUT)
+        return int(reply.status)
+
+
+@pytest.fixture
+def up(tmp_path: Path) -> Iterator[UpProcess]:
+    """A running ``rocketstore up`` for one test; stopped (and checked to exit 0) at teardown."""
+    proc = UpProcess(tmp_path / "store")
+    try:
+        yield proc.start()
+    finally:
+        code = proc.stop()
+        leftover = wait_gone([pid for _, pid in proc.services().values()], STOP_TIMEOUT)
+        proc.kill_all()
+    assert code == 0, proc.output()
+    assert not leftover, f"services still running after rocketstore up exited: {leftover}"
+
+
+# --- tests ------------------------------------------------------------------------------------
+
+def test_up_starts_services_in_order_each_serving(up: UpProcess) -> None:
+    services = up.services()
+    assert list(services) == list(SERVICE_ORDER)
+    assert services["gateway"][0] == up.endpoint
+    for name, (endpoint, pid) in services.items():
+        assert pid_alive(pid), name
+        assert health_status(endpoint) == health_pb2.HealthCheckResponse.SERVING, name
+    # Every service runs over the one data directory, and logs where the banner says.
+    assert up.data_dir is not None and (up.data_dir / "commitlog").is_dir()
+    assert (up.data_dir / "config").is_dir()
+    for name in SERVICE_ORDER:
+        assert (up.data_dir / "logs" / f"{name}.log").stat().st_size > 0
+
+
+def test_sigterm_stops_every_service_in_reverse_order_and_exits_zero(up: UpProcess) -> None:
+    pids = [pid for _, pid in up.services().values()]
+    mark = len(up.lines)
+    assert up.stop(signal.SIGTERM) == 0
+    stopped = [m.group(1) for line in up.lines[mark:] if (m := re.match(r"\s+stopped (\w+) \(exit code 0\)", line))]
+    assert stopped == list(reversed(SERVICE_ORDER)), up.output()
+    assert "stopped cleanly" in up.output()
+    assert wait_gone(pids, 10) == []
+    # A clean stop leaves no abort file: the next start does not need recovery.
+    assert up.data_dir is not None and not (up.data_dir / "abort").exists()
+
+
+def test_ctrl_c_stops_cleanly(up: UpProcess) -> None:
+    pids = [pid for _, pid in up.services().values()]
+    assert up.stop(signal.SIGINT) == 0
+    assert "stopped cleanly" in up.output()
+    assert wait_gone(pids, 10) == []
+
+
+@pytest.mark.parametrize("victim", ["index", "gateway"])
+def test_a_service_killed_is_restarted_and_serves_again(up: UpProcess, victim: str) -> None:
+    from rocketstore.client import Admin, Message, Producer
+
+    endpoint, pid = up.services()[victim]
+    mark = len(up.lines)
+    os.kill(pid, signal.SIGKILL)
+    up.wait_for(lambda line: f"{victim} (pid {pid}) exited with code -9" in line, 30, f"{victim} death noticed",
+                start=mark)
+    up.wait_for(lambda line: bool(re.match(rf"\s+{victim}\s.*SERVING again", line)), 60, f"{victim} restarted",
+                start=mark)
+    new_endpoint, new_pid = up.services()[victim]
+    assert new_endpoint == endpoint and new_pid != pid
+    assert health_status(endpoint) == health_pb2.HealthCheckResponse.SERVING
+    # The broker works through the restarted service.
+    with Admin(up.endpoint) as admin:
+        admin.create_topic("AfterRestart", read_queue_nums=2, write_queue_nums=2)
+    deadline = time.monotonic() + 30
+    with Producer(up.endpoint, send_timeout=RPC_TIMEOUT) as producer:
+        result = producer.send(Message("AfterRestart", b"still here", keys="after-restart"))
+    with Admin(up.endpoint) as admin:
+        while True:
+            try:
+                found = admin.query_message(queue_offset=result.queue_offset, topic="AfterRestart",
+                                            queue_id=result.queue_id)
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+    assert found[0].body == b"still here"
+
+
+def test_the_config_file_reaches_every_service(tmp_path: Path) -> None:
+    from rocketstore.client import Admin
+
+    store = tmp_path / "configured-store"
+    config = tmp_path / "broker.properties"
+    config.write_text(f"brokerName=broker-under-test\nflushDiskType=SYNC_FLUSH\nstorePathRootDir={store}\n")
+    proc = UpProcess(None, config=config)
+    try:
+        proc.start()
+        assert f"store {store}," in proc.output()  # the data directory comes from the file
+        with Admin(proc.endpoint) as admin:
+            status = admin.broker_status()
+        assert (status.broker_name, status.flush_disk_type) == ("broker-under-test", "SYNC_FLUSH")
+        assert (store / "commitlog").is_dir() and (store / "logs" / "gateway.log").is_file()
+    finally:
+        code = proc.stop()
+        leftover = wait_gone([pid for _, pid in proc.services().values()], STOP_TIMEOUT)
+        proc.kill_all()
+    assert code == 0 and not leftover, proc.output()
+
+
+def test_gateway_port_taken_fails_fast_and_leaves_nothing_running(tmp_path: Path) -> None:
+    with socket.socket() as blocker:
+        blocker.bind(("127.0.0.1", 0))
+        blocker.listen()
+        port = blocker.getsockname()[1]
+        proc = UpProcess(tmp_path / "store", port=port)
+        proc.start(wait_ready=False)
+        try:
+            code = proc.wait(START_TIMEOUT)
+        finally:
+            proc.kill_all()
+    assert code == 1, proc.output()
+    assert "gateway exited with code" in proc.output() or "gateway did not report SERVING" in proc.output()
+    started = [pid for _, pid in proc.services().values()]
+    assert started and wait_gone(started, 10) == []
+
+
+def test_restart_backoff_doubles_while_a_service_keeps_dying(tmp_path: Path) -> None:
+    from rocketstore.launcher import Launcher
+
+    launcher = Launcher(str(tmp_path / "store"), None, free_port(), out=io.StringIO(), backoff_initial=0.05,
+                        backoff_max=0.2, start_timeout=10)
+    try:
+        svc = launcher.services["dispatcher"]
+        # A stand-in that dies at once, so the supervisor sees it die again after every restart.
+        launcher.services = {"dispatcher": ManagedService(
+            "dispatcher", svc.port, [sys.executable, "-c", "raise SystemExit(3)"], tmp_path / "d.log")}
+        dying = launcher.services["dispatcher"]
+        launcher.services.update({n: ManagedService(n, 0, [], tmp_path / f"{n}.log")
+                                  for n in SERVICE_ORDER if n != "dispatcher"})
+        dying.start()
+        dying.proc.wait(10)  # type: ignore[union-attr]
+        deadline = time.monotonic() + 20
+        while dying.restarts < 4 and time.monotonic() < deadline:
+            launcher.supervise_once()
+            time.sleep(0.01)
+        assert dying.restarts >= 4
+        assert dying.exit_codes[:4] == [3, 3, 3, 3]
+        assert dying.backoff == pytest.approx(0.2)  # doubled from 0.05 and capped
+    finally:
+        for s in launcher.services.values():
+            if s.running:
+                s.stop(5)
+
+
+def test_a_picked_port_taken_meanwhile_is_replaced(tmp_path: Path) -> None:
+    from rocketstore.launcher import Launcher
+
+    out = io.StringIO()
+    launcher = Launcher(str(tmp_path / "store"), None, free_port(), out=out,
+                        settings=list(UP_SETTINGS.items()), start_timeout=START_TIMEOUT)
+    picked = launcher.services["commitlog"].port
+    with socket.socket() as squatter:  # someone takes the port between the launcher's pick and its bind
+        squatter.bind(("127.0.0.1", picked))
+        squatter.listen()
+        try:
+            launcher.start()
+            commitlog = launcher.services["commitlog"]
+            assert commitlog.port != picked
+            assert f"--commitlog 127.0.0.1:{commitlog.port}" in " ".join(launcher.services["gateway"].command)
+            assert health_status(launcher.gateway_endpoint) == health_pb2.HealthCheckResponse.SERVING
+        finally:
+            assert launcher.stop(), out.getvalue()

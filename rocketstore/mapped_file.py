@@ -30,7 +30,7 @@ class MappedFile:
     """A mapped file of exactly ``file_size`` bytes, created full size."""
 
     def __init__(self, path: str, file_size: int, write_buffer: bytearray | None = None,
-                 release_buffer: Callable[[bytearray], None] | None = None) -> None:
+                 release_buffer: Callable[[bytearray], None] | None = None, zero_fill: bool = True) -> None:
         self.path = path
         self.file_name = os.path.basename(path)
         self.file_from_offset = int(self.file_name)
@@ -45,7 +45,7 @@ class MappedFile:
         self._locked_address: int | None = None
         self.available = True
         if not os.path.exists(path):
-            _create_full_size(path, file_size)
+            _create_full_size(path, file_size, zero_fill=zero_fill)
         self._fd = os.open(path, os.O_RDWR)
         try:
             actual = os.fstat(self._fd).st_size
@@ -190,24 +190,27 @@ class MappedFile:
                 f"committed={self.committed_position}, flushed={self.flushed_position})")
 
 
-def _create_full_size(path: str, file_size: int, chunk: int = 1 << 20) -> None:
+def _create_full_size(path: str, file_size: int, chunk: int = 1 << 20, zero_fill: bool = True) -> None:
     """Create the file at its full size, atomically, under a temporary name then renamed.
 
     The blocks are reserved first, so a full disk fails here with ENOSPC and never later with
-    SIGBUS in a mapped write. Then zeros are written through: an fdatasync into blocks already
-    written costs about half of one into fresh (unwritten) extents, which is what SYNC_FLUSH
-    pays per group commit. pwrite releases the interpreter, so the writer goes on meanwhile."""
+    SIGBUS in a mapped write. Then (``zero_fill``) zeros are written through: an fdatasync into
+    blocks already written costs about half of one into fresh (unwritten) extents, which is what
+    SYNC_FLUSH pays per group commit. pwrite releases the interpreter, so the writer goes on
+    meanwhile. Files written at random and flushed rarely (IndexFiles: 420 MB by default) skip it:
+    writing them full of zeros would stall their writer for a second."""
     tmp = path + ".tmp"
     fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         os.posix_fallocate(fd, 0, file_size)
-        # 64 MiB a call (one zero buffer repeated): each call gives up the interpreter, and a busy
-        # appender thread can make getting it back take milliseconds, so few calls matter.
-        zeros = bytes(min(chunk, file_size))
-        step = 64 * len(zeros)
-        for pos in range(0, file_size, step):
-            whole, rest = divmod(min(step, file_size - pos), len(zeros))
-            os.pwritev(fd, [zeros] * whole + ([zeros[:rest]] if rest else []), pos)
+        if zero_fill:
+            # 64 MiB a call (one zero buffer repeated): each call gives up the interpreter, and a busy
+            # appender thread can make getting it back take milliseconds, so few calls matter.
+            zeros = bytes(min(chunk, file_size))
+            step = 64 * len(zeros)
+            for pos in range(0, file_size, step):
+                whole, rest = divmod(min(step, file_size - pos), len(zeros))
+                os.pwritev(fd, [zeros] * whole + ([zeros[:rest]] if rest else []), pos)
         os.fsync(fd)
     except BaseException:
         os.close(fd)

@@ -248,7 +248,7 @@ def test_queries_by_every_kind_of_id(gateway: Broker) -> None:
     assert m.msg_id == results[2].msg_id
 
     e = refused(lambda: q(topic="Queried", queue_id=0, queue_offset=99))
-    assert e.code() == grpc.StatusCode.NOT_FOUND and "offset 99" in e.details()
+    assert e.code() == grpc.StatusCode.OUT_OF_RANGE and "offset 99" in e.details()
     e = refused(lambda: q(offset_msg_id="nothex"))
     assert e.code() == grpc.StatusCode.INVALID_ARGUMENT
     e = refused(lambda: q(topic="Queried", key="gamma"))
@@ -318,6 +318,14 @@ def test_every_bad_request_gets_its_specific_error(gateway: Broker) -> None:
          grpc.StatusCode.INVALID_ARGUMENT, ">= 0"),
         (lambda: stub.QueryMessage(pb.QueryMessageRequest(), timeout=RPC_TIMEOUT), grpc.StatusCode.INVALID_ARGUMENT,
          "offset_msg_id"),
+        (lambda: stub.CommitOffsets(pb.CommitOffsetsRequest(consumer_group="CG", offsets=[
+            pb.OffsetEntry(topic="Strict", queue_id=50, offset=1)]), timeout=RPC_TIMEOUT),
+         grpc.StatusCode.INVALID_ARGUMENT, "queue_id 50"),
+        (lambda: stub.GetConsumerProgress(pb.GetConsumerProgressRequest(consumer_group="NoSuchGroup"),
+                                          timeout=RPC_TIMEOUT), grpc.StatusCode.NOT_FOUND, "NoSuchGroup"),
+        (lambda: list(gateway.gateway.batch_read.ReadQueue(pb.BatchReadRequest(topic="Strict", queue_id=99),
+                                                           timeout=RPC_TIMEOUT)),
+         grpc.StatusCode.INVALID_ARGUMENT, "queue_id 99"),
         (lambda: list(gateway.gateway.batch_read.ReadQueue(pb.BatchReadRequest(topic="Unknown"), timeout=RPC_TIMEOUT)),
          grpc.StatusCode.NOT_FOUND, "does not exist"),
         (lambda: gateway.gateway.batch_read.ListQueues(pb.ListQueuesRequest(topic_pattern="("), timeout=RPC_TIMEOUT),

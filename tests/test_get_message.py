@@ -543,3 +543,29 @@ def test_truncate_drops_what_a_restarted_commitlog_no_longer_holds(tmp_path: Pat
         assert [decode_message(r).body for _, r in store.query_by_key(TOPIC, f"key-{i}", 64, 0, STORE_TS)] == [
             msg(i).body]
     assert store.query_by_key(TOPIC, "key-50", 64, 0, STORE_TS) == []
+
+
+def test_records_next_to_each_other_are_read_as_one_range(tmp_path: Path, index_stores) -> None:
+    class CountingLog(EncodedLog):
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls: list[list[tuple[int, int]]] = []
+
+        def read_records(self, ranges):  # type: ignore[no-untyped-def]
+            self.calls.append(list(ranges))
+            return super().read_records(ranges)
+
+    log = CountingLog()
+    placed = [log.append(msg(i, queue_id=i // 10)) for i in range(30)]  # queue 0: 0-9, queue 1: 10-19, ...
+    store = index_stores(tmp_path, log)
+    store.apply(log.batch(0))
+    sizes = [(placed[i + 1][0] if i + 1 < 30 else len(log.data)) - placed[i][0] for i in range(30)]
+    # Two runs of adjacent records, one record on its own, and a range past the end of the log.
+    wanted = [(placed[i][0], sizes[i]) for i in (0, 1, 2, 5, 6, 7, 8, 20)] + [(len(log.data) + 100, 50)]
+    log.calls.clear()
+    records = store.read_records(wanted)
+    assert log.calls == [[(placed[0][0], sum(sizes[0:3])), (placed[5][0], sum(sizes[5:9])), (placed[20][0], sizes[20]),
+                          (len(log.data) + 100, 50)]]
+    bodies = [decode_message(r).body for r in records[:-1]]
+    assert bodies == [f"body-{i}".encode() * 5 for i in (0, 1, 2, 5, 6, 7, 8, 20)]
+    assert records[-1] is None

@@ -165,6 +165,12 @@ class Gateway:
             raise GatewayError("PERMISSION_DENIED", f"topic {topic!r} is not writable (perm {config.perm})")
         return config
 
+    def _check_queue_id(self, config: TopicConfig, queue_id: int) -> None:
+        queues = max(config.read_queue_nums, config.write_queue_nums)
+        if not 0 <= queue_id < queues:
+            raise GatewayError("INVALID_ARGUMENT", f"queue_id {queue_id} is out of range; topic {config.topic_name!r} "
+                                                   f"has {queues} queues (0..{queues - 1})")
+
     def _topic_for_read(self, topic: str) -> TopicConfig:
         try:
             self.topics.validate_topic_name(topic)
@@ -230,9 +236,7 @@ class Gateway:
         config = self._topic_for_read(request.topic)
         if not config.readable:
             raise GatewayError("PERMISSION_DENIED", f"topic {request.topic!r} is not readable (perm {config.perm})")
-        if not 0 <= request.queue_id < max(config.read_queue_nums, config.write_queue_nums):
-            raise GatewayError("INVALID_ARGUMENT", f"queue_id {request.queue_id} is out of range; topic "
-                                                   f"{request.topic!r} has {config.read_queue_nums} read queues")
+        self._check_queue_id(config, request.queue_id)
         if request.offset < 0:
             raise GatewayError("INVALID_ARGUMENT", f"offset is {request.offset}; queue offsets are >= 0")
         if not 1 <= request.max_messages <= MAX_PULL_MESSAGES:
@@ -338,10 +342,11 @@ class Gateway:
     def commit_offsets(self, request: pb.CommitOffsetsRequest) -> None:
         check_group(request.consumer_group)
         for e in request.offsets:
-            self._topic_for_read(e.topic)
+            config = self._topic_for_read(e.topic)
             if e.queue_id < 0 or e.offset < 0:
                 raise GatewayError("INVALID_ARGUMENT", f"offset {e.offset} of {e.topic}/{e.queue_id}: queue ids and "
                                                        "offsets are >= 0")
+            self._check_queue_id(config, e.queue_id)
         for e in request.offsets:
             self.offsets.commit(request.consumer_group, e.topic, e.queue_id, e.offset)
 
@@ -358,6 +363,9 @@ class Gateway:
         topics = [request.topic] if request.topic else self.offsets.topics_of_group(request.consumer_group)
         if request.topic:
             self._topic_for_read(request.topic)
+        if not self.offsets.topics_of_group(request.consumer_group) and not self.groups.members(request.consumer_group):
+            raise GatewayError("NOT_FOUND", f"consumer group {request.consumer_group!r} has no members and no "
+                                            "committed offsets")
         out = pb.ConsumerProgress(consumer_group=request.consumer_group)
         for topic in topics:
             queues = {q.queue_id: q for q in self._queue_offsets(topic)}
@@ -400,12 +408,17 @@ class Gateway:
             return pb.QueryMessageResponse(messages=[received(decode_message(records[0]))])
         self._topic_for_read(request.topic)
         if by == "queue_offset":
+            self._check_queue_id(self._topic_for_read(request.topic), request.queue_id)
             try:
                 r = self.index.GetMessage(ix_pb.GetMessageRequest(topic=request.topic, queue_id=request.queue_id,
                                                                   offset=request.queue_offset, max_messages=1),
                                           timeout=RPC_TIMEOUT, wait_for_ready=True)
             except grpc.RpcError as e:
                 raise _unavailable("index", e) from None
+            if not r.min_offset <= request.queue_offset < r.max_offset:
+                raise GatewayError("OUT_OF_RANGE", f"offset {request.queue_offset} is outside {request.topic}/"
+                                                   f"{request.queue_id}, which holds {r.min_offset}.."
+                                                   f"{r.max_offset - 1}")
             if r.status != ix_pb.GET_FOUND or not r.queue_offsets or r.queue_offsets[0] != request.queue_offset:
                 raise GatewayError("NOT_FOUND", f"no message at offset {request.queue_offset} of {request.topic}/"
                                                 f"{request.queue_id} (it holds {r.min_offset}..{r.max_offset - 1})")
@@ -551,9 +564,10 @@ class Gateway:
             raise _unavailable("index", e) from None
 
     def read_queue(self, request: pb.BatchReadRequest) -> Iterator[pb.RecordBatch]:
-        self._topic_for_read(request.topic)
-        if request.queue_id < 0 or request.start_offset < 0 or request.end_offset < 0:
-            raise GatewayError("INVALID_ARGUMENT", "queue_id, start_offset and end_offset must be >= 0")
+        config = self._topic_for_read(request.topic)
+        if request.start_offset < 0 or request.end_offset < 0:
+            raise GatewayError("INVALID_ARGUMENT", "start_offset and end_offset must be >= 0")
+        self._check_queue_id(config, request.queue_id)
         self._subscription(request.expression)
         stream = self.index.ReadQueue(ix_pb.ReadQueueRequest(
             topic=request.topic, queue_id=request.queue_id, start_offset=request.start_offset,

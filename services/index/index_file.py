@@ -115,7 +115,7 @@ class IndexFile:
         self.file_size = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE + index_num * INDEX_SIZE
         self._index_base = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE
         existed = os.path.exists(path)
-        self._mapped = MappedFile(path, self.file_size)
+        self._mapped = MappedFile(path, self.file_size, zero_fill=False)  # written at random: no zero pass
         self._mm = self._mapped.mm
         # The header lives in memory (IndexHeader's atomics) and is written through on every change.
         self._begin_timestamp = 0

@@ -57,6 +57,9 @@ POSITION_FILE = "dispatchPosition.json"
 ABORT_FILE = "index.abort"
 LOCK_FILE = "index.lock"
 READ_BATCH_BYTES = 16 << 20  # one ReadRecords call carries at most this much
+# A merged run stays within one record's read limit on the CommitLog side (maxMessageSize + 64 KiB
+# by default); a run crossing a CommitLog file end is not readable as one range, so runs stop there too.
+MAX_RUN_BYTES = 4 << 20
 
 
 class CommitLogReader(Protocol):
@@ -95,6 +98,7 @@ class IndexStore:
         self.checkpoint: StoreCheckpoint | None = None
         self.index: IndexService | None = None
         self.limits = Limits.from_settings(settings)
+        self._max_run = min(MAX_RUN_BYTES, settings.max_message_size)
         self._apply_lock = threading.Lock()  # one dispatch stream applies at a time
         self._stopped = threading.Event()
         self._flush_thread: threading.Thread | None = None
@@ -317,16 +321,39 @@ class IndexStore:
 
     # --- reads ---------------------------------------------------------------------------------
     def read_records(self, ranges: Sequence[tuple[int, int]]) -> list[bytes | None]:
-        """Records by (offset, size), in as few CommitLog calls as the size limit allows."""
-        out: list[bytes | None] = []
+        """Records by (offset, size), in as few CommitLog calls as the size limit allows.
+
+        Records that follow each other in the CommitLog (a queue written by batches) are read as one
+        range and cut apart here: one range per run instead of one per record on both sides."""
+        runs: list[tuple[int, int, int]] = []  # (offset, size, records in the run)
+        for offset, size in ranges:
+            if runs:
+                run_offset, run_size, n = runs[-1]
+                if run_offset + run_size == offset and run_size + size <= self._max_run:
+                    runs[-1] = (run_offset, run_size + size, n + 1)
+                    continue
+            runs.append((offset, size, 1))
+        datas: list[bytes | None] = []
         start, total = 0, 0
-        for i, (_, size) in enumerate(ranges):
+        for i, (_, size, _) in enumerate(runs):
             if total + size > READ_BATCH_BYTES and i > start:
-                out.extend(self.commitlog.read_records(ranges[start:i]))
+                datas.extend(self.commitlog.read_records([(o, z) for o, z, _ in runs[start:i]]))
                 start, total = i, 0
             total += size
-        if start < len(ranges):
-            out.extend(self.commitlog.read_records(ranges[start:]))
+        if start < len(runs):
+            datas.extend(self.commitlog.read_records([(o, z) for o, z, _ in runs[start:]]))
+        out: list[bytes | None] = []
+        it = iter(ranges)
+        for (_, _, n), data in zip(runs, datas, strict=True):
+            if n == 1:
+                next(it)
+                out.append(data)
+                continue
+            pos = 0
+            for _ in range(n):
+                _, size = next(it)
+                out.append(None if data is None else data[pos:pos + size])
+                pos += size
         return out
 
     def find_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:

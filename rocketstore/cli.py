@@ -4,7 +4,7 @@
                                 [--metrics-port N] [--set KEY=VALUE ...] [--log-level LEVEL]
     rocketstore serve index --commitlog HOST:PORT [same options]
     rocketstore serve dispatcher --commitlog HOST:PORT --index HOST:PORT [same options]
-    rocketstore demo [--data-dir DIR] [--port N] [--count N] [--no-wait] [--set KEY=VALUE ...]
+    rocketstore demo [--data-dir DIR] [--port N] [--count N] [--no-wait] [--set KEY=VALUE ...]  (= up --demo)
     rocketstore up | send | consume | status | topic | group | query | bench   (rocketstore.commands)
 
 Settings come from defaults < ``--config`` (a RocketMQ-style broker.properties, or $ROCKETSTORE_CONFIG)
@@ -136,26 +136,32 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_demo(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     demo = commands.add_parser(
-        "demo", help="start the CommitLog service, append and read back messages, keep serving",
-        description="Start the CommitLog service on loopback, append messages through its batch RPC, read them "
-                    "back by offset, then keep serving until Ctrl-C (--no-wait stops after the demo).")
+        "demo", help="rocketstore up --demo: start the broker, produce and consume, keep serving",
+        description="Start the whole broker (as `rocketstore up`), create DemoTopic, send messages one by one and "
+                    "as a batch, consume them back with a tag filter, query one by key, show the status, then keep "
+                    "serving until Ctrl-C (--no-wait stops after the demo).")
     demo.add_argument("--data-dir", default="./store", help="store root directory (default: ./store)")
-    demo.add_argument("--port", type=_port, default=0, help="gRPC port (default: a free one)")
-    demo.add_argument("--count", type=int, default=20, help="messages to append (default: 20)")
-    demo.add_argument("--no-wait", action="store_true", help="stop the service once the demo has run")
+    demo.add_argument("--port", type=_port, default=8081, help="the gateway's port (default: 8081; 0: a free one)")
+    demo.add_argument("--count", type=int, default=20, help="messages to send one by one (default: 20)")
+    demo.add_argument("--no-wait", action="store_true", help="stop the broker once the demo has run")
     demo.add_argument("--set", metavar="KEY=VALUE", dest="settings", type=_key_value, action="append",
-                      default=[], help="override one setting of the service by its RocketMQ name")
+                      default=[], help="override one setting of every service by its RocketMQ name")
     demo.set_defaults(handler=_run_demo)
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    from rocketstore.demo import run_demo
+    from rocketstore.launcher import run_up
+    from rocketstore.settings import SettingsError
 
     if args.count < 1:
         print("rocketstore demo: --count must be at least 1", file=sys.stderr)
         return EXIT_USAGE
-    return run_demo(args.data_dir, args.port, args.count, keep_running=not args.no_wait,
-                    extra_settings=[f"{k}={v}" for k, v in args.settings])
+    try:
+        return run_up(args.data_dir, None, args.port, settings=args.settings, demo=args.count,
+                      stop_after_demo=args.no_wait)
+    except SettingsError as e:
+        print(f"rocketstore demo: {e}", file=sys.stderr)
+        return EXIT_USAGE
 
 
 def _load_settings(args: argparse.Namespace):  # type: ignore[no-untyped-def]

@@ -187,6 +187,10 @@ def _add_up(commands: _SubParsers) -> None:
                    help="override one setting of every service by its RocketMQ name; repeatable")
     p.add_argument("--log-dir", metavar="DIR", default=None, help="service logs (default: DATA_DIR/logs)")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error", "critical"))
+    p.add_argument("--demo", action="store_true",
+                   help="once up, create DemoTopic, send messages, consume them back and show the status")
+    p.add_argument("--demo-count", type=_positive, default=20, metavar="N", help="messages the demo sends (20)")
+    p.add_argument("--stop-after-demo", action="store_true", help="stop the broker once the demo has run")
     p.set_defaults(handler=_run_up)
 
 
@@ -196,7 +200,8 @@ def _run_up(args: argparse.Namespace) -> int:
 
     try:
         return run_up(args.data_dir, args.config, args.port, host=args.host, settings=args.settings,
-                      log_dir=args.log_dir, log_level=args.log_level)
+                      log_dir=args.log_dir, log_level=args.log_level,
+                      demo=args.demo_count if args.demo else 0, stop_after_demo=args.stop_after_demo)
     except SettingsError as e:
         print(f"rocketstore up: {e}", file=sys.stderr)
         return EXIT_USAGE

@@ -1,10 +1,8 @@
-"""``rocketstore demo``: start the CommitLog service, append messages through its batch RPC,
-read them back by offset, show what was stored, and keep serving until Ctrl-C."""
+"""The demo of ``rocketstore up --demo`` (and ``rocketstore demo``): a producer and a consumer
+against the running broker; and the helpers benchmarks use to start a service process."""
 
 from __future__ import annotations
 
-import os
-import signal
 import socket
 import subprocess
 import sys
@@ -12,11 +10,6 @@ import time
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-from rocketstore.codec import decode_message
-from rocketstore.message_id import UniqKeyGenerator
-from rocketstore.v1 import commitlog_pb2 as pb
-from rocketstore.v1 import commitlog_pb2_grpc as pb_grpc
 
 
 def free_port() -> int:
@@ -42,63 +35,48 @@ def wait_serving(endpoint: str, proc: subprocess.Popen, timeout: float = 30.0) -
     raise RuntimeError(f"the CommitLog service did not report SERVING on {endpoint} within {timeout:.0f}s")
 
 
-def run_demo(data_dir: str, port: int, count: int, keep_running: bool, extra_settings: list[str]) -> int:
-    port = port or free_port()
-    endpoint = f"127.0.0.1:{port}"
-    cmd = [sys.executable, "-m", "rocketstore", "serve", "commitlog", "--data-dir", data_dir,
-           "--port", str(port), *[a for kv in extra_settings for a in ("--set", kv)]]
-    print(f"starting the CommitLog service on {endpoint}, store in {os.path.abspath(data_dir)}")
-    proc = subprocess.Popen(cmd)
-    try:
-        wait_serving(endpoint, proc)
-        with grpc.insecure_channel(endpoint) as channel:
-            stub = pb_grpc.CommitLogStub(channel)
-            _show(stub, count)
-        if keep_running:
-            print(f"\nthe CommitLog service keeps running on {endpoint} (grpcurl -plaintext {endpoint} list); "
-                  "Ctrl-C stops it cleanly")
-            signal.signal(signal.SIGTERM, lambda *_: proc.send_signal(signal.SIGTERM))
-            try:
-                return proc.wait()
-            except KeyboardInterrupt:
-                pass
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=60)
-    print(f"stopped cleanly (exit code {proc.returncode}); the store stays in {os.path.abspath(data_dir)}")
-    return 0 if proc.returncode == 0 else 1
+def run_broker_demo(endpoint: str, count: int = 20, out=sys.stdout) -> None:  # type: ignore[no-untyped-def]
+    """What a user of the broker does first, against a running gateway: create a topic, send
+    messages (one at a time and as a batch), consume them back with a tag filter, look one up by
+    key, and show the group's progress and the broker's status."""
+    from rocketstore.client import Admin, Message, Producer, PullConsumer, PullStatus
 
+    def say(text: str) -> None:
+        print(text, file=out, flush=True)
 
-def _show(stub: pb_grpc.CommitLogStub, count: int) -> None:
-    ids = UniqKeyGenerator()
-    topics = ("OrderTopic", "PaymentTopic")
-    messages = [
-        pb.Message(topic=topics[i % 2], queue_id=i % 4, body=f"demo message {i}".encode(),
-                   properties={"TAGS": "TagA" if i % 3 else "TagB", "KEYS": f"order-{i}", "UNIQ_KEY": ids.next()},
-                   born_timestamp=int(time.time() * 1000), born_host="127.0.0.1:50000")
-        for i in range(count)
-    ]
-    t0 = time.perf_counter()
-    results = []
-    for start in range(0, count, 100):
-        results.extend(stub.AppendBatch(pb.AppendBatchRequest(messages=messages[start:start + 100])).results)
-    elapsed = time.perf_counter() - t0
-    ok = sum(1 for r in results if r.status == pb.PUT_OK)
-    print(f"appended {ok}/{count} messages in {elapsed * 1000:.1f} ms")
-    print(f"{'status':8} {'offset msgId':34} {'wrote offset':>12} {'size':>5} {'topic':13} {'queue':>5} {'qoffset':>7}")
-    for msg, r in list(zip(messages, results, strict=True))[:5]:
-        print(f"{pb.PutMessageStatus.Name(r.status):8} {r.msg_id:34} {r.wrote_offset:>12} {r.wrote_bytes:>5} "
-              f"{msg.topic:13} {msg.queue_id:>5} {r.queue_offset:>7}")
-    reply = stub.ReadRecords(pb.ReadRecordsRequest(
-        ranges=[pb.Range(offset=r.wrote_offset, size=r.wrote_bytes) for r in results if r.status == pb.PUT_OK]))
-    intact = 0
-    for msg, rec in zip(messages, reply.records, strict=False):
-        stored = decode_message(rec.data, 0, check_crc=True)
-        intact += stored.body == msg.body and stored.topic == msg.topic
-    print(f"read back {len(reply.records)} records by offset: {intact} intact (CRC checked, bodies equal)")
-    first = decode_message(reply.records[0].data)
-    print(f"first record: topic={first.topic} queueId={first.queue_id} queueOffset={first.queue_offset} "
-          f"tags={first.tags} keys={first.keys} storeHost={first.store_host} body={first.body!r}")
-    offsets = stub.GetOffsets(pb.GetOffsetsRequest())
-    print(f"CommitLog offsets: min={offsets.min_offset} max={offsets.max_offset} flushed={offsets.flushed_offset}")
+    topic, group = "DemoTopic", "demo_consumer_group"
+    with Admin(endpoint) as admin, Producer(endpoint, "demo_producer_group") as producer, \
+            PullConsumer(endpoint, group) as consumer:
+        admin.create_topic(topic, read_queue_nums=4, write_queue_nums=4)
+        say(f"demo: created topic {topic} with 4 queues")
+        sent = []
+        for i in range(count):
+            r = producer.send(Message(topic, f"order {i}: 3 x widget".encode(), tags=("TagA", "TagB")[i % 2],
+                                      keys=f"order-{i}"))
+            sent.append(r)
+        say(f"demo: sent {count} messages one by one, e.g. msgId {sent[0].msg_id} -> queue {sent[0].queue_id} "
+            f"offset {sent[0].queue_offset} (offsetMsgId {sent[0].offset_msg_id})")
+        batch = producer.send_batch([Message(topic, f"batch item {i}".encode(), tags="TagA") for i in range(10)],
+                                    queue_id=0)
+        say(f"demo: sent a batch of 10 into queue 0, offsets {batch[0].queue_offset}..{batch[-1].queue_offset}")
+
+        expected = sum(1 for i in range(count) if i % 2 == 0) + 10
+        got, deadline = [], time.monotonic() + 30
+        offsets = dict.fromkeys(range(4), 0)
+        while len(got) < expected and time.monotonic() < deadline:
+            for qid in range(4):
+                r = consumer.pull((topic, qid), offsets[qid], 32, "TagA", poll_timeout=0.2)
+                if r.status == PullStatus.FOUND:
+                    got.extend(r.messages)
+                offsets[qid] = r.next_begin_offset
+        consumer.commit({(topic, q): o for q, o in offsets.items()})
+        say(f"demo: consumed {len(got)} messages tagged TagA with group {group} (expected {expected}), e.g. "
+            f"{got[0].body.decode()!r} from queue {got[0].queue_id}" if got else "demo: consumed nothing")
+        found = admin.query_message(topic=topic, key="order-4")
+        say(f"demo: query by key order-4 -> {[m.body.decode() for m in found]}")
+        progress = admin.consumer_progress(group, topic)
+        say(f"demo: group {group} committed its offsets; its lag on {topic} is {progress.total_lag}")
+        status = admin.broker_status()
+        say(f"demo: broker {status.broker_name} ({status.broker_role}, {status.flush_disk_type}): "
+            f"{status.put_messages} messages put, CommitLog at offset {status.commitlog_max_offset}, "
+            f"dispatch behind by {status.dispatch_behind_bytes} bytes")

@@ -315,8 +315,9 @@ class Launcher:
             clean = clean and code == 0
         return clean
 
-    def run(self, install_signals: bool = True) -> int:
-        """Start, supervise until SIGINT/SIGTERM, stop; returns the exit code (0 after a clean stop)."""
+    def run(self, install_signals: bool = True, on_ready: Callable[[Launcher], None] | None = None) -> int:
+        """Start, supervise until SIGINT/SIGTERM, stop; returns the exit code (0 after a clean stop).
+        ``on_ready`` runs once every service is SERVING (the demo); it may ``request_stop``."""
         previous: dict[int, object] = {}
         if install_signals:
             def handle(signum: int, _frame: object) -> None:
@@ -332,6 +333,11 @@ class Launcher:
                     return 0
                 print(f"rocketstore up: {e}", file=sys.stderr, flush=True)
                 return 1
+            if on_ready is not None:
+                try:
+                    on_ready(self)
+                except Exception as e:  # noqa: BLE001 - a failed demo is reported; the broker keeps running
+                    print(f"rocketstore up: the demo failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
             while not self._stop.wait(0.2):
                 self.supervise_once()
             self.say("stopping (gateway, dispatcher, index, commitlog)")
@@ -344,7 +350,21 @@ class Launcher:
 
 
 def run_up(data_dir: str | None, config: str | None, port: int, *, host: str = "127.0.0.1",
-           settings: Sequence[tuple[str, str]] = (), log_dir: str | None = None, log_level: str = "info") -> int:
-    """``rocketstore up``: the embedded broker in the foreground until Ctrl-C or SIGTERM."""
+           settings: Sequence[tuple[str, str]] = (), log_dir: str | None = None, log_level: str = "info",
+           demo: int = 0, stop_after_demo: bool = False) -> int:
+    """``rocketstore up``: the embedded broker in the foreground until Ctrl-C or SIGTERM; with ``demo``,
+    a producer and a consumer exchange that many messages once it is up."""
     launcher = Launcher(data_dir, config, port, host=host, settings=settings, log_dir=log_dir, log_level=log_level)
-    return launcher.run()
+
+    def run_demo(up: Launcher) -> None:
+        from rocketstore.demo import run_broker_demo
+
+        try:
+            run_broker_demo(up.gateway_endpoint, demo, up.out)
+        finally:
+            if stop_after_demo:
+                up.request_stop()
+            else:
+                up.say(f"the broker keeps running at {up.gateway_endpoint}; Ctrl-C stops it")
+
+    return launcher.run(on_ready=run_demo if demo else None)

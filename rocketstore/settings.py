@@ -383,6 +383,8 @@ KEYS: tuple[SettingKey, ...] = (
        minimum=1),
     # --- recovery
     _k("checkCRCOnRecover", bool, True, "Verify each record's body CRC while recovering the CommitLog."),
+    _k("checkCRCOnDispatch", bool, False,
+       "Verify each record's body CRC in the dispatcher too (rocketstore's; RocketMQ's reput never does)."),
     _k("duplicationEnable", bool, False, "Accept records already present when replaying (DUP_INFO)."),
     # --- deletion of expired files and disk space
     _k("fileReservedTime", int, 72, "Hours a CommitLog file is kept after its last write.", minimum=0),

@@ -123,7 +123,6 @@ class Gateway:
         self._get_rate = _Rate(deque())
 
     def start(self) -> None:
-        self.sender.start()
         self.watcher.start()
         self._persister.start()
 
@@ -209,12 +208,7 @@ class Gateway:
         built = [to_commitlog_message(m, topic, queue_id, max_size, uniq, peer_host, i, now)
                  for i, m in enumerate(request.messages)]
         messages = [m for m, _ in built]
-        try:
-            results = self.sender.submit(messages).result(RPC_TIMEOUT)
-        except SendError:
-            raise
-        except TimeoutError:
-            raise GatewayError("DEADLINE_EXCEEDED", "the CommitLog service did not answer in time") from None
+        results = self.sender.send(messages, RPC_TIMEOUT)
         response = pb.SendResponse()
         stored_bytes = 0
         for (_, uniq_key), r in zip(built, results, strict=True):

@@ -1,19 +1,15 @@
 """Sending: client messages checked and turned into CommitLog messages, and concurrent sends
 gathered into batched appends.
 
-``SendBatcher`` is the gateway's half of group commit: every send request (one message or a
-client's batch) is queued; a few sender threads each take everything queued at that moment and
-carry it to the CommitLog service in one AppendBatch. Under load one internal RPC answers many
-client RPCs; alone, a send waits for nothing but its own append.
+``SendBatcher`` is the gateway's half of group commit: concurrent send requests (one message or a
+client's batch each) are carried to the CommitLog service together, in one AppendBatch.
 """
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass
 
 from rocketstore.log import get_logger
@@ -93,75 +89,82 @@ def to_commitlog_message(m: pb.OutgoingMessage, topic: str, queue_id: int, max_m
 @dataclass(slots=True)
 class _Pending:
     messages: Sequence[cl_pb.Message]
-    future: Future
     size: int
+    done: threading.Event
+    results: Sequence[cl_pb.AppendResult] | None = None
+    error: BaseException | None = None
 
 
 class SendBatcher:
-    """Gathers the messages of concurrent sends into AppendBatch calls."""
+    """Gathers the messages of concurrent sends into AppendBatch calls (leader and followers).
+
+    A send queues its messages. If fewer than ``max_in_flight`` appends are running, the sending
+    thread becomes a leader: it takes everything queued at that moment (its own messages and those
+    of the sends that arrived meanwhile), makes one AppendBatch, hands each send its results, and
+    goes on while more is queued. Otherwise it waits for a leader to carry its messages. Alone, a
+    send costs no thread switch; under load, one internal RPC answers many client RPCs."""
 
     def __init__(self, append: Callable[[list[cl_pb.Message]], Sequence[cl_pb.AppendResult]],
-                 senders: int = 4) -> None:
+                 max_in_flight: int = 4) -> None:
         self._append = append
-        self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
-        self._threads = [threading.Thread(target=self._run, name=f"SendBatcher-{i}", daemon=True)
-                         for i in range(senders)]
+        self._max_in_flight = max_in_flight
+        self._lock = threading.Lock()
+        self._queue: list[_Pending] = []
+        self._in_flight = 0
         self._closed = False
         self.appends = 0  # AppendBatch calls made
         self.messages = 0
 
-    def start(self) -> None:
-        for t in self._threads:
-            t.start()
-
     def close(self) -> None:
         self._closed = True
-        for _ in self._threads:
-            self._queue.put(None)
-        for t in self._threads:
-            t.join(5)
 
-    def submit(self, messages: Sequence[cl_pb.Message]) -> Future:
-        """Queue messages for the next append; the future's result is their AppendResults, in order."""
+    def send(self, messages: Sequence[cl_pb.Message], timeout: float) -> Sequence[cl_pb.AppendResult]:
+        """Store ``messages`` (in one append, in order); their AppendResults, in order."""
         if self._closed:
             raise SendError("UNAVAILABLE", "the gateway is stopping")
-        future: Future = Future()
-        self._queue.put(_Pending(messages, future, sum(len(m.body) for m in messages)))
-        return future
+        pending = _Pending(messages, sum(len(m.body) for m in messages), threading.Event())
+        with self._lock:
+            self._queue.append(pending)
+            lead = self._in_flight < self._max_in_flight
+            if lead:
+                self._in_flight += 1
+        if lead:
+            self._lead()
+        if not pending.done.wait(timeout):
+            raise SendError("DEADLINE_EXCEEDED", "the CommitLog service did not answer in time")
+        if pending.error is not None:
+            raise pending.error
+        assert pending.results is not None
+        return pending.results
 
-    def _run(self) -> None:
-        q = self._queue
+    def _lead(self) -> None:
         while True:
-            first = q.get()
-            if first is None:
-                return
-            batch = [first]
-            count, size = len(first.messages), first.size
-            while count < MAX_BATCH_MESSAGES and size < MAX_BATCH_BYTES:
-                try:
-                    item = q.get_nowait()
-                except queue.Empty:
-                    break
-                if item is None:
-                    q.put(None)  # leave the stop signal for this thread's next round
-                    break
-                batch.append(item)
-                count += len(item.messages)
-                size += item.size
-            self._send(batch, count)
+            with self._lock:
+                if not self._queue:
+                    self._in_flight -= 1
+                    return
+                batch, count, size = [], 0, 0
+                while self._queue and count < MAX_BATCH_MESSAGES and size < MAX_BATCH_BYTES:
+                    item = self._queue.pop(0)
+                    batch.append(item)
+                    count += len(item.messages)
+                    size += item.size
+            self._carry(batch, count)
 
-    def _send(self, batch: list[_Pending], count: int) -> None:
+    def _carry(self, batch: list[_Pending], count: int) -> None:
         messages = [m for p in batch for m in p.messages] if len(batch) > 1 else list(batch[0].messages)
         try:
             results = self._append(messages)
-        except Exception as e:  # noqa: BLE001 - every waiting send gets the failure
+        except BaseException as e:  # noqa: BLE001 - every waiting send gets the failure
             for p in batch:
-                p.future.set_exception(e)
+                p.error = e
+                p.done.set()
             return
         self.appends += 1
         self.messages += count
         start = 0
         for p in batch:
             n = len(p.messages)
-            p.future.set_result(results[start:start + n])
+            p.results = results[start:start + n]
             start += n
+            p.done.set()

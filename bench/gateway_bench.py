@@ -1,0 +1,213 @@
+"""Produce and consume through the gateway: what a client of the broker sees.
+
+Starts the four services (commitlog, index, dispatcher, gateway) over a scratch data directory,
+once with ASYNC_FLUSH and once with SYNC_FLUSH, and measures with 1 KiB bodies (1,177-byte records):
+
+- ``send-1``, ``send-16``, ``send-64``: that many producer threads, each a synchronous ``Send`` of
+  one message after the other (the gateway gathers concurrent sends into batched appends);
+- ``batch-100``: 4 producer threads sending batches of 100;
+- ``latency``: one producer sending one message at a time at a moderate pace (500 msg/s):
+  p50/p99/p999 of a send;
+- ``consume-32``: 4 consumer threads, one queue each, pulling batches of 32 raw records
+  (``raw_records``) and decoding them, until they have read everything produced.
+
+    python bench/gateway_bench.py                    # both flush modes, about 2 minutes
+    python bench/gateway_bench.py --flush SYNC_FLUSH --seconds 3
+
+The client runs in this process and shares the two cores with the four services; "CPU" is the
+seconds of CPU each process used during the scenario.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import grpc
+
+from rocketstore.codec import decode_message
+from rocketstore.demo import free_port, wait_serving
+from rocketstore.v1 import gateway_pb2 as pb
+from rocketstore.v1 import gateway_pb2_grpc as pb_grpc
+
+BODY = b"x" * 1024
+QUEUES = 4
+SERVICES = (("commitlog", ()), ("index", ("commitlog",)), ("dispatcher", ("commitlog", "index")),
+            ("gateway", ("commitlog", "index")))
+_OPTIONS = [("grpc.max_send_message_length", 64 << 20), ("grpc.max_receive_message_length", 64 << 20)]
+
+
+class Broker:
+    def __init__(self, flush: str, root: str) -> None:
+        self.dir = tempfile.mkdtemp(prefix=f"gateway-bench-{flush}-", dir=root)
+        self.endpoints = {name: f"127.0.0.1:{free_port()}" for name, _ in SERVICES}
+        self.procs: dict[str, subprocess.Popen] = {}
+        settings = {"flushDiskType": flush, "mapedFileSizeCommitLog": str(1 << 30)}
+        for name, peers in SERVICES:
+            cmd = [sys.executable, "-m", "rocketstore", "serve", name, "--data-dir", self.dir,
+                   "--port", self.endpoints[name].rsplit(":", 1)[1]]
+            for peer in peers:
+                cmd += [f"--{peer}", self.endpoints[peer]]
+            for key, value in settings.items():
+                cmd += ["--set", f"{key}={value}"]
+            log = open(os.path.join(self.dir, f"{name}.log"), "wb")  # noqa: SIM115 - closed with the process
+            self.procs[name] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        for name, _ in SERVICES:
+            wait_serving(self.endpoints[name], self.procs[name], 120)
+        self.channel = grpc.insecure_channel(self.endpoints["gateway"], options=_OPTIONS)
+        self.stub = pb_grpc.GatewayStub(self.channel)
+
+    def cpu(self) -> dict[str, float]:
+        out = {}
+        for name, proc in self.procs.items():
+            with open(f"/proc/{proc.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            out[name] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return out
+
+    def close(self) -> None:
+        self.channel.close()
+        for proc in self.procs.values():
+            proc.terminate()
+        for proc in self.procs.values():
+            proc.wait(60)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def percentile(sorted_values: list[float], p: float) -> float:
+    return sorted_values[min(len(sorted_values) - 1, int(len(sorted_values) * p))] if sorted_values else 0.0
+
+
+def produce(broker: Broker, topic: str, threads: int, batch: int, seconds: float, pace: float = 0.0) -> dict:
+    """Threads sending for ``seconds``; returns msgs/s and latency percentiles of one Send (ms)."""
+    messages = [pb.OutgoingMessage(body=BODY, tags="TagA") for _ in range(batch)]
+    latencies: list[float] = []
+    counts = [0] * threads
+    stop = time.monotonic() + seconds
+
+    def worker(i: int) -> None:
+        request = pb.SendRequest(topic=topic, queue_id=i % QUEUES, messages=messages)
+        mine, next_at = [], time.monotonic()
+        while time.monotonic() < stop:
+            if pace:
+                next_at += pace
+                delay = next_at - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+            t0 = time.perf_counter()
+            broker.stub.Send(request, timeout=60)
+            mine.append(time.perf_counter() - t0)
+            counts[i] += batch
+        latencies.extend(mine)
+
+    workers = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
+    t0 = time.perf_counter()
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    elapsed = time.perf_counter() - t0
+    latencies.sort()
+    return {"msgs": sum(counts), "rate": sum(counts) / elapsed, "p50": percentile(latencies, 0.5) * 1e3,
+            "p99": percentile(latencies, 0.99) * 1e3, "p999": percentile(latencies, 0.999) * 1e3}
+
+
+def consume(broker: Broker, topic: str, expected: int) -> dict:
+    """4 threads pull batches of 32 raw records from their queue until every message is read."""
+    counts = [0] * QUEUES
+    latencies: list[float] = []
+    deadline = time.monotonic() + 120
+
+    def worker(qid: int) -> None:
+        offset, mine = 0, []
+        while time.monotonic() < deadline:
+            t0 = time.perf_counter()
+            r = broker.stub.Pull(pb.PullRequest(consumer_group="bench", topic=topic, queue_id=qid, offset=offset,
+                                                max_messages=32, raw_records=True), timeout=60)
+            mine.append(time.perf_counter() - t0)
+            if r.status != pb.PULL_FOUND:
+                break
+            pos = 0
+            for _ in r.queue_offsets:
+                pos += decode_message(r.records, pos).store_size
+            counts[qid] += len(r.queue_offsets)
+            offset = r.next_begin_offset
+        latencies.extend(mine)
+
+    workers = [threading.Thread(target=worker, args=(q,)) for q in range(QUEUES)]
+    t0 = time.perf_counter()
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    elapsed = time.perf_counter() - t0
+    latencies.sort()
+    got = sum(counts)
+    return {"msgs": got, "rate": got / elapsed, "p50": percentile(latencies, 0.5) * 1e3,
+            "p99": percentile(latencies, 0.99) * 1e3, "p999": percentile(latencies, 0.999) * 1e3,
+            "complete": got == expected}
+
+
+def wait_dispatched(broker: Broker, topic: str, expected: int) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        stats = broker.stub.GetTopicStats(pb.GetTopicStatsRequest(topic=topic), timeout=30)
+        if sum(q.max_offset for q in stats.queues) >= expected:
+            return
+        time.sleep(0.05)
+
+
+def run(flush: str, seconds: float, root: str) -> None:
+    broker = Broker(flush, root)
+    try:
+        stub = broker.stub
+        topic = "Bench"
+        stub.CreateTopic(pb.CreateTopicRequest(topic=topic, read_queue_nums=QUEUES, write_queue_nums=QUEUES),
+                         timeout=30)
+        produce(broker, topic, 4, 100, 1.0)  # warm-up: files mapped, code paths hot
+        total = 0
+        scenarios = [("send-1", 1, 1, 0.0), ("send-16", 16, 1, 0.0), ("send-64", 64, 1, 0.0),
+                     ("batch-100", 4, 100, 0.0), ("latency", 1, 1, 0.002)]
+        for name, threads, batch, pace in scenarios:
+            before = broker.cpu()
+            r = produce(broker, topic, threads, batch, seconds, pace)
+            total += r["msgs"]
+            cpu = {k: round(v - before[k], 1) for k, v in broker.cpu().items()}
+            print(f"{flush:<11} {name:<10} {r['rate']:>10,.0f} msgs/s   send p50 {r['p50']:7.2f} ms  p99 "
+                  f"{r['p99']:7.2f} ms  p999 {r['p999']:7.2f} ms   CPU s {cpu}", flush=True)
+        stats = stub.GetTopicStats(pb.GetTopicStatsRequest(topic=topic), timeout=30)
+        stored = sum(q.max_offset for q in stats.queues)
+        wait_dispatched(broker, topic, stored + 0)
+        stored = sum(q.max_offset for q in stub.GetTopicStats(pb.GetTopicStatsRequest(topic=topic),
+                                                              timeout=30).queues)
+        before = broker.cpu()
+        r = consume(broker, topic, stored)
+        cpu = {k: round(v - before[k], 1) for k, v in broker.cpu().items()}
+        print(f"{flush:<11} {'consume-32':<10} {r['rate']:>10,.0f} msgs/s   pull p50 {r['p50']:7.2f} ms  p99 "
+              f"{r['p99']:7.2f} ms  p999 {r['p999']:7.2f} ms   CPU s {cpu}   ({r['msgs']:,} of {stored:,} read)",
+              flush=True)
+    finally:
+        broker.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--flush", choices=("ASYNC_FLUSH", "SYNC_FLUSH", "both"), default="both")
+    parser.add_argument("--seconds", type=float, default=5.0, help="length of each produce scenario")
+    parser.add_argument("--dir", default=None, help="scratch directory (default: the temp dir)")
+    args = parser.parse_args()
+    root = args.dir or tempfile.gettempdir()
+    print(f"gateway bench: 1 KiB bodies, {QUEUES} queues, {os.cpu_count()} cores, load "
+          f"{os.getloadavg()[0]:.2f} at the start", flush=True)
+    for flush in (("ASYNC_FLUSH", "SYNC_FLUSH") if args.flush == "both" else (args.flush,)):
+        run(flush, args.seconds, root)
+
+
+if __name__ == "__main__":
+    main()

@@ -90,6 +90,7 @@ class ServiceProcess:
         self.data_dir = data_dir
         self.overrides = dict(overrides)
         self.peers = dict(peers or {})
+        self.extra_args: list[str] = []  # more command-line options, e.g. --metrics-port
         self.port = port or free_port()
         self.endpoint = f"127.0.0.1:{self.port}"
         self._log_dir = log_dir
@@ -105,6 +106,7 @@ class ServiceProcess:
                "--host", "127.0.0.1", "--port", str(self.port)]
         for peer, endpoint in self.peers.items():
             cmd += [f"--{peer}", endpoint]
+        cmd += self.extra_args
         for key, value in self.overrides.items():
             cmd += ["--set", f"{key}={value}"]
         return cmd

@@ -370,3 +370,36 @@ def test_batch_read_lists_queues_and_streams_ranges(gateway: Broker) -> None:
     tagged = [o for b in reader.ReadQueue(pb.BatchReadRequest(topic="Bulk", queue_id=1, expression="TagB"),
                                           timeout=RPC_TIMEOUT) for o in b.queue_offsets]
     assert tagged == list(range(120))
+
+
+def test_every_service_exports_prometheus_metrics(broker_factory) -> None:
+    import urllib.request
+
+    from conftest import free_port
+
+    broker = broker_factory(gateway=True, start=False)
+    ports = {}
+    for proc in broker.processes:
+        ports[proc.service] = free_port()
+        proc.extra_args = ["--metrics-port", str(ports[proc.service])]
+    broker.start()
+    send(broker, "Metered", 3, queue_id=0)
+    wait_visible(broker, "Metered", 0, 3)
+    pull(broker, "Metered", 0)
+    refused_pull = refused(lambda: pull(broker, "Metered", 0, offset=-1))
+    assert refused_pull.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+    def scrape(service: str) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{ports[service]}/metrics", timeout=10) as r:
+            return r.read().decode()
+
+    gateway_text = scrape("gateway")
+    assert 'rocketstore_gateway_rpc_seconds_count{code="OK",method="Send"} 3.0' in gateway_text
+    assert 'rocketstore_gateway_rpc_seconds_count{code="INVALID_ARGUMENT",method="Pull"} 1.0' in gateway_text
+    assert "rocketstore_gateway_put_messages_total 3.0" in gateway_text
+    assert "rocketstore_gateway_sends_waiting 0.0" in gateway_text
+    commitlog_text = scrape("commitlog")
+    assert 'rocketstore_commitlog_put_messages_total{status="PUT_OK"} 3.0' in commitlog_text
+    assert "rocketstore_commitlog_store_flush_seconds" in commitlog_text
+    assert "rocketstore_index_dispatch_behind_bytes 0.0" in scrape("index")
+    assert "rocketstore_dispatch_lag_bytes" in scrape("dispatcher")

@@ -185,7 +185,8 @@ class _StoreCollector:
                 yield GaugeMetricFamily(metric, doc, value=float(value))
 
 
-_STORE_COUNTERS = frozenset({"putMessageCount", "putBytes", "flushCount", "flushTimeouts", "deletedFiles"})
+_STORE_COUNTERS = frozenset({"putMessageCount", "putBytes", "flushCount", "flushSeconds", "flushTimeouts",
+                             "deletedFiles"})
 
 
 def _snake(name: str) -> str:

@@ -372,6 +372,7 @@ class CommitLogStore:
             "putMessageCount": self.commitlog.put_message_count,
             "putBytes": self.commitlog.put_bytes,
             "flushCount": flush_count,
+            "flushSeconds": round(getattr(self._flush_service, "flush_seconds", 0.0), 6),
             "flushTimeouts": self.flush_timeouts,
             "minOffset": self.min_offset,
             "maxOffset": self.max_offset,

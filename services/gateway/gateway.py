@@ -122,6 +122,9 @@ class Gateway:
         self._put_rate = _Rate(deque())
         self._get_rate = _Rate(deque())
 
+    def put_tps(self) -> float:
+        return self._put_rate.tps()
+
     def start(self) -> None:
         self.watcher.start()
         self._persister.start()

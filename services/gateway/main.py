@@ -7,7 +7,10 @@ port 8081 by default. SIGTERM stops it cleanly: in-flight calls drain, consumer 
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
+
+import grpc
 
 from rocketstore.log import configure_logging, get_logger
 from rocketstore.server import GrpcServer, run_until_signal, start_metrics_server
@@ -39,13 +42,13 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int | None = None, 
         return 1
     gateway.start()
     try:
-        server = GrpcServer(host, DEFAULT_PORT if port is None else port, max_workers=MAX_WORKERS)
+        metrics = _Metrics(gateway) if metrics_port is not None else None
+        server = GrpcServer(host, DEFAULT_PORT if port is None else port, max_workers=MAX_WORKERS,
+                            interceptors=[metrics] if metrics is not None else [])
         server.add(gateway_pb2_grpc.add_GatewayServicer_to_server, GatewayServicer(gateway), GATEWAY_SERVICE)
         server.add(gateway_pb2_grpc.add_BatchReadServicer_to_server, BatchReadServicer(gateway), BATCH_READ_SERVICE)
         server.start()
         bound_metrics = start_metrics_server(metrics_port) if metrics_port is not None else None
-        if bound_metrics is not None:
-            _register_metrics(gateway)
     except BaseException:
         gateway.shutdown()
         raise
@@ -55,24 +58,58 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int | None = None, 
     return 0
 
 
-def _register_metrics(gateway: Gateway) -> None:
-    from prometheus_client import REGISTRY
-    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+class _Metrics(grpc.ServerInterceptor):
+    """Prometheus metrics of the gateway: the latency and outcome of every RPC (send, pull, ...), and the
+    gateway's counters and queue depth read at scrape time."""
 
-    class Collector:
-        def describe(self) -> list[object]:
-            return []
+    def __init__(self, gateway: Gateway) -> None:
+        from prometheus_client import REGISTRY, Histogram
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-        def collect(self):  # type: ignore[no-untyped-def]
-            yield CounterMetricFamily("rocketstore_gateway_put_messages", "Messages stored through the gateway.",
-                                      value=float(gateway.put_messages))
-            yield CounterMetricFamily("rocketstore_gateway_put_bytes", "Record bytes stored through the gateway.",
-                                      value=float(gateway.put_bytes))
-            yield CounterMetricFamily("rocketstore_gateway_get_messages", "Messages pulled or read.",
-                                      value=float(gateway.get_messages))
-            yield CounterMetricFamily("rocketstore_gateway_appends", "AppendBatch calls made for sends.",
-                                      value=float(gateway.sender.appends))
-            yield GaugeMetricFamily("rocketstore_gateway_put_tps", "Messages stored per second (10 s window).",
-                                    value=gateway._put_rate.tps())
+        self._latency = Histogram(
+            "rocketstore_gateway_rpc_seconds", "Time to answer one gateway RPC (a long poll includes its wait).",
+            ["method", "code"],
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 15.0, 30.0),
+            registry=REGISTRY)
 
-    REGISTRY.register(Collector())
+        class Collector:
+            def describe(self) -> list[object]:
+                return []
+
+            def collect(self):  # type: ignore[no-untyped-def]
+                yield CounterMetricFamily("rocketstore_gateway_put_messages", "Messages stored through the gateway.",
+                                          value=float(gateway.put_messages))
+                yield CounterMetricFamily("rocketstore_gateway_put_bytes", "Record bytes stored through the gateway.",
+                                          value=float(gateway.put_bytes))
+                yield CounterMetricFamily("rocketstore_gateway_get_messages", "Messages pulled or read.",
+                                          value=float(gateway.get_messages))
+                yield CounterMetricFamily("rocketstore_gateway_appends", "AppendBatch calls made for sends.",
+                                          value=float(gateway.sender.appends))
+                yield GaugeMetricFamily("rocketstore_gateway_sends_waiting",
+                                        "Sends queued for the next batched append.",
+                                        value=float(gateway.sender.waiting))
+                yield GaugeMetricFamily("rocketstore_gateway_put_tps", "Messages stored per second (10 s window).",
+                                        value=gateway.put_tps())
+
+        REGISTRY.register(Collector())
+
+    def intercept_service(self, continuation, handler_call_details):  # type: ignore[no-untyped-def]
+        handler = continuation(handler_call_details)
+        if handler is None or handler.unary_unary is None:
+            return handler  # streams (batch reads) are counted by the messages they carry
+        method = handler_call_details.method.rsplit("/", 1)[-1]
+        inner, latency = handler.unary_unary, self._latency
+
+        def timed(request, context):  # type: ignore[no-untyped-def]
+            t0 = time.perf_counter()
+            code = "OK"
+            try:
+                return inner(request, context)
+            except Exception:
+                code = context.code().name if context.code() is not None else "UNKNOWN"
+                raise
+            finally:
+                latency.labels(method, code).observe(time.perf_counter() - t0)
+
+        return grpc.unary_unary_rpc_method_handler(timed, request_deserializer=handler.request_deserializer,
+                                                   response_serializer=handler.response_serializer)

@@ -118,6 +118,11 @@ class SendBatcher:
     def close(self) -> None:
         self._closed = True
 
+    @property
+    def waiting(self) -> int:
+        """Sends queued for the next append (the gateway's queue depth)."""
+        return len(self._queue)
+
     def send(self, messages: Sequence[cl_pb.Message], timeout: float) -> Sequence[cl_pb.AppendResult]:
         """Store ``messages`` (in one append, in order); their AppendResults, in order."""
         if self._closed:

@@ -225,6 +225,9 @@ class Gateway:
         self.put_messages += len(messages)
         self.put_bytes += stored_bytes
         self._put_rate.add(len(messages))
+        first = response.results[0]
+        _log.debug("sent", topic=topic, queue_id=queue_id, messages=len(messages), queue_offset=first.queue_offset,
+                   commit_log_offset=first.commit_log_offset, producer_group=request.producer_group)
         return response
 
     # --- pull ----------------------------------------------------------------------------------
@@ -305,6 +308,8 @@ class Gateway:
             response.messages.extend(received(decode_message(records, s)) for _, s, _ in found)
         self.get_messages += len(found)
         self._get_rate.add(len(found))
+        _log.debug("pulled", topic=request.topic, queue_id=request.queue_id, offset=request.offset,
+                   messages=len(found), next_begin_offset=next_offset, consumer_group=request.consumer_group)
         return response
 
     # --- consumer groups -----------------------------------------------------------------------

@@ -29,6 +29,8 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from rocketstore.cli import _key_value, _port  # the argument types every command shares
+
 if TYPE_CHECKING:
     from rocketstore.client.messages import ReceivedMessage
 
@@ -44,16 +46,6 @@ _SubParsers = argparse._SubParsersAction  # type: ignore[type-arg]
 
 # --- argument types ---------------------------------------------------------------------------
 
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"port {value} is out of range 0..65535")
-    return value
-
-
 def _endpoint(text: str) -> str:
     for item in text.replace(",", ";").split(";"):
         host, sep, port = item.strip().rpartition(":")
@@ -62,24 +54,21 @@ def _endpoint(text: str) -> str:
     return text
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value}: must be at least 1")
-    return value
+def _whole_number(minimum: int, what: str) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value}: {what}")
+        return value
+
+    return parse
 
 
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value}: must not be negative")
-    return value
+_positive = _whole_number(1, "must be at least 1")
+_non_negative = _whole_number(0, "must not be negative")
 
 
 def _seconds(text: str) -> float:
@@ -90,13 +79,6 @@ def _seconds(text: str) -> float:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text}: must be more than 0 seconds")
     return value
-
-
-def _key_value(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key.strip():
-        raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=VALUE")
-    return key.strip(), value.strip()
 
 
 def _timestamp(text: str) -> int:

@@ -213,6 +213,10 @@ class MappedFileQueue:
             mf = files[index]
             if mf.file_from_offset <= offset < mf.file_from_offset + self.mapped_file_size:
                 return mf
+        # The list has a gap (a file lost or removed by hand): search it, as RocketMQ falls back to.
+        for mf in files:
+            if mf.file_from_offset <= offset < mf.file_from_offset + self.mapped_file_size:
+                return mf
         return first if return_first_on_not_found else None
 
     def get_min_offset(self) -> int:

@@ -410,3 +410,14 @@ def test_store_with_warm_mapped_files_appends_and_recovers(tmp_path: Path) -> No
         assert again.max_offset == end
     finally:
         factory.close_all()
+
+
+def test_find_mapped_file_by_offset_across_a_gap_in_the_files(tmp_path: Path, queues) -> None:
+    # A file missing from the middle (lost, or removed by hand): the files after it are still found.
+    q = queues(tmp_path)
+    for _ in range(4):
+        append(q, b"z" * SIZE)
+    q.files = [mf for mf in q.files if mf.file_from_offset != 1024]
+    assert q.find_mapped_file_by_offset(1500) is None
+    assert q.find_mapped_file_by_offset(2048).file_from_offset == 2048
+    assert q.find_mapped_file_by_offset(4095).file_from_offset == 3072

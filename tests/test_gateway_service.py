@@ -401,5 +401,7 @@ def test_every_service_exports_prometheus_metrics(broker_factory) -> None:
     commitlog_text = scrape("commitlog")
     assert 'rocketstore_commitlog_put_messages_total{status="PUT_OK"} 3.0' in commitlog_text
     assert "rocketstore_commitlog_store_flush_seconds" in commitlog_text
-    assert "rocketstore_index_dispatch_behind_bytes 0.0" in scrape("index")
+    index_text = scrape("index")
+    assert "rocketstore_index_dispatch_behind_bytes 0.0" in index_text
+    assert 'rocketstore_index_rpc_seconds_count{code="OK",method="GetMessage"}' in index_text
     assert "rocketstore_dispatch_lag_bytes" in scrape("dispatcher")

@@ -7,13 +7,10 @@ port 8081 by default. SIGTERM stops it cleanly: in-flight calls drain, consumer 
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
-import grpc
-
 from rocketstore.log import configure_logging, get_logger
-from rocketstore.server import GrpcServer, run_until_signal, start_metrics_server
+from rocketstore.server import GrpcServer, RpcLatencyInterceptor, run_until_signal, start_metrics_server
 from rocketstore.v1 import gateway_pb2_grpc
 
 from .gateway import Gateway
@@ -58,19 +55,15 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int | None = None, 
     return 0
 
 
-class _Metrics(grpc.ServerInterceptor):
+class _Metrics(RpcLatencyInterceptor):
     """Prometheus metrics of the gateway: the latency and outcome of every RPC (send, pull, ...), and the
     gateway's counters and queue depth read at scrape time."""
 
     def __init__(self, gateway: Gateway) -> None:
-        from prometheus_client import REGISTRY, Histogram
+        from prometheus_client import REGISTRY
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-        self._latency = Histogram(
-            "rocketstore_gateway_rpc_seconds", "Time to answer one gateway RPC (a long poll includes its wait).",
-            ["method", "code"],
-            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 15.0, 30.0),
-            registry=REGISTRY)
+        super().__init__("gateway", "Time to answer one gateway RPC (a long poll includes its wait).")
 
         class Collector:
             def describe(self) -> list[object]:
@@ -92,24 +85,3 @@ class _Metrics(grpc.ServerInterceptor):
                                         value=gateway.put_tps())
 
         REGISTRY.register(Collector())
-
-    def intercept_service(self, continuation, handler_call_details):  # type: ignore[no-untyped-def]
-        handler = continuation(handler_call_details)
-        if handler is None or handler.unary_unary is None:
-            return handler  # streams (batch reads) are counted by the messages they carry
-        method = handler_call_details.method.rsplit("/", 1)[-1]
-        inner, latency = handler.unary_unary, self._latency
-
-        def timed(request, context):  # type: ignore[no-untyped-def]
-            t0 = time.perf_counter()
-            code = "OK"
-            try:
-                return inner(request, context)
-            except Exception:
-                code = context.code().name if context.code() is not None else "UNKNOWN"
-                raise
-            finally:
-                latency.labels(method, code).observe(time.perf_counter() - t0)
-
-        return grpc.unary_unary_rpc_method_handler(timed, request_deserializer=handler.request_deserializer,
-                                                   response_serializer=handler.response_serializer)

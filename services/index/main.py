@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rocketstore.log import configure_logging, get_logger
-from rocketstore.server import GrpcServer, run_until_signal, start_metrics_server
+from rocketstore.server import GrpcServer, RpcLatencyInterceptor, run_until_signal, start_metrics_server
 from rocketstore.v1 import index_pb2_grpc
 
 from .commitlog_client import RemoteCommitLog
@@ -43,7 +43,10 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int | None = None, 
         return 1
     servicer = IndexServicer(store)
     try:
-        server = GrpcServer(host, DEFAULT_PORT if port is None else port, max_workers=MAX_WORKERS)
+        latency = [RpcLatencyInterceptor("index", "Time to answer one index RPC (GetMessage, QueryByKey, ...).")] \
+            if metrics_port is not None else []
+        server = GrpcServer(host, DEFAULT_PORT if port is None else port, max_workers=MAX_WORKERS,
+                            interceptors=latency)
         server.add(index_pb2_grpc.add_IndexServicer_to_server, servicer, SERVICE_NAME)
         server.start()
         bound_metrics = start_metrics_server(metrics_port) if metrics_port is not None else None

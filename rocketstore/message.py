@@ -55,9 +55,9 @@ def string_to_properties(text: str) -> dict[str, str]:
     """RocketMQ's string2messageProperties: pairs without a name or a value are dropped."""
     out: dict[str, str] = {}
     for item in text.split(PROPERTY_SEPARATOR):
-        sep = item.find(NAME_VALUE_SEPARATOR)
-        if len(item) >= 3 and 0 < sep < len(item) - 1:
-            out[item[:sep]] = item[sep + 1 :]
+        name, _, value = item.partition(NAME_VALUE_SEPARATOR)
+        if name and value:
+            out[name] = value
     return out
 
 

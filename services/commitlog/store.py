@@ -6,7 +6,6 @@ services, the checks before a put, the flush and slave waits after it, and shutd
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import os
 import threading
 import time
@@ -21,6 +20,7 @@ from rocketstore.services.commitlog.group_commit import GroupCommitRequest, Grou
 from rocketstore.services.commitlog.replica import NoReplica, ReplicaWaiter
 
 from rocketstore.checkpoint import StoreCheckpoint
+from rocketstore.file_lock import FileLockHeld, lock_file, unlock_file
 from rocketstore.log import get_logger
 from rocketstore.message import Message, wait_store_msg_ok
 from rocketstore.settings import BrokerRole, FlushDiskType, Settings
@@ -103,23 +103,16 @@ class CommitLogStore:
                  broker_role=s.broker_role.value, queues=len(self.commitlog.topic_queue_table))
 
     def _take_lock(self) -> None:
-        path = os.path.join(self.settings.store_path_root_dir, "lock")
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as e:
-            os.close(fd)
+            self._lock_fd = lock_file(os.path.join(self.settings.store_path_root_dir, "lock"))
+        except FileLockHeld as e:
             raise StoreStartError(
                 f"{self.settings.store_path_root_dir} is in use by another process (its lock file is held)"
             ) from e
-        os.ftruncate(fd, 0)
-        os.write(fd, b"lock")
-        self._lock_fd = fd
 
     def _release_lock(self) -> None:
         if self._lock_fd is not None:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-            os.close(self._lock_fd)
+            unlock_file(self._lock_fd)
             self._lock_fd = None
 
     def _recover(self) -> None:

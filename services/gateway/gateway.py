@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import grpc
 
-from rocketstore.codec import decode_message
+from rocketstore.codec import decode_message, read_record_info
 from rocketstore.log import get_logger
-from rocketstore.message import MessageExt
+from rocketstore.message import MessageExt, property_value
 from rocketstore.message_id import UniqKeyGenerator, decode_message_id
 from rocketstore.settings import Settings
 from rocketstore.statuses import PutMessageStatus
@@ -604,11 +604,7 @@ def _pull_status(r: ix_pb.GetMessageResponse, offset: int) -> tuple[int, int]:
 
 
 def _tags_of(records: bytes, pos: int, size: int) -> str | None:
-    from rocketstore.codec import read_record_info
-    from rocketstore.message import string_to_properties
-
-    info = read_record_info(records, pos)
-    return string_to_properties(info.properties_text).get("TAGS")
+    return property_value(read_record_info(records, pos).properties_text, "TAGS")
 
 
 def received(m: MessageExt) -> pb.ReceivedMessage:

@@ -19,8 +19,6 @@ ReadRecords per answer). One thread applies dispatch batches; reads run on any t
 
 from __future__ import annotations
 
-import fcntl
-import json
 import os
 import struct
 import threading
@@ -31,6 +29,8 @@ from typing import Protocol
 
 from rocketstore.checkpoint import StoreCheckpoint
 from rocketstore.codec import store_timestamp_position
+from rocketstore.config_file import ConfigFileError, load_json, persist_json
+from rocketstore.file_lock import FileLockHeld, lock_file, unlock_file
 from rocketstore.log import get_logger
 from rocketstore.message import (
     KEY_SEPARATOR,
@@ -164,36 +164,27 @@ class IndexStore:
         _log.info("index store stopped", position=self.position)
 
     def _take_lock(self) -> None:
-        fd = os.open(os.path.join(self._root, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as e:
-            os.close(fd)
+            self._lock_fd = lock_file(os.path.join(self._root, LOCK_FILE))
+        except FileLockHeld as e:
             raise OSError(f"the index of {self._root} is in use by another process ({LOCK_FILE} is held)") from e
-        self._lock_fd = fd
 
     def _release_lock(self) -> None:
         if self._lock_fd is not None:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-            os.close(self._lock_fd)
+            unlock_file(self._lock_fd)
             self._lock_fd = None
 
     # --- the dispatch position -----------------------------------------------------------------
     def _load_position(self) -> dict:
         try:
-            with open(self._position_path, encoding="utf-8") as f:
-                data = json.load(f)
-            return data if isinstance(data, dict) else {}
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as e:
-            # Unreadable: start over from 0; every entry already held is skipped, nothing is lost.
+            return load_json(self._position_path, check=_check_position) or {}
+        except ConfigFileError as e:
+            # Unreadable, backup too: start over from 0; every entry already held is skipped, nothing is lost.
             _log.warning("dispatch position unreadable; rebuilding from the CommitLog's start", error=str(e))
             return {}
 
     def _save_position(self, position: int, instance_id: str) -> None:
-        _write_text(self._position_path, json.dumps({"position": position, "commitlogInstanceId": instance_id}),
-                    sync=True)
+        persist_json(self._position_path, {"position": position, "commitlogInstanceId": instance_id})
         self._saved = (position, instance_id)
 
     def resume_info(self) -> tuple[int, int, int, str]:
@@ -499,11 +490,13 @@ def _count_files(path: str) -> int:
         return 0
 
 
-def _write_text(path: str, text: str, sync: bool = False) -> None:
+def _check_position(data: dict) -> None:
+    if not isinstance(data.get("position"), int) or data["position"] < 0:
+        raise ValueError(f"no valid position in {data!r}")
+
+
+def _write_text(path: str, text: str) -> None:
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
-        if sync:
-            f.flush()
-            os.fsync(f.fileno())
     os.replace(tmp, path)

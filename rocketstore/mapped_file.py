@@ -74,6 +74,15 @@ class MappedFile:
         """Where appends land: the transient buffer if there is one, else the mapping."""
         return self.write_buffer if self.write_buffer is not None else self.mm
 
+    def write_at(self, pos: int, data: bytes | bytearray | memoryview) -> None:
+        """Write ``data`` at file position ``pos`` with pwrite rather than through the mapping
+        (the same page cache, so the mapping sees it): pages dirtied by a write call are not
+        write-protected by the next flush, as pages dirtied through a mapping are."""
+        view = memoryview(data)
+        done, total = 0, len(view)
+        while done < total:  # pwrite may write less than asked
+            done += os.pwrite(self._fd, view[done:], pos + done)
+
     # --- commit and flush ------------------------------------------------------------------
     def _able(self, done: int, target: int, least_pages: int) -> bool:
         if self.is_full() and target > done:

@@ -137,6 +137,7 @@ class CommitLogStore:
                 flushed_where=lambda: q.flushed_where,
                 on_flushed=self._on_flushed,
             )
+            self.commitlog.write_through = self._flush_service.idle
         else:
             self._flush_service = FlushRealTimeService(
                 q.flush, self._on_flushed, s.flush_interval_commit_log,

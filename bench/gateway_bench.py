@@ -92,7 +92,8 @@ def produce(broker: Broker, topic: str, threads: int, batch: int, seconds: float
     stop = time.monotonic() + seconds
 
     def worker(i: int) -> None:
-        request = pb.SendRequest(topic=topic, queue_id=i % QUEUES, messages=messages)
+        # As the Python client sends: results in columns (SendColumns), not one SendResult per message.
+        request = pb.SendRequest(topic=topic, queue_id=i % QUEUES, messages=messages, columnar_results=True)
         mine, next_at = [], time.monotonic()
         while time.monotonic() < stop:
             if pace:

@@ -225,8 +225,9 @@ class _FakeGateway:
     """Answers Send from a script of outcomes (a status code to fail with, or None to store) and records
     every request with the endpoint it went to."""
 
-    def __init__(self, script: list[grpc.StatusCode | None]) -> None:
+    def __init__(self, script: list[grpc.StatusCode | None], columns: bool = False) -> None:
         self.script = list(script)
+        self.columns = columns  # answer columnar_results requests in columns, as the real gateway does
         self.requests: list[tuple[str, pb.SendRequest]] = []
         self.endpoint = ""
         self.lock = threading.Lock()
@@ -237,6 +238,13 @@ class _FakeGateway:
             outcome = self.script.pop(0) if self.script else None
         if outcome is not None:
             raise _RpcError(outcome, f"scripted {outcome.name}")
+        if self.columns and request.columnar_results:
+            n = len(request.messages)
+            return pb.SendResponse(columns=pb.SendColumns(
+                statuses=[pb.SEND_OK] * (n - 1) + [pb.SEND_FLUSH_DISK_TIMEOUT],
+                msg_ids=[m.uniq_key for m in request.messages], offset_msg_id_prefix="7F00000100002A9F",
+                commit_log_offsets=[1000 + 10 * i for i in range(n)], queue_offsets=list(range(7, 7 + n)),
+                store_timestamp=99, topic=request.topic, queue_id=request.queue_id))
         return pb.SendResponse(results=[pb.SendResult(status=pb.SEND_OK, msg_id=m.uniq_key, topic=request.topic,
                                                       queue_id=request.queue_id, queue_offset=i)
                                         for i, m in enumerate(request.messages)])
@@ -267,8 +275,8 @@ class _FakeConnection:
 
 
 def _fake_producer(script: list[grpc.StatusCode | None], endpoints: tuple[str, ...] = ("a:1", "b:2"),
-                   **kwargs: Any) -> tuple[Producer, _FakeGateway]:
-    gateway = _FakeGateway(script)
+                   columns: bool = False, **kwargs: Any) -> tuple[Producer, _FakeGateway]:
+    gateway = _FakeGateway(script, columns)
     producer = Producer(list(endpoints), **kwargs)
     conns = {e: _FakeConnection(e, gateway) for e in endpoints}
     producer._connection = conns.__getitem__  # type: ignore[method-assign]
@@ -360,6 +368,20 @@ def test_batch_goes_to_one_queue_in_order() -> None:
     assert len({m.uniq_key for m in request.messages}) == 5
     with pytest.raises(ValueError, match="one topic"):
         producer.send_batch([Message("T", b"x"), Message("U", b"y")])
+    producer.shutdown()
+
+
+def test_results_answered_in_columns_become_one_send_result_each() -> None:
+    producer, gateway = _fake_producer([None], columns=True)
+    results = producer.send_batch([Message("T", f"m{i}".encode()) for i in range(3)], queue_id=1, broker="b:2")
+    [(_, request)] = gateway.requests
+    assert request.columnar_results
+    assert [r.msg_id for r in results] == [m.uniq_key for m in request.messages]
+    assert [r.offset_msg_id for r in results] == [f"7F00000100002A9F{1000 + 10 * i:016X}" for i in range(3)]
+    assert [(r.commit_log_offset, r.queue_offset) for r in results] == [(1000, 7), (1010, 8), (1020, 9)]
+    assert [r.status for r in results] == [SendStatus.SEND_OK, SendStatus.SEND_OK, SendStatus.FLUSH_DISK_TIMEOUT]
+    assert {(r.topic, r.queue_id, r.store_timestamp, r.broker) for r in results} == {("T", 1, 99, "b:2")}
+    assert results[0].to_json()["offsetMsgId"] == f"7F00000100002A9F{1000:016X}"
     producer.shutdown()
 
 

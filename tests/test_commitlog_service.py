@@ -154,6 +154,75 @@ def test_refusals_name_what_is_wrong(commitlog_service) -> None:
     assert stub.AppendBatch(pb.AppendBatchRequest(), timeout=RPC_TIMEOUT).results == []
 
 
+def _columns_as_results(c: pb.AppendColumns) -> list[tuple]:
+    reasons = list(c.reasons) or [""] * len(c.statuses)
+    return [(s, r, f"{c.msg_id_prefix}{o:016X}" if o >= 0 else "", o, b, q, c.store_timestamp if o >= 0 else 0)
+            for s, r, o, b, q in zip(c.statuses, reasons, c.wrote_offsets, c.wrote_bytes, c.queue_offsets,
+                                     strict=True)]
+
+
+def _as_tuples(results: list[pb.AppendResult]) -> list[tuple]:
+    return [(r.status, r.reason, r.msg_id, r.wrote_offset, r.wrote_bytes, r.queue_offset, r.store_timestamp)
+            for r in results]
+
+
+def test_columnar_answer_says_what_per_message_results_say(commitlog_service) -> None:
+    stub = commitlog_service.stub
+    first = append(stub, [make_message(i, topic="Columns", queue_id=1) for i in range(3)])
+    msgs = [make_message(i, topic="Columns", queue_id=1) for i in range(3, 7)]
+    msgs[1] = make_message(4, topic="T" * 200, queue_id=1)
+    response = stub.AppendBatch(pb.AppendBatchRequest(messages=msgs, columnar=True), timeout=RPC_TIMEOUT)
+    assert list(response.results) == []
+    c = response.columns
+    assert len(c.statuses) == len(c.reasons) == len(c.wrote_offsets) == len(msgs)
+    assert list(c.statuses) == [pb.PUT_OK, pb.MESSAGE_ILLEGAL, pb.PUT_OK, pb.PUT_OK]
+    assert "topic" in c.reasons[1] and c.reasons[0] == ""
+    assert c.wrote_offsets[1] == -1 and c.wrote_bytes[1] == 0
+    assert [c.queue_offsets[i] for i in (0, 2, 3)] == [3, 4, 5]
+    expected_id = create_message_id("127.0.0.1:10911", c.wrote_offsets[0])
+    assert f"{c.msg_id_prefix}{c.wrote_offsets[0]:016X}" == expected_id
+    stored = [i for i in range(4) if i != 1]
+    as_results = [pb.AppendResult(status=s, reason=r, msg_id=m, wrote_offset=o, wrote_bytes=b, queue_offset=q,
+                                  store_timestamp=t)
+                  for i, (s, r, m, o, b, q, t) in enumerate(_columns_as_results(c)) if i in stored]
+    for i, r, rec in zip(stored, as_results, read_all(stub, as_results), strict=True):
+        assert_record_matches(rec.data, msgs[i], r)
+    # A batch without refusals sends no reasons at all; its first offset follows the last one stored.
+    ok = stub.AppendBatch(pb.AppendBatchRequest(messages=[make_message(9)], columnar=True), timeout=RPC_TIMEOUT)
+    assert list(ok.columns.reasons) == [] and ok.columns.wrote_offsets[0] == c.wrote_offsets[3] + c.wrote_bytes[3]
+    assert first[0].msg_id.startswith(c.msg_id_prefix)
+
+
+def test_append_stream_answers_each_batch_in_order(commitlog_service) -> None:
+    stub = commitlog_service.stub
+    batches = [[make_message(10 * b + i, topic="Streamed", queue_id=0) for i in range(b + 1)] for b in range(4)]
+    requests = [pb.AppendBatchRequest(messages=m, columnar=b % 2 == 0) for b, m in enumerate(batches)]
+    responses = list(stub.AppendStream(iter(requests), timeout=RPC_TIMEOUT))
+    assert len(responses) == 4
+    queue_offsets = []
+    for b, response in enumerate(responses):
+        if b % 2 == 0:
+            got = _columns_as_results(response.columns)
+        else:
+            got = _as_tuples(list(response.results))
+        assert [t[0] for t in got] == [pb.PUT_OK] * (b + 1)
+        queue_offsets += [t[5] for t in got]
+    assert queue_offsets == list(range(10))  # one writer, the stream's order
+
+
+def test_append_stream_answers_a_refused_message_and_goes_on(commitlog_service) -> None:
+    stub = commitlog_service.stub
+    bad = make_message(1, topic="StreamRefusal", queue_id=0)
+    bad.properties_text = "A\x01b\x02"  # properties and properties_text together
+    requests = [pb.AppendBatchRequest(messages=m, columnar=True)
+                for m in ([make_message(0, topic="StreamRefusal", queue_id=0)], [bad],
+                          [make_message(2, topic="StreamRefusal", queue_id=0)])]
+    responses = list(stub.AppendStream(iter(requests), timeout=RPC_TIMEOUT))
+    assert [list(r.columns.statuses) for r in responses] == [[pb.PUT_OK], [pb.MESSAGE_ILLEGAL], [pb.PUT_OK]]
+    assert "not both" in responses[1].columns.reasons[0]
+    assert [r.columns.queue_offsets[0] for r in (responses[0], responses[2])] == [0, 1]
+
+
 # --- reads ------------------------------------------------------------------------------------
 def test_read_records_outside_the_log_are_not_found_and_bad_ranges_are_refused(commitlog_service) -> None:
     stub = commitlog_service.stub

@@ -94,6 +94,31 @@ def test_single_sends_spread_round_robin_and_a_batch_stays_in_one_queue(gateway:
     assert [m.body for m in p.messages] == [b"Spread-%d" % i for i in range(32)]  # 32: the in-memory batch limit
 
 
+def test_columnar_results_say_what_per_message_results_say(gateway: Broker) -> None:
+    stub = gateway.gateway.stub
+    msgs = [pb.OutgoingMessage(body=b"c-%d" % i, tags="T") for i in range(5)]
+    msgs[3].uniq_key = "MY-OWN-KEY"
+    full = stub.Send(pb.SendRequest(topic="Columnar", queue_id=1, messages=msgs), timeout=RPC_TIMEOUT).results
+    response = stub.Send(pb.SendRequest(topic="Columnar", queue_id=1, messages=msgs, columnar_results=True),
+                         timeout=RPC_TIMEOUT)
+    assert len(full) == 5 and list(response.results) == []
+    c = response.columns
+    assert (c.topic, c.queue_id, list(c.statuses)) == ("Columnar", 1, [])  # no statuses: every message SEND_OK
+    assert list(c.queue_offsets) == [5, 6, 7, 8, 9] and c.msg_ids[3] == "MY-OWN-KEY"
+    # The same messages again, right after the first ones: the same record sizes, one after the other.
+    full_offsets = [r.commit_log_offset for r in full]
+    assert c.commit_log_offsets[0] == full_offsets[4] + full_offsets[1] - full_offsets[0]
+    assert [b - a for a, b in zip(c.commit_log_offsets, c.commit_log_offsets[1:], strict=False)] == [
+        b - a for a, b in zip(full_offsets, full_offsets[1:], strict=False)]
+    assert c.offset_msg_id_prefix == full[0].offset_msg_id[:-16] and c.store_timestamp >= full[0].store_timestamp
+    assert {r.status for r in full} == {pb.SEND_OK} and {r.topic for r in full} == {"Columnar"}
+    for i in range(5):
+        offset_msg_id = f"{c.offset_msg_id_prefix}{c.commit_log_offsets[i]:016X}"
+        found = stub.QueryMessage(pb.QueryMessageRequest(offset_msg_id=offset_msg_id), timeout=RPC_TIMEOUT)
+        [m] = found.messages
+        assert (m.body, m.msg_id, m.queue_offset, m.tags) == (b"c-%d" % i, c.msg_ids[i], 5 + i, "T")
+
+
 def test_concurrent_sends_are_gathered_into_fewer_appends(gateway: Broker) -> None:
     errors: list[BaseException] = []
 

@@ -127,6 +127,16 @@ class SendResult:
         return cls(_SEND_STATUS.get(r.status, SendStatus.SEND_OK), r.msg_id, r.offset_msg_id, r.topic, r.queue_id,
                    r.queue_offset, r.commit_log_offset, r.store_timestamp, broker)
 
+    @classmethod
+    def from_columns(cls, c: pb.SendColumns, broker: str = "") -> list[SendResult]:
+        """The results of a send answered in columns (``columnar_results``), one per message."""
+        n = len(c.msg_ids)
+        statuses = [_SEND_STATUS.get(s, SendStatus.SEND_OK) for s in c.statuses] or [SendStatus.SEND_OK] * n
+        prefix, topic, queue_id, ts = c.offset_msg_id_prefix, c.topic, c.queue_id, c.store_timestamp
+        return [cls(status, msg_id, f"{prefix}{offset:016X}", topic, queue_id, queue_offset, offset, ts, broker)
+                for status, msg_id, offset, queue_offset in zip(statuses, c.msg_ids, c.commit_log_offsets,
+                                                                c.queue_offsets, strict=True)]
+
     def to_json(self) -> dict[str, Any]:
         """RocketMQ's field names, as ``rocketstore send --json`` prints them."""
         return {"status": self.status.value, "msgId": self.msg_id, "offsetMsgId": self.offset_msg_id,

@@ -95,11 +95,12 @@ class _SendPlan:
             mq = self.producer._select(self.topic, self.last_failed)
         if mq is None:  # no route yet: the gateway chooses the queue (and may create the topic)
             endpoint = self.producer._next_endpoint(self.last_failed)
-            request = pb.SendRequest(producer_group=self.producer.group, topic=self.topic, messages=self.messages)
+            request = pb.SendRequest(producer_group=self.producer.group, topic=self.topic, messages=self.messages,
+                                     columnar_results=True)
         else:
             endpoint = mq.broker
             request = pb.SendRequest(producer_group=self.producer.group, topic=self.topic, queue_id=mq.queue_id,
-                                     messages=self.messages)
+                                     messages=self.messages, columnar_results=True)
         return self.producer._connection(endpoint), request, max(remaining, 0.001)
 
     def failed(self, error: ClientError) -> bool:
@@ -265,6 +266,9 @@ class Producer:
                          retries=retries)
 
     def _results(self, plan: _SendPlan, endpoint: str, response: pb.SendResponse) -> list[SendResult]:
+        # Columns when the gateway honours columnar_results; one result per message from one that does not.
+        if response.HasField("columns"):
+            return SendResult.from_columns(response.columns, endpoint)
         return [SendResult.from_proto(r, endpoint) for r in response.results]
 
     def _not_stored_retry(self, plan: _SendPlan, results: list[SendResult]) -> bool:

@@ -64,10 +64,12 @@ class Message(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., flag: _Optional[int] = ..., body: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ..., sys_flag: _Optional[int] = ..., born_timestamp: _Optional[int] = ..., born_host: _Optional[str] = ..., reconsume_times: _Optional[int] = ..., prepared_transaction_offset: _Optional[int] = ..., properties_text: _Optional[str] = ...) -> None: ...
 
 class AppendBatchRequest(_message.Message):
-    __slots__ = ("messages",)
+    __slots__ = ("messages", "columnar")
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    COLUMNAR_FIELD_NUMBER: _ClassVar[int]
     messages: _containers.RepeatedCompositeFieldContainer[Message]
-    def __init__(self, messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ...) -> None: ...
+    columnar: bool
+    def __init__(self, messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., columnar: _Optional[bool] = ...) -> None: ...
 
 class AppendResult(_message.Message):
     __slots__ = ("status", "reason", "msg_id", "wrote_offset", "wrote_bytes", "queue_offset", "store_timestamp")
@@ -87,11 +89,31 @@ class AppendResult(_message.Message):
     store_timestamp: int
     def __init__(self, status: _Optional[_Union[PutMessageStatus, str]] = ..., reason: _Optional[str] = ..., msg_id: _Optional[str] = ..., wrote_offset: _Optional[int] = ..., wrote_bytes: _Optional[int] = ..., queue_offset: _Optional[int] = ..., store_timestamp: _Optional[int] = ...) -> None: ...
 
+class AppendColumns(_message.Message):
+    __slots__ = ("statuses", "reasons", "wrote_offsets", "wrote_bytes", "queue_offsets", "store_timestamp", "msg_id_prefix")
+    STATUSES_FIELD_NUMBER: _ClassVar[int]
+    REASONS_FIELD_NUMBER: _ClassVar[int]
+    WROTE_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    WROTE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    STORE_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    MSG_ID_PREFIX_FIELD_NUMBER: _ClassVar[int]
+    statuses: _containers.RepeatedScalarFieldContainer[PutMessageStatus]
+    reasons: _containers.RepeatedScalarFieldContainer[str]
+    wrote_offsets: _containers.RepeatedScalarFieldContainer[int]
+    wrote_bytes: _containers.RepeatedScalarFieldContainer[int]
+    queue_offsets: _containers.RepeatedScalarFieldContainer[int]
+    store_timestamp: int
+    msg_id_prefix: str
+    def __init__(self, statuses: _Optional[_Iterable[_Union[PutMessageStatus, str]]] = ..., reasons: _Optional[_Iterable[str]] = ..., wrote_offsets: _Optional[_Iterable[int]] = ..., wrote_bytes: _Optional[_Iterable[int]] = ..., queue_offsets: _Optional[_Iterable[int]] = ..., store_timestamp: _Optional[int] = ..., msg_id_prefix: _Optional[str] = ...) -> None: ...
+
 class AppendBatchResponse(_message.Message):
-    __slots__ = ("results",)
+    __slots__ = ("results", "columns")
     RESULTS_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[AppendResult]
-    def __init__(self, results: _Optional[_Iterable[_Union[AppendResult, _Mapping]]] = ...) -> None: ...
+    columns: AppendColumns
+    def __init__(self, results: _Optional[_Iterable[_Union[AppendResult, _Mapping]]] = ..., columns: _Optional[_Union[AppendColumns, _Mapping]] = ...) -> None: ...
 
 class Range(_message.Message):
     __slots__ = ("offset", "size")

@@ -40,6 +40,11 @@ class CommitLogStub:
                 request_serializer=rocketstore_dot_v1_dot_commitlog__pb2.AppendBatchRequest.SerializeToString,
                 response_deserializer=rocketstore_dot_v1_dot_commitlog__pb2.AppendBatchResponse.FromString,
                 _registered_method=True)
+        self.AppendStream = channel.stream_stream(
+                '/rocketstore.v1.CommitLog/AppendStream',
+                request_serializer=rocketstore_dot_v1_dot_commitlog__pb2.AppendBatchRequest.SerializeToString,
+                response_deserializer=rocketstore_dot_v1_dot_commitlog__pb2.AppendBatchResponse.FromString,
+                _registered_method=True)
         self.ReadRecords = channel.unary_unary(
                 '/rocketstore.v1.CommitLog/ReadRecords',
                 request_serializer=rocketstore_dot_v1_dot_commitlog__pb2.ReadRecordsRequest.SerializeToString,
@@ -85,6 +90,15 @@ class CommitLogServicer:
         """Append a batch of messages in one append, in the order given. The answer holds one
         AppendResult per message, in the same order. A refused message (bad topic, too large,
         ...) gets its own status and reason; the others of the batch are still stored.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AppendStream(self, request_iterator, context):
+        """AppendBatch over one long-lived stream (what the gateway keeps open): each request is
+        answered by one response, in the order of the requests; several requests may be in flight.
+        A failed request ends the stream with its status.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -151,6 +165,11 @@ def add_CommitLogServicer_to_server(servicer, server):
                     request_deserializer=rocketstore_dot_v1_dot_commitlog__pb2.AppendBatchRequest.FromString,
                     response_serializer=rocketstore_dot_v1_dot_commitlog__pb2.AppendBatchResponse.SerializeToString,
             ),
+            'AppendStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.AppendStream,
+                    request_deserializer=rocketstore_dot_v1_dot_commitlog__pb2.AppendBatchRequest.FromString,
+                    response_serializer=rocketstore_dot_v1_dot_commitlog__pb2.AppendBatchResponse.SerializeToString,
+            ),
             'ReadRecords': grpc.unary_unary_rpc_method_handler(
                     servicer.ReadRecords,
                     request_deserializer=rocketstore_dot_v1_dot_commitlog__pb2.ReadRecordsRequest.FromString,
@@ -213,6 +232,33 @@ class CommitLog:
             request,
             target,
             '/rocketstore.v1.CommitLog/AppendBatch',
+            rocketstore_dot_v1_dot_commitlog__pb2.AppendBatchRequest.SerializeToString,
+            rocketstore_dot_v1_dot_commitlog__pb2.AppendBatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AppendStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/rocketstore.v1.CommitLog/AppendStream',
             rocketstore_dot_v1_dot_commitlog__pb2.AppendBatchRequest.SerializeToString,
             rocketstore_dot_v1_dot_commitlog__pb2.AppendBatchResponse.FromString,
             options,

@@ -106,16 +106,18 @@ class ReceivedMessage(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., commit_log_offset: _Optional[int] = ..., msg_id: _Optional[str] = ..., offset_msg_id: _Optional[str] = ..., tags: _Optional[str] = ..., keys: _Optional[str] = ..., body: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ..., born_timestamp: _Optional[int] = ..., born_host: _Optional[str] = ..., store_timestamp: _Optional[int] = ..., store_host: _Optional[str] = ..., reconsume_times: _Optional[int] = ..., sys_flag: _Optional[int] = ..., flag: _Optional[int] = ..., store_size: _Optional[int] = ..., body_crc: _Optional[int] = ...) -> None: ...
 
 class SendRequest(_message.Message):
-    __slots__ = ("producer_group", "topic", "queue_id", "messages")
+    __slots__ = ("producer_group", "topic", "queue_id", "messages", "columnar_results")
     PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    COLUMNAR_RESULTS_FIELD_NUMBER: _ClassVar[int]
     producer_group: str
     topic: str
     queue_id: int
     messages: _containers.RepeatedCompositeFieldContainer[OutgoingMessage]
-    def __init__(self, producer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[OutgoingMessage, _Mapping]]] = ...) -> None: ...
+    columnar_results: bool
+    def __init__(self, producer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[OutgoingMessage, _Mapping]]] = ..., columnar_results: _Optional[bool] = ...) -> None: ...
 
 class SendResult(_message.Message):
     __slots__ = ("status", "msg_id", "offset_msg_id", "queue_id", "queue_offset", "commit_log_offset", "store_timestamp", "topic")
@@ -137,11 +139,33 @@ class SendResult(_message.Message):
     topic: str
     def __init__(self, status: _Optional[_Union[SendStatus, str]] = ..., msg_id: _Optional[str] = ..., offset_msg_id: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., commit_log_offset: _Optional[int] = ..., store_timestamp: _Optional[int] = ..., topic: _Optional[str] = ...) -> None: ...
 
+class SendColumns(_message.Message):
+    __slots__ = ("statuses", "msg_ids", "offset_msg_id_prefix", "commit_log_offsets", "queue_offsets", "store_timestamp", "topic", "queue_id")
+    STATUSES_FIELD_NUMBER: _ClassVar[int]
+    MSG_IDS_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_MSG_ID_PREFIX_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_LOG_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    STORE_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    statuses: _containers.RepeatedScalarFieldContainer[SendStatus]
+    msg_ids: _containers.RepeatedScalarFieldContainer[str]
+    offset_msg_id_prefix: str
+    commit_log_offsets: _containers.RepeatedScalarFieldContainer[int]
+    queue_offsets: _containers.RepeatedScalarFieldContainer[int]
+    store_timestamp: int
+    topic: str
+    queue_id: int
+    def __init__(self, statuses: _Optional[_Iterable[_Union[SendStatus, str]]] = ..., msg_ids: _Optional[_Iterable[str]] = ..., offset_msg_id_prefix: _Optional[str] = ..., commit_log_offsets: _Optional[_Iterable[int]] = ..., queue_offsets: _Optional[_Iterable[int]] = ..., store_timestamp: _Optional[int] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ...) -> None: ...
+
 class SendResponse(_message.Message):
-    __slots__ = ("results",)
+    __slots__ = ("results", "columns")
     RESULTS_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[SendResult]
-    def __init__(self, results: _Optional[_Iterable[_Union[SendResult, _Mapping]]] = ...) -> None: ...
+    columns: SendColumns
+    def __init__(self, results: _Optional[_Iterable[_Union[SendResult, _Mapping]]] = ..., columns: _Optional[_Union[SendColumns, _Mapping]] = ...) -> None: ...
 
 class PullRequest(_message.Message):
     __slots__ = ("consumer_group", "topic", "queue_id", "offset", "max_messages", "expression", "poll_timeout_ms", "raw_records", "commit_offset")

@@ -77,6 +77,11 @@ class PutResults(Sequence[PutResult]):
         self.store_timestamp = 0
         self._msg_id_prefix = msg_id_prefix
 
+    @property
+    def msg_id_prefix(self) -> str:
+        """The store's part of every offset msgId: its address and port in upper-case hex."""
+        return self._msg_id_prefix
+
     def set_status(self, i: int, status: PutMessageStatus, reason: str) -> None:
         self.statuses[i] = status
         self.reasons[i] = reason

@@ -29,7 +29,7 @@ from rocketstore.v1 import commitlog_pb2_grpc as pb_grpc
 from .store import OffsetNotAvailable
 
 if TYPE_CHECKING:
-    from .store import CommitLogStore, PutResult
+    from .store import CommitLogStore, PutResult, PutResults
 
 __all__ = ["SERVICE_NAME", "AppendObserver", "CommitLogServicer"]
 
@@ -114,6 +114,18 @@ class CommitLogServicer(pb_grpc.CommitLogServicer):
     def AppendBatch(self, request: pb.AppendBatchRequest, context: _Ctx) -> pb.AppendBatchResponse:
         return self._run(context, "AppendBatch", lambda: self._append_batch(request))
 
+    def AppendStream(self, requests: Iterator[pb.AppendBatchRequest],
+                     context: _Ctx) -> Iterator[pb.AppendBatchResponse]:
+        """AppendBatch for each request of the stream, answered in order; the caller keeps one stream
+        per concurrent append, so durability waits of different streams share group commits."""
+        try:
+            for request in requests:
+                yield self._append_batch(request)
+        except _Refusal as r:
+            _abort(context, "AppendStream", r)
+        except Exception as e:  # noqa: BLE001 - every failure becomes a status
+            _abort(context, "AppendStream", self._unexpected("AppendStream", e))
+
     def _append_batch(self, request: pb.AppendBatchRequest) -> pb.AppendBatchResponse:
         self._check_open()
         response = pb.AppendBatchResponse()
@@ -126,6 +138,20 @@ class CommitLogServicer(pb_grpc.CommitLogServicer):
         elapsed = time.perf_counter() - started
         if len(results) != len(msgs):  # the store's contract: one result per message
             raise RuntimeError(f"store answered {len(results)} results for {len(msgs)} messages")
+        if request.columnar:
+            self._fill_columns(results, response.columns)
+        else:
+            self._fill_results(results, response)
+        if any(results.reasons):  # a refusal or a failed durability wait: name the messages
+            self._log_refused(msgs, results)
+        if self._on_append is not None:
+            self._on_append(results, elapsed)
+        _log.debug("append batch", messages=len(msgs), topic=msgs[0].topic,
+                   first_offset=results.wrote_offsets[0], last_offset=results.wrote_offsets[-1], seconds=elapsed)
+        return response
+
+    @staticmethod
+    def _fill_results(results: PutResults, response: pb.AppendBatchResponse) -> None:
         add = response.results.add
         ts = results.store_timestamp
         for i, status in enumerate(results.statuses):
@@ -135,13 +161,24 @@ class CommitLogServicer(pb_grpc.CommitLogServicer):
                     queue_offset=results.queue_offsets[i], store_timestamp=ts)
             else:
                 add(status=status, reason=results.reasons[i], wrote_offset=-1)
+
+    @staticmethod
+    def _fill_columns(results: PutResults, columns: pb.AppendColumns) -> None:
+        columns.statuses.extend(results.statuses)
+        if any(results.reasons):
+            columns.reasons.extend(results.reasons)
+        columns.wrote_offsets.extend(results.wrote_offsets)
+        columns.wrote_bytes.extend(results.sizes)
+        columns.queue_offsets.extend(results.queue_offsets)
+        columns.store_timestamp = results.store_timestamp
+        columns.msg_id_prefix = results.msg_id_prefix
+
+    @staticmethod
+    def _log_refused(msgs: Sequence[pb.Message], results: PutResults) -> None:
+        for i, status in enumerate(results.statuses):
+            if not status.stored:
                 _log.info("message refused", topic=msgs[i].topic, queue_id=msgs[i].queue_id,
                           status=status.name, reason=results.reasons[i])
-        if self._on_append is not None:
-            self._on_append(results, elapsed)
-        _log.debug("append batch", messages=len(msgs), topic=msgs[0].topic,
-                   first_offset=results[0].wrote_offset, last_offset=results[-1].wrote_offset, seconds=elapsed)
-        return response
 
     # --- reads ------------------------------------------------------------------------------
     def ReadRecords(self, request: pb.ReadRecordsRequest, context: _Ctx) -> pb.ReadRecordsResponse:

@@ -33,7 +33,7 @@ from rocketstore.v1 import index_pb2_grpc as ix_grpc
 from .consumer_offsets import ConsumerOffsetManager
 from .long_poll import QueueWatcher
 from .rebalance import ConsumerGroupRegistry
-from .sender import SendBatcher, SendError, to_commitlog_message
+from .sender import AppendedColumns, AppendStreams, SendBatcher, SendError, TagsCache, encode_send
 from .topics import TopicConfig, TopicConfigManager, TopicError, is_not_allowed_send_topic
 
 __all__ = ["Gateway", "GatewayError"]
@@ -46,6 +46,9 @@ MAX_POLL_MS = 60_000
 GROUP_NAME = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 MAX_GROUP_LENGTH = 255
 OFFSETS_PERSIST_SECONDS = 5.0  # RocketMQ's flushConsumerOffsetInterval
+# Appends to the CommitLog running at once: two let one batch be written while the previous one waits
+# for its flush; more only make smaller batches (more internal calls) out of the same concurrent sends.
+APPENDS_IN_FLIGHT = 2
 
 _STORED = {
     PutMessageStatus.PUT_OK: pb.SEND_OK,
@@ -110,7 +113,11 @@ class Gateway:
         self.topics = TopicConfigManager(config_dir, settings)
         self.offsets = ConsumerOffsetManager(config_dir)
         self.groups = ConsumerGroupRegistry()
-        self.sender = SendBatcher(self._append)
+        # Appends go as bytes (each send encodes its part once, sender.encode_send) over long-lived
+        # streams: a stream round trip costs less than a unary call on both sides.
+        self._streams = AppendStreams(self._cl_channel, RPC_TIMEOUT)
+        self.sender = SendBatcher(self._append, APPENDS_IN_FLIGHT)
+        self._tags = TagsCache()
         self.watcher = QueueWatcher(lambda: self.index.Watch(ix_pb.WatchRequest(), wait_for_ready=True))
         self._uniq = UniqKeyGenerator()
         self._round_robin: dict[str, itertools.count] = {}
@@ -132,6 +139,7 @@ class Gateway:
     def shutdown(self) -> None:
         self._stopped.set()
         self.sender.close()
+        self._streams.close()
         self.watcher.stop()
         self._persister.join(5)
         self.offsets.persist()
@@ -184,10 +192,9 @@ class Gateway:
         return config
 
     # --- send ----------------------------------------------------------------------------------
-    def _append(self, messages: list[cl_pb.Message]) -> Sequence[cl_pb.AppendResult]:
+    def _append(self, payload: bytes) -> cl_pb.AppendColumns:
         try:
-            request = cl_pb.AppendBatchRequest(messages=messages)
-            return self.commitlog.AppendBatch(request, timeout=RPC_TIMEOUT, wait_for_ready=True).results
+            return self._streams.append(payload)
         except grpc.RpcError as e:
             raise _unavailable("commitlog", e) from None
 
@@ -197,38 +204,34 @@ class Gateway:
         if request.producer_group:
             check_group(request.producer_group, "producer_group")
         topic = request.topic
-        config = self._topic_for_send(topic)
-        if request.HasField("queue_id"):
-            queue_id = request.queue_id
-            if not 0 <= queue_id < config.write_queue_nums:
-                raise GatewayError("INVALID_ARGUMENT", f"queue_id {queue_id} is out of range; topic {topic!r} has "
-                                                       f"{config.write_queue_nums} write queues (0.."
-                                                       f"{config.write_queue_nums - 1})")
-        else:
-            counter = self._round_robin.setdefault(topic, itertools.count())
-            queue_id = next(counter) % config.write_queue_nums
-        max_size, uniq, now = self.settings.max_message_size, self._uniq, int(time.time() * 1000)
-        built = [to_commitlog_message(m, topic, queue_id, max_size, uniq, peer_host, i, now)
-                 for i, m in enumerate(request.messages)]
-        messages = [m for m, _ in built]
-        results = self.sender.send(messages, RPC_TIMEOUT)
+        queue_id = self._send_queue(topic, request)
+        encoded = encode_send(request.messages, topic, queue_id, self.settings.max_message_size, self._uniq,
+                              self._tags, peer_host)
+        appended = self.sender.send(encoded, RPC_TIMEOUT)
         response = pb.SendResponse()
-        stored_bytes = 0
-        for (_, uniq_key), r in zip(built, results, strict=True):
-            status = PutMessageStatus(r.status)
-            if status not in _STORED:
-                raise GatewayError(_REFUSED_CODE.get(status, "INTERNAL"), f"{status.name}: {r.reason}")
-            stored_bytes += r.wrote_bytes
-            response.results.add(status=_STORED[status], msg_id=uniq_key, offset_msg_id=r.msg_id,
-                                 queue_id=queue_id, queue_offset=r.queue_offset, commit_log_offset=r.wrote_offset,
-                                 store_timestamp=r.store_timestamp, topic=topic)
-        self.put_messages += len(messages)
+        fill = _send_columns if request.columnar_results else _send_results
+        stored_bytes = fill(response, appended, encoded.uniq_keys, topic, queue_id)
+        count = len(encoded.uniq_keys)
+        self.put_messages += count
         self.put_bytes += stored_bytes
-        self._put_rate.add(len(messages))
-        first = response.results[0]
-        _log.debug("sent", topic=topic, queue_id=queue_id, messages=len(messages), queue_offset=first.queue_offset,
-                   commit_log_offset=first.commit_log_offset, producer_group=request.producer_group)
+        self._put_rate.add(count)
+        columns, start = appended.columns, appended.start
+        _log.debug("sent", topic=topic, queue_id=queue_id, messages=count, queue_offset=columns.queue_offsets[start],
+                   commit_log_offset=columns.wrote_offsets[start], producer_group=request.producer_group)
         return response
+
+    def _send_queue(self, topic: str, request: pb.SendRequest) -> int:
+        """The queue a send goes to: the one asked for, else the topic's next in round robin."""
+        config = self._topic_for_send(topic)
+        if not request.HasField("queue_id"):
+            counter = self._round_robin.setdefault(topic, itertools.count())
+            return next(counter) % config.write_queue_nums
+        queue_id = request.queue_id
+        if not 0 <= queue_id < config.write_queue_nums:
+            raise GatewayError("INVALID_ARGUMENT", f"queue_id {queue_id} is out of range; topic {topic!r} has "
+                                                   f"{config.write_queue_nums} write queues (0.."
+                                                   f"{config.write_queue_nums - 1})")
+        return queue_id
 
     # --- pull ----------------------------------------------------------------------------------
     def pull(self, request: pb.PullRequest) -> pb.PullResponse:
@@ -586,6 +589,63 @@ class Gateway:
             raise _unavailable("index", e) from None
         finally:
             stream.cancel()
+
+
+def _stored_slice(appended: AppendedColumns, count: int) -> tuple[list[int], list[int], list[int], list[int]]:
+    """The statuses, offsets, queue offsets and sizes of one send's messages; a message the store
+    refused fails the send with its status and reason."""
+    columns, start = appended.columns, appended.start
+    end = start + count
+    statuses = columns.statuses[start:end]
+    if any(statuses):  # PUT_OK is 0: anything else is a refusal or a failed durability wait
+        _check_stored(statuses, columns.reasons[start:end])
+    return (statuses, columns.wrote_offsets[start:end], columns.queue_offsets[start:end],
+            columns.wrote_bytes[start:end])
+
+
+def _send_results(response: pb.SendResponse, appended: AppendedColumns, uniq_keys: list[str], topic: str,
+                  queue_id: int) -> int:
+    """One SendResult per message; returns the bytes stored."""
+    statuses, offsets, queue_offsets, sizes = _stored_slice(appended, len(uniq_keys))
+    columns, add = appended.columns, response.results.add
+    prefix = columns.msg_id_prefix
+    # Every result shares these fields: copied from one template rather than set one by one.
+    template = pb.SendResult(queue_id=queue_id, store_timestamp=columns.store_timestamp, topic=topic)
+    for status, uniq, offset, queue_offset in zip(statuses, uniq_keys, offsets, queue_offsets, strict=True):
+        r = add()
+        r.CopyFrom(template)
+        if status:
+            r.status = _STORED[status]
+        r.msg_id = uniq
+        r.offset_msg_id = f"{prefix}{offset:016X}"
+        r.queue_offset = queue_offset
+        r.commit_log_offset = offset
+    return sum(sizes)
+
+
+def _send_columns(response: pb.SendResponse, appended: AppendedColumns, uniq_keys: list[str], topic: str,
+                  queue_id: int) -> int:
+    """The results as columns (SendColumns); returns the bytes stored."""
+    statuses, offsets, queue_offsets, sizes = _stored_slice(appended, len(uniq_keys))
+    out = response.columns
+    if any(statuses):
+        out.statuses.extend(_STORED[s] for s in statuses)
+    out.msg_ids.extend(uniq_keys)
+    out.offset_msg_id_prefix = appended.columns.msg_id_prefix
+    out.commit_log_offsets.extend(offsets)
+    out.queue_offsets.extend(queue_offsets)
+    out.store_timestamp = appended.columns.store_timestamp
+    out.topic = topic
+    out.queue_id = queue_id
+    return sum(sizes)
+
+
+def _check_stored(statuses: Sequence[int], reasons: Sequence[str]) -> None:
+    for i, status in enumerate(statuses):
+        if status not in _STORED:
+            status = PutMessageStatus(status)
+            reason = reasons[i] if reasons else ""
+            raise GatewayError(_REFUSED_CODE.get(status, "INTERNAL"), f"{status.name}: {reason}")
 
 
 def _pull_status(r: ix_pb.GetMessageResponse, offset: int) -> tuple[int, int]:

@@ -1,16 +1,22 @@
 """Sending: client messages checked and turned into CommitLog messages, and concurrent sends
 gathered into batched appends.
 
-``SendBatcher`` is the gateway's half of group commit: concurrent send requests (one message or a
-client's batch each) are carried to the CommitLog service together, in one AppendBatch.
+A send's messages are checked and encoded once, on the sending thread, into the bytes of an
+``AppendBatchRequest`` (``encode_send``). Protobuf concatenates repeated fields when messages are
+concatenated, so ``SendBatcher`` (the gateway's half of group commit) carries concurrent sends to the
+CommitLog service in one append by joining their bytes, and answers each send with its slice of the
+columnar results. ``AppendStreams`` carries the appends over long-lived AppendStream calls.
 """
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+import grpc
 
 from rocketstore.log import get_logger
 from rocketstore.message import (
@@ -22,7 +28,8 @@ from rocketstore.message_id import UniqKeyGenerator
 from rocketstore.v1 import commitlog_pb2 as cl_pb
 from rocketstore.v1 import gateway_pb2 as pb
 
-__all__ = ["RESERVED_PROPERTIES", "SendBatcher", "SendError", "to_commitlog_message"]
+__all__ = ["RESERVED_PROPERTIES", "AppendStreams", "AppendedColumns", "EncodedSend", "SendBatcher", "SendError",
+           "TagsCache", "encode_send"]
 
 _log = get_logger("rocketstore.gateway")
 
@@ -34,8 +41,9 @@ RESERVED_PROPERTIES = frozenset({
     "TRAN_PREPARED_QUEUE_OFFSET", "TRANSACTION_CHECK_TIMES", "CHECK_IMMUNITY_TIME_IN_SECONDS",
     "SHARDING_KEY", "__transactionId__", "INSTANCE_ID", "CLUSTER",
 })
-MAX_BATCH_MESSAGES = 4096  # one AppendBatch carries at most this many messages ...
+MAX_BATCH_MESSAGES = 4096  # one append carries at most this many messages ...
 MAX_BATCH_BYTES = 16 << 20  # ... or about this many body bytes
+_UNIQ = f"{PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX}\x01"
 
 
 class SendError(Exception):
@@ -46,73 +54,133 @@ class SendError(Exception):
         self.code = code
 
 
-def to_commitlog_message(m: pb.OutgoingMessage, topic: str, queue_id: int, max_message_size: int,
-                         uniq_keys: UniqKeyGenerator, peer_host: str, index: int,
-                         now_ms: int = 0) -> tuple[cl_pb.Message, str]:
-    """Check one client message (RocketMQ's Validators.checkMessage) and build what the CommitLog
-    stores, with its properties already in their stored form; returns it and its UNIQ_KEY."""
-    body = m.body
-    if not body:
-        raise SendError("INVALID_ARGUMENT", f"messages[{index}]: the message body is empty; send at least one byte")
-    if len(body) > max_message_size:
-        raise SendError("INVALID_ARGUMENT", f"messages[{index}]: the body is {len(body)} bytes; at most "
-                                            f"{max_message_size} (maxMessageSize) are accepted")
+class TagsCache:
+    """Checked tags and their stored form ("TAGS\\x01value\\x02"): producers reuse a few tags, so the
+    check runs once per distinct value rather than once per message."""
+
+    LIMIT = 4096
+
+    def __init__(self) -> None:
+        self._texts: dict[str, str] = {}
+
+    def text(self, tags: str, index: int) -> str:
+        text = self._texts.get(tags)
+        if text is None:
+            if "|" in tags or "\x01" in tags or "\x02" in tags or tags.strip() != tags:
+                raise SendError("INVALID_ARGUMENT", f"messages[{index}]: tags {tags!r} may not contain '|', control "
+                                                    "characters or surrounding spaces")
+            if len(self._texts) >= self.LIMIT:
+                self._texts.clear()
+            text = self._texts[tags] = f"{PROPERTY_TAGS}\x01{tags}\x02"
+        return text
+
+
+@dataclass(slots=True)
+class EncodedSend:
+    """One send's messages as AppendBatchRequest bytes, with the UNIQ_KEY of each message."""
+
+    payload: bytes
+    uniq_keys: list[str]
+    body_bytes: int
+
+
+def _user_properties(m: pb.OutgoingMessage, index: int) -> str:
     parts = []
-    if m.properties:
-        for name, value in m.properties.items():
-            if name in RESERVED_PROPERTIES:
-                raise SendError("INVALID_ARGUMENT", f"messages[{index}]: property {name!r} is used by the system; "
-                                                    "choose another name (tags, keys and the unique key have their "
-                                                    "own fields)")
-            if not name or "\x01" in name or "\x02" in name or "\x01" in value or "\x02" in value:
-                raise SendError("INVALID_ARGUMENT", f"messages[{index}]: property names must be non-empty and names "
-                                                    "and values must not contain the characters \\x01 or \\x02")
-            parts.append(f"{name}\x01{value}\x02")
-    tags = m.tags
-    if tags:
-        if "|" in tags or "\x01" in tags or "\x02" in tags or tags.strip() != tags:
-            raise SendError("INVALID_ARGUMENT", f"messages[{index}]: tags {tags!r} may not contain '|', control "
-                                                "characters or surrounding spaces")
-        parts.append(f"{PROPERTY_TAGS}\x01{tags}\x02")
-    keys = m.keys
-    if keys:
-        if "\x01" in keys or "\x02" in keys:
-            raise SendError("INVALID_ARGUMENT", f"messages[{index}]: keys may not contain control characters")
-        parts.append(f"{PROPERTY_KEYS}\x01{keys}\x02")
-    uniq = m.uniq_key or uniq_keys.next()
-    parts.append(f"{PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX}\x01{uniq}\x02")
-    return cl_pb.Message(topic=topic, queue_id=queue_id, flag=m.flag, body=body, properties_text="".join(parts),
-                         born_timestamp=m.born_timestamp or now_ms or int(time.time() * 1000),
-                         born_host=m.born_host or peer_host), uniq
+    for name, value in m.properties.items():
+        if name in RESERVED_PROPERTIES:
+            raise SendError("INVALID_ARGUMENT", f"messages[{index}]: property {name!r} is used by the system; "
+                                                "choose another name (tags, keys and the unique key have their "
+                                                "own fields)")
+        if not name or "\x01" in name or "\x02" in name or "\x01" in value or "\x02" in value:
+            raise SendError("INVALID_ARGUMENT", f"messages[{index}]: property names must be non-empty and names "
+                                                "and values must not contain the characters \\x01 or \\x02")
+        parts.append(f"{name}\x01{value}\x02")
+    return "".join(parts)
+
+
+def _keys_text(keys: str, index: int) -> str:
+    if "\x01" in keys or "\x02" in keys:
+        raise SendError("INVALID_ARGUMENT", f"messages[{index}]: keys may not contain control characters")
+    return f"{PROPERTY_KEYS}\x01{keys}\x02"
+
+
+def encode_send(messages: Sequence[pb.OutgoingMessage], topic: str, queue_id: int, max_message_size: int,
+                uniq_keys: UniqKeyGenerator, tags: TagsCache, peer_host: str,
+                now_ms: int = 0) -> EncodedSend:
+    """Check each client message (RocketMQ's Validators.checkMessage) and encode what the CommitLog
+    stores, properties already in their stored form; a refusal names the message by its index."""
+    request = cl_pb.AppendBatchRequest(columnar=True)
+    add = request.messages.add
+    # Fields every message of the send shares are copied from one template (cheaper than setting each).
+    template = cl_pb.Message(topic=topic, queue_id=queue_id, born_host=peer_host,
+                             born_timestamp=now_ms or int(time.time() * 1000))
+    keys_out: list[str] = []
+    size = 0
+    for index, m in enumerate(messages):
+        body = m.body
+        if not body:
+            raise SendError("INVALID_ARGUMENT", f"messages[{index}]: the message body is empty; send at least one "
+                                                "byte")
+        if len(body) > max_message_size:
+            raise SendError("INVALID_ARGUMENT", f"messages[{index}]: the body is {len(body)} bytes; at most "
+                                                f"{max_message_size} (maxMessageSize) are accepted")
+        text = _user_properties(m, index) if m.properties else ""
+        if t := m.tags:
+            text += tags.text(t, index)
+        if k := m.keys:
+            text += _keys_text(k, index)
+        uniq = m.uniq_key or uniq_keys.next()
+        keys_out.append(uniq)
+        out = add()
+        out.CopyFrom(template)
+        out.body = body
+        out.properties_text = f"{text}{_UNIQ}{uniq}\x02"
+        if m.flag:
+            out.flag = m.flag
+        if m.born_timestamp:
+            out.born_timestamp = m.born_timestamp
+        if m.born_host:
+            out.born_host = m.born_host
+        size += len(body)
+    return EncodedSend(request.SerializeToString(), keys_out, size)
+
+
+@dataclass(slots=True)
+class AppendedColumns:
+    """The columnar results of one append, and where one send's messages start in them."""
+
+    columns: cl_pb.AppendColumns
+    start: int
 
 
 @dataclass(slots=True)
 class _Pending:
-    messages: Sequence[cl_pb.Message]
-    size: int
+    send: EncodedSend
+    count: int
     done: threading.Event
-    results: Sequence[cl_pb.AppendResult] | None = None
+    result: AppendedColumns | None = None
     error: BaseException | None = None
 
 
 class SendBatcher:
-    """Gathers the messages of concurrent sends into AppendBatch calls (leader and followers).
+    """Gathers the messages of concurrent sends into appends (leader and followers).
 
-    A send queues its messages. If fewer than ``max_in_flight`` appends are running, the sending
-    thread becomes a leader: it takes everything queued at that moment (its own messages and those
-    of the sends that arrived meanwhile), makes one AppendBatch, hands each send its results, and
+    A send queues its encoded messages. If fewer than ``max_in_flight`` appends are running, the
+    sending thread becomes a leader: it takes everything queued at that moment (its own messages and
+    those of the sends that arrived meanwhile), makes one append, hands each send its results, and
     goes on while more is queued. Otherwise it waits for a leader to carry its messages. Alone, a
-    send costs no thread switch; under load, one internal RPC answers many client RPCs."""
+    send costs no thread switch; under load, one internal RPC answers many client RPCs.
 
-    def __init__(self, append: Callable[[list[cl_pb.Message]], Sequence[cl_pb.AppendResult]],
-                 max_in_flight: int = 4) -> None:
+    ``append`` takes the bytes of an AppendBatchRequest and returns the AppendColumns of its answer."""
+
+    def __init__(self, append: Callable[[bytes], cl_pb.AppendColumns], max_in_flight: int = 4) -> None:
         self._append = append
         self._max_in_flight = max_in_flight
         self._lock = threading.Lock()
         self._queue: list[_Pending] = []
         self._in_flight = 0
         self._closed = False
-        self.appends = 0  # AppendBatch calls made
+        self.appends = 0  # appends made
         self.messages = 0
 
     def close(self) -> None:
@@ -123,11 +191,11 @@ class SendBatcher:
         """Sends queued for the next append (the gateway's queue depth)."""
         return len(self._queue)
 
-    def send(self, messages: Sequence[cl_pb.Message], timeout: float) -> Sequence[cl_pb.AppendResult]:
-        """Store ``messages`` (in one append, in order); their AppendResults, in order."""
+    def send(self, send: EncodedSend, timeout: float) -> AppendedColumns:
+        """Store the messages of ``send`` (in one append, in order); their results."""
         if self._closed:
             raise SendError("UNAVAILABLE", "the gateway is stopping")
-        pending = _Pending(messages, sum(len(m.body) for m in messages), threading.Event())
+        pending = _Pending(send, len(send.uniq_keys), threading.Event())
         with self._lock:
             self._queue.append(pending)
             lead = self._in_flight < self._max_in_flight
@@ -139,8 +207,8 @@ class SendBatcher:
             raise SendError("DEADLINE_EXCEEDED", "the CommitLog service did not answer in time")
         if pending.error is not None:
             raise pending.error
-        assert pending.results is not None
-        return pending.results
+        assert pending.result is not None
+        return pending.result
 
     def _lead(self) -> None:
         while True:
@@ -152,14 +220,18 @@ class SendBatcher:
                 while self._queue and count < MAX_BATCH_MESSAGES and size < MAX_BATCH_BYTES:
                     item = self._queue.pop(0)
                     batch.append(item)
-                    count += len(item.messages)
-                    size += item.size
+                    count += item.count
+                    size += item.send.body_bytes
             self._carry(batch, count)
 
     def _carry(self, batch: list[_Pending], count: int) -> None:
-        messages = [m for p in batch for m in p.messages] if len(batch) > 1 else list(batch[0].messages)
+        # Concatenated AppendBatchRequests are one AppendBatchRequest holding every message, in order.
+        payload = batch[0].send.payload if len(batch) == 1 else b"".join(p.send.payload for p in batch)
         try:
-            results = self._append(messages)
+            columns = self._append(payload)
+            if len(columns.statuses) != count:
+                raise SendError("INTERNAL", f"the CommitLog answered {len(columns.statuses)} results for {count} "
+                                            "messages")
         except BaseException as e:  # noqa: BLE001 - every waiting send gets the failure
             for p in batch:
                 p.error = e
@@ -169,7 +241,104 @@ class SendBatcher:
         self.messages += count
         start = 0
         for p in batch:
-            n = len(p.messages)
-            p.results = results[start:start + n]
-            start += n
+            p.result = AppendedColumns(columns, start)
+            start += p.count
             p.done.set()
+
+
+class _AppendStream:
+    """One AppendStream call: a request written, its answer read, one at a time."""
+
+    def __init__(self, method: Callable) -> None:  # type: ignore[type-arg]
+        self._requests: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._responses = method(iter(self._requests.get, None), wait_for_ready=True)
+        self.since = 0.0  # when the request now in flight was written (0: none)
+        self.timed_out = False
+
+    def append(self, payload: bytes) -> cl_pb.AppendBatchResponse:
+        self.since = time.monotonic()
+        self._requests.put(payload)
+        try:
+            response = next(self._responses, None)
+        finally:
+            self.since = 0.0
+        if response is None:
+            raise SendError("UNAVAILABLE", "the CommitLog service ended the append stream")
+        return response
+
+    def close(self) -> None:
+        self._requests.put(None)
+        self._responses.cancel()
+
+
+class AppendStreams:
+    """Appends over long-lived AppendStream calls, one per concurrent append (a stream carries one
+    append at a time, so appends of different streams share the CommitLog's group commits). A stream
+    that fails is dropped and the next append opens a new one; a watchdog cancels a stream whose
+    answer takes longer than ``timeout`` (its append fails with DEADLINE_EXCEEDED)."""
+
+    def __init__(self, channel: grpc.Channel, timeout: float, check_interval: float = 1.0) -> None:
+        self._method = channel.stream_stream("/rocketstore.v1.CommitLog/AppendStream", request_serializer=None,
+                                             response_deserializer=cl_pb.AppendBatchResponse.FromString)
+        self._timeout = timeout
+        self._check_interval = check_interval
+        self._lock = threading.Lock()
+        self._idle: list[_AppendStream] = []
+        self._all: set[_AppendStream] = set()
+        self._closed = threading.Event()
+        self._watchdog = threading.Thread(target=self._watch, name="AppendStreamWatchdog", daemon=True)
+        self._watchdog.start()
+
+    @property
+    def open_streams(self) -> int:
+        return len(self._all)
+
+    def append(self, payload: bytes) -> cl_pb.AppendColumns:
+        """Append the AppendBatchRequest ``payload``; the columns of its answer. Raises grpc.RpcError
+        when the stream fails, SendError when it ends or times out."""
+        stream = self._take()
+        try:
+            response = stream.append(payload)
+        except BaseException:
+            self._drop(stream)
+            if stream.timed_out:
+                raise SendError("DEADLINE_EXCEEDED", f"the CommitLog service did not answer an append within "
+                                                     f"{self._timeout:.0f} s") from None
+            raise
+        with self._lock:
+            if not self._closed.is_set():
+                self._idle.append(stream)
+        return response.columns
+
+    def _take(self) -> _AppendStream:
+        with self._lock:
+            if self._closed.is_set():
+                raise SendError("UNAVAILABLE", "the gateway is stopping")
+            if self._idle:
+                return self._idle.pop()
+            stream = _AppendStream(self._method)
+            self._all.add(stream)
+            return stream
+
+    def _drop(self, stream: _AppendStream) -> None:
+        with self._lock:
+            self._all.discard(stream)
+            if stream in self._idle:
+                self._idle.remove(stream)
+        stream.close()
+
+    def _watch(self) -> None:
+        while not self._closed.wait(self._check_interval):
+            now = time.monotonic()
+            with self._lock:
+                late = [s for s in self._all if s.since and now - s.since > self._timeout]
+            for stream in late:
+                stream.timed_out = True
+                stream.close()  # the waiting append gets CANCELLED
+
+    def close(self) -> None:
+        self._closed.set()
+        with self._lock:
+            streams, self._all, self._idle = list(self._all), set(), []
+        for stream in streams:
+            stream.close()

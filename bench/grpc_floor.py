@@ -11,6 +11,8 @@ path of the same shape can reach; the broker adds its own work on top.
 
 Scenarios, each the shape of one of the broker's paths:
 
+- ``chain-send-1``: one client thread, one message at a time through two servers, client → A → B:
+  the latency of a single ``Send`` → gateway → CommitLog before any store work or flush.
 - ``unary-64x1``: 64 client threads, unary calls of one 1,177-byte message to one server; bounds 64
   producers sending one message per ``Send``, before the gateway's own hop to the CommitLog.
 - ``chain-send-64x1``: the same through two servers, client → A → B, A forwarding each call: ``Send``
@@ -46,7 +48,7 @@ from concurrent import futures
 import grpc
 
 RECORD_SIZE = 1_177  # what commitlog_bench's messages take on disk: 1 KiB body, TAGS and UNIQ_KEY
-SCENARIOS = ["unary-64x1", "chain-send-64x1", "chain-send-b100", "pull-32", "chain-pull-32", "walk"]
+SCENARIOS = ["chain-send-1", "unary-64x1", "chain-send-64x1", "chain-send-b100", "pull-32", "chain-pull-32", "walk"]
 
 
 def _ident(b: bytes) -> bytes:
@@ -202,6 +204,8 @@ def run_walk(seconds: float, count: int = 20_000) -> dict:
 def run(name: str, seconds: float, workers: int, threads: int) -> dict:
     batch = 100 * RECORD_SIZE
     pull = 32 * RECORD_SIZE
+    if name == "chain-send-1":
+        return run_calls(name, 2, 1, RECORD_SIZE, 0, 1, seconds, workers)
     if name == "unary-64x1":
         return run_calls(name, 1, 64, RECORD_SIZE, 0, 1, seconds, workers)
     if name == "chain-send-64x1":

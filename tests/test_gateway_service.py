@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import pytest
@@ -430,3 +431,20 @@ def test_every_service_exports_prometheus_metrics(broker_factory) -> None:
     assert "rocketstore_index_dispatch_behind_bytes 0.0" in index_text
     assert 'rocketstore_index_rpc_seconds_count{code="OK",method="GetMessage"}' in index_text
     assert "rocketstore_dispatch_lag_bytes" in scrape("dispatcher")
+
+
+def test_sends_go_on_after_the_commitlog_restarts(gateway: Broker) -> None:
+    # Several concurrent sends leave several idle append streams behind in the gateway.
+    stub = gateway.gateway.stub
+    request = pb.SendRequest(topic="Restarted", messages=[pb.OutgoingMessage(body=BODY)])
+    with ThreadPoolExecutor(8) as pool:
+        assert all(r.results[0].status == pb.SEND_OK
+                   for r in pool.map(lambda _: stub.Send(request, timeout=RPC_TIMEOUT), range(64)))
+    gateway.commitlog.kill9()
+    gateway.commitlog.restart()
+    # Every send after the restart is stored at its first try: a stream that died with the old
+    # process is not used for it.
+    for i in range(4):
+        result = stub.Send(pb.SendRequest(topic="Restarted", messages=[pb.OutgoingMessage(body=b"after-%d" % i)]),
+                           timeout=RPC_TIMEOUT).results[0]
+        assert result.status == pb.SEND_OK

@@ -266,6 +266,11 @@ class _AppendStream:
             raise SendError("UNAVAILABLE", "the CommitLog service ended the append stream")
         return response
 
+    @property
+    def ended(self) -> bool:
+        """The call is over (the CommitLog went away, or it was cancelled): it takes no more appends."""
+        return self._responses.done()
+
     def close(self) -> None:
         self._requests.put(None)
         self._responses.cancel()
@@ -314,8 +319,13 @@ class AppendStreams:
         with self._lock:
             if self._closed.is_set():
                 raise SendError("UNAVAILABLE", "the gateway is stopping")
-            if self._idle:
-                return self._idle.pop()
+            while self._idle:
+                stream = self._idle.pop()
+                if not stream.ended:
+                    return stream
+                # It died idle (say, with a restarted CommitLog): its appends would fail unsent.
+                self._all.discard(stream)
+                stream.close()
             stream = _AppendStream(self._method)
             self._all.add(stream)
             return stream

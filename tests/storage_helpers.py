@@ -9,13 +9,15 @@ from __future__ import annotations
 import os
 import shutil
 import struct
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from rocketstore.services.commitlog.group_commit import GroupCommitService
 from rocketstore.services.commitlog.store import CommitLogStore
 
-from rocketstore.codec import BLANK, check_record
+from rocketstore.codec import BLANK, check_record, decode_message
 from rocketstore.message import Message
 from rocketstore.settings import Settings, load_settings
 
@@ -187,3 +189,26 @@ def age_files(root: Path, names: list[str], seconds: float) -> None:
     when = time.time() - seconds
     for name in names:
         os.utime(commitlog_dir(root) / name, (when, when))
+
+
+def read_back(store: CommitLogStore, result) -> object:  # noqa: ANN001 - a PutResult
+    """The message a put stored, decoded from its record with the CRC checked."""
+    data = store.read_records([(result.wrote_offset, result.wrote_bytes)])[0]
+    assert data is not None
+    return decode_message(data, check_crc=True)
+
+
+def stuck_group_commit() -> tuple[GroupCommitService, threading.Event]:
+    """A started GroupCommitService whose flush hangs (a disk that does not answer) until the
+    returned event is set; then it reports offset 10,000 flushed. Shut it down when done."""
+    release = threading.Event()
+    flushed = [0]
+
+    def stuck_flush() -> int:
+        release.wait(10)
+        flushed[0] = 10_000
+        return flushed[0]
+
+    service = GroupCommitService(stuck_flush, lambda: flushed[0])
+    service.start()
+    return service, release

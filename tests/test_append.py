@@ -13,12 +13,13 @@ from storage_helpers import (
     blank_at,
     commitlog_files,
     msg,
+    read_back,
     read_log,
     sized_msg,
     walk_file,
 )
 
-from rocketstore.codec import BLANK_MAGIC_CODE, decode_message
+from rocketstore.codec import BLANK_MAGIC_CODE
 from rocketstore.message import (
     STOREHOSTADDRESS_V6_FLAG,
     TRANSACTION_COMMIT_TYPE,
@@ -27,12 +28,6 @@ from rocketstore.message import (
 )
 from rocketstore.message_id import decode_message_id
 from rocketstore.statuses import PutMessageStatus
-
-
-def read_back(store, result):
-    data = store.read_records([(result.wrote_offset, result.wrote_bytes)])[0]
-    assert data is not None
-    return decode_message(data, check_crc=True)
 
 
 def test_end_of_file_writes_exactly_8_bytes_and_the_message_goes_to_the_next_file(

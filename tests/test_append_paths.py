@@ -10,17 +10,10 @@ import time
 
 from rocketstore.services.commitlog import group_commit
 from rocketstore.services.commitlog.group_commit import GroupCommitRequest, GroupCommitService
-from storage_helpers import msg
+from storage_helpers import msg, read_back, stuck_group_commit
 
-from rocketstore.codec import decode_message
 from rocketstore.mapped_file import MappedFile
 from rocketstore.statuses import PutMessageStatus
-
-
-def read_back(store, result):
-    data = store.read_records([(result.wrote_offset, result.wrote_bytes)])[0]
-    assert data is not None
-    return decode_message(data, check_crc=True)
 
 
 def test_write_at_is_seen_through_the_mapping(tmp_path) -> None:
@@ -90,16 +83,7 @@ def test_the_threads_of_one_group_commit_share_one_gate() -> None:
 
 
 def test_asyncio_waiters_time_out_at_their_own_deadlines_on_a_stuck_flush() -> None:
-    release = threading.Event()
-    flushed = [0]
-
-    def stuck_flush() -> int:
-        release.wait(10)
-        flushed[0] = 10_000
-        return flushed[0]
-
-    service = GroupCommitService(stuck_flush, lambda: flushed[0])
-    service.start()
+    service, release = stuck_group_commit()
 
     async def main() -> list[tuple[bool, float]]:
         loop = asyncio.get_running_loop()

@@ -10,17 +10,10 @@ from pathlib import Path
 import pytest
 from rocketstore.services.commitlog.flush import FlushRealTimeService
 from rocketstore.services.commitlog.group_commit import GroupCommitRequest, GroupCommitService
-from storage_helpers import FILE_SIZE, msg, read_log, wait_until
+from storage_helpers import FILE_SIZE, msg, read_back, read_log, stuck_group_commit, wait_until
 
 from rocketstore.codec import decode_message
 from rocketstore.statuses import PutMessageStatus
-
-
-def read_back(store, result):
-    data = store.read_records([(result.wrote_offset, result.wrote_bytes)])[0]
-    assert data is not None
-    return decode_message(data, check_crc=True)
-
 
 # --- SYNC_FLUSH ------------------------------------------------------------------------------
 
@@ -120,16 +113,7 @@ def test_replica_status_overrides_a_flush_timeout(stores) -> None:
 
 def test_group_commit_requests_past_their_deadline_complete_false() -> None:
     # FlushDiskWatcherTest: requests whose flush never happens complete at their own deadline.
-    release = threading.Event()
-    flushed = [0]
-
-    def stuck_flush() -> int:
-        release.wait(10)
-        flushed[0] = 10_000
-        return flushed[0]
-
-    service = GroupCommitService(stuck_flush, lambda: flushed[0])
-    service.start()
+    service, release = stuck_group_commit()
     try:
         t0 = time.monotonic()
         requests = [GroupCommitRequest(100 * (i + 1), 0.05 * (i + 1)) for i in range(5)]

@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterable, Callable, Iterable
 
+from rocketstore.services.index.client import QueueAdvance
+
 from rocketstore.errors import BrokerError
 from rocketstore.log import get_logger
 
@@ -19,7 +21,7 @@ __all__ = ["PullRequestHoldService"]
 
 _log = get_logger("rocketstore.gateway")
 
-Advances = Iterable[tuple[str, int, int]]  # (topic, queue id, max offset) of the queues that moved
+Advances = Iterable[QueueAdvance]  # the queues that moved, with their new max offsets
 
 
 class PullRequestHoldService:
@@ -69,8 +71,8 @@ class PullRequestHoldService:
 
     def publish(self, advances: Advances) -> None:
         """Queues advanced: wake the pulls held on them whose offset is now below the max offset."""
-        for topic, queue_id, max_offset in advances:
-            key = (topic, queue_id)
+        for advance in advances:
+            key, max_offset = (advance.topic, advance.queue_id), advance.max_offset
             if max_offset <= self._max.get(key, -1):
                 continue
             self._max[key] = max_offset
@@ -83,7 +85,7 @@ class PullRequestHoldService:
     def observe(self, topic: str, queue_id: int, max_offset: int) -> None:
         """A read saw the queue's max offset: a pull at a lower offset is not held (the table only
         learns of a queue from the Watch stream's advances, which may not have mentioned it yet)."""
-        self.publish(((topic, queue_id, max_offset),))
+        self.publish((QueueAdvance(topic, queue_id, max_offset),))
 
     def forget_topic(self, topic: str) -> None:
         """The topic's queues were deleted: their max offsets start again from nothing."""

@@ -92,7 +92,7 @@ class PullMessageProcessor:
     async def _get_message(self, request: pb.PullRequest, offset: int,
                            subscription: Subscription) -> ix_pb.GetMessageResponse:
         return await self._ctx.index.get_message(request.topic, request.queue_id, offset, request.max_messages,
-                                                 subscription.expression)
+                                                 expression=subscription.expression)
 
     def _found(self, request: pb.PullRequest, r: ix_pb.GetMessageResponse, found: list[tuple[int, int, int]],
                next_offset: int) -> pb.PullResponse:

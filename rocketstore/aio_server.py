@@ -36,6 +36,11 @@ _OPTIONS: list[tuple[str, Any]] = [
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
     ("grpc.http2.max_ping_strikes", 0),
+    # The event loop takes new calls from gRPC one at a time; calls that arrive in a burst wait in gRPC
+    # until it does, and past 1,000 waiting (gRPC's default) gRPC cancels them. Thousands of consumers
+    # sending their long polls at once are a normal burst here.
+    ("grpc.server.max_pending_requests", 20_000),
+    ("grpc.server.max_pending_requests_hard_limit", 40_000),
 ]
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator
 
+from rocketstore.services.index.client import AsyncIndexClient
+
 from rocketstore.v1 import gateway_pb2 as pb
 
 from .admin_processor import AdminBrokerProcessor
@@ -20,15 +22,19 @@ from .errors import GatewayError
 
 __all__ = ["MAX_READ_QUEUE_STREAMS", "BatchReadProcessor"]
 
-MAX_READ_QUEUE_STREAMS = 64
-"""ReadQueue streams open at once in one gateway (Spark opens one per partition being read)."""
+MAX_READ_QUEUE_STREAMS = 32
+"""ReadQueue streams open at once in one gateway (Spark opens one per partition it reads at once).
+Each holds a worker of the index service while its reader is slow: this stays well below the index's
+64, so stalled readers never starve the index of workers for pulls."""
 
 
 class BatchReadProcessor:
-    def __init__(self, context: GatewayContext, admin: AdminBrokerProcessor,
+    def __init__(self, context: GatewayContext, admin: AdminBrokerProcessor, streams: AsyncIndexClient,
                  max_streams: int = MAX_READ_QUEUE_STREAMS) -> None:
+        """``streams``: the index client ReadQueue streams go over (see ``Gateway``)."""
         self._ctx = context
         self._admin = admin
+        self._streams = streams
         self._max_streams = max_streams
         self.open_streams = 0
 
@@ -70,7 +76,7 @@ class BatchReadProcessor:
                                                      f"gateway serves at once ({self._max_streams}); read again when "
                                                      "one has ended")
         self.open_streams += 1
-        stream = ctx.index.read_queue(request.topic, request.queue_id, request.start_offset, request.end_offset,
+        stream = self._streams.read_queue(request.topic, request.queue_id, request.start_offset, request.end_offset,
                                       expression=request.expression, batch_messages=request.batch_messages)
         try:
             async for batch in stream:  # the next batch is asked for once this one was written

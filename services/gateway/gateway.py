@@ -15,9 +15,11 @@ Everything runs on one event loop: a held pull or a stream costs a coroutine, no
 
 from __future__ import annotations
 
+import grpc.aio
 from rocketstore.services.commitlog.client import AsyncCommitLogClient
 from rocketstore.services.index.client import AsyncIndexClient
 
+from rocketstore.server import MAX_MESSAGE_BYTES
 from rocketstore.settings import Settings
 
 from .admin_processor import AdminBrokerProcessor
@@ -31,22 +33,38 @@ from .sender import SendBatcher
 
 __all__ = ["Gateway"]
 
+# ReadQueue streams have a channel of their own to the index whose HTTP/2 windows keep their initial
+# 64 KiB (no BDP probing, which grows them to many MiB per stream): the gateway then receives a
+# stream's batches from the index only about as fast as its reader takes them, so a reader that stops
+# costs about one batch. Pulls keep the shared channel, where large windows make large answers fast.
+_BULK_READ_OPTIONS = [
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.http2.bdp_probe", 0),
+]
+
 
 class Gateway:
-    def __init__(self, settings: Settings, commitlog: AsyncCommitLogClient, index: AsyncIndexClient) -> None:
+    def __init__(self, settings: Settings, commitlog: AsyncCommitLogClient, index: AsyncIndexClient,
+                 bulk_index: AsyncIndexClient | None = None, bulk_channel: grpc.aio.Channel | None = None) -> None:
+        """``bulk_index`` carries the ReadQueue streams (``index`` when None), over ``bulk_channel`` (closed
+        with the gateway)."""
         self.context = context = GatewayContext(settings, commitlog, index)
+        self._bulk_channel = bulk_channel
         self.sender = SendBatcher(commitlog.append)
         self.send = SendMessageProcessor(context, self.sender)
         self.pull = PullMessageProcessor(context)
         self.consumers = ConsumerManageProcessor(context)
         self.query = QueryMessageProcessor(context)
         self.admin = AdminBrokerProcessor(context)
-        self.batch_read = BatchReadProcessor(context, self.admin)
+        self.batch_read = BatchReadProcessor(context, self.admin, bulk_index or index)
 
     @classmethod
     def connect(cls, settings: Settings, commitlog_endpoint: str, index_endpoint: str) -> Gateway:
         """A gateway with clients of the two services (call it on the event loop that will serve)."""
-        return cls(settings, AsyncCommitLogClient(commitlog_endpoint), AsyncIndexClient(index_endpoint))
+        bulk_channel = grpc.aio.insecure_channel(index_endpoint, options=_BULK_READ_OPTIONS)
+        return cls(settings, AsyncCommitLogClient(commitlog_endpoint), AsyncIndexClient(index_endpoint),
+                   AsyncIndexClient(index_endpoint, channel=bulk_channel), bulk_channel)
 
     @property
     def stats(self) -> BrokerStats:
@@ -63,4 +81,6 @@ class Gateway:
         await self.consumers.stop()
         await self.context.commitlog.close()
         await self.context.index.close()
+        if self._bulk_channel is not None:
+            await self._bulk_channel.close()
 

@@ -4,13 +4,15 @@ after ``client_facing`` decided what a failure behind the gateway looks like to 
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc.aio
 
 from rocketstore.errors import BrokerError
+from rocketstore.log import get_logger
 from rocketstore.servicing import rpc_errors
 from rocketstore.v1 import gateway_pb2 as pb
 from rocketstore.v1 import gateway_pb2_grpc as pb_grpc
@@ -23,6 +25,7 @@ __all__ = ["BATCH_READ_SERVICE", "GATEWAY_SERVICE", "BatchReadServicer", "Gatewa
 GATEWAY_SERVICE = "rocketstore.v1.Gateway"
 BATCH_READ_SERVICE = "rocketstore.v1.BatchRead"
 
+_log = get_logger("rocketstore.gateway")
 _R = TypeVar("_R")
 _Context = grpc.aio.ServicerContext[Any, Any]
 
@@ -143,10 +146,14 @@ class BatchReadServicer(pb_grpc.BatchReadServicer):
         return await self._g.batch_read.list_queues(request)
 
     @rpc_errors
-    async def ReadQueue(self, request: pb.BatchReadRequest, context: _Context) -> AsyncIterator[pb.RecordBatch]:
-        # An async generator: grpc asks for the next batch once the previous one was written.
-        try:
-            async for batch in self._g.batch_read.read_queue(request):
-                yield batch
-        except BrokerError as e:
-            raise client_facing(e) from None
+    @_facing
+    async def ReadQueue(self, request: pb.BatchReadRequest, context: _Context) -> None:
+        # The next batch is read once the previous one was written (``write`` waits for the transport).
+        async with contextlib.aclosing(self._g.batch_read.read_queue(request)) as batches:
+            async for batch in batches:
+                try:
+                    await context.write(batch)
+                except Exception as e:  # noqa: BLE001 - the stream is over: nobody is left to answer
+                    _log.debug("ReadQueue reader went away", topic=request.topic, queue_id=request.queue_id,
+                               error=repr(e))
+                    return

@@ -64,7 +64,7 @@ class HealthClient:
 
 
 def wait_serving(endpoint: str, timeout: float, *, service: str = "", name: str = "",
-                 check: Callable[[], None] = lambda: None) -> None:
+                 check: Callable[[], None] = lambda: None, interval: float = 0.05) -> None:
     """``HealthClient(endpoint, name).wait_serving(timeout, ...)`` on a channel of its own."""
     with HealthClient(endpoint, name) as health:
-        health.wait_serving(timeout, service=service, check=check)
+        health.wait_serving(timeout, service=service, check=check, interval=interval)

@@ -102,12 +102,13 @@ class IndexClient:
     within it (``wait_for_ready``).
     """
 
-    def __init__(self, endpoint: str, *, timeout: float = RPC_TIMEOUT, channel: grpc.Channel | None = None) -> None:
+    def __init__(self, endpoint: str, *, timeout: float = RPC_TIMEOUT, channel: grpc.Channel | None = None,
+                 wait_for_ready: bool = True) -> None:
         self.endpoint = endpoint
         self._own_channel = channel is None
         self._channel = channel if channel is not None else open_channel(endpoint)
         self._stub = pb_grpc.IndexStub(self._channel)
-        self._calls = Caller(SERVICE, timeout)
+        self._calls = Caller(SERVICE, timeout, wait_for_ready=wait_for_ready)
 
     # --- building the index -------------------------------------------------------------------
     def dispatch(self, batches: Iterable[pb.DispatchBatch]) -> Stream[int]:
@@ -184,12 +185,13 @@ class IndexClient:
 class AsyncIndexClient:
     """The index service for grpc.aio callers (the gateway). Create and use it on one event loop."""
 
-    def __init__(self, endpoint: str, *, timeout: float = RPC_TIMEOUT, channel: grpc.aio.Channel | None = None) -> None:
+    def __init__(self, endpoint: str, *, timeout: float = RPC_TIMEOUT, channel: grpc.aio.Channel | None = None,
+                 wait_for_ready: bool = True) -> None:
         self.endpoint = endpoint
         self._own_channel = channel is None
         self._channel = channel if channel is not None else open_aio_channel(endpoint)
         self._stub = pb_grpc.IndexStub(self._channel)
-        self._calls = Caller(SERVICE, timeout)
+        self._calls = Caller(SERVICE, timeout, wait_for_ready=wait_for_ready)
 
     async def get_message(self, topic: str, queue_id: int, offset: int, max_messages: int, *, expression: str = "",
                           without_bodies: bool = False, timeout: float | None = None) -> pb.GetMessageResponse:

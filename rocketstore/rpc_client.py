@@ -33,8 +33,8 @@ _T = TypeVar("_T")
 
 def translate(service: str, method: str, exc: grpc.RpcError) -> BrokerError:
     """The ``BrokerError`` for a failed call of ``service`` (e.g. "index") to ``method``."""
-    code: grpc.StatusCode | None = exc.code() if hasattr(exc, "code") else None  # type: ignore[attr-defined]
-    details = (exc.details() if hasattr(exc, "details") else None) or str(exc)  # type: ignore[attr-defined]
+    code: grpc.StatusCode | None = exc.code() if hasattr(exc, "code") else None
+    details = (exc.details() if hasattr(exc, "details") else None) or str(exc)
     name = code.name if code is not None else "UNKNOWN"
     if name == "UNAVAILABLE":
         error: BrokerError = Unavailable(f"the {service} service is not reachable: {name}: {details}")
@@ -158,7 +158,7 @@ class AsyncStream(Generic[_T]):
                 return
             raise
         except grpc.RpcError as e:
-            if self._cancelled and e.code() == grpc.StatusCode.CANCELLED:  # type: ignore[attr-defined]
+            if self._cancelled and e.code() == grpc.StatusCode.CANCELLED:
                 return
             raise translate(self._service, self._method, e) from None
 

@@ -118,7 +118,7 @@ class CommitLogClient:
         self.endpoint = endpoint
         self._own_channel = channel is None
         self._channel = channel if channel is not None else open_channel(endpoint)
-        self._stub = pb_grpc.CommitLogStub(self._channel)
+        self._stub = pb_grpc.CommitLogStub(self._channel)  # type: ignore[no-untyped-call]
         self._calls = Caller(SERVICE, timeout, wait_for_ready=wait_for_ready)
 
     # --- appends (never retried: a failed append may have been stored) -----------------------
@@ -126,7 +126,9 @@ class CommitLogClient:
                timeout: float | None = None) -> pb.AppendBatchResponse:
         """AppendBatch: the service's response (one ``AppendResult`` per message, or ``columns``)."""
         request = pb.AppendBatchRequest(messages=messages, columnar=columnar)
-        return self._calls.call(self._stub.AppendBatch, request, retry=False, timeout=timeout)
+        response: pb.AppendBatchResponse = self._calls.call(self._stub.AppendBatch, request, retry=False,
+                                                            timeout=timeout)
+        return response
 
     # --- reads --------------------------------------------------------------------------------
     def read_records(self, ranges: Sequence[tuple[int, int]], *, timeout: float | None = None) -> list[bytes | None]:
@@ -183,7 +185,7 @@ class CommitLogClient:
 class _AppendStream:
     """One AppendStream call: a request written, its answer read, one at a time."""
 
-    def __init__(self, method: grpc.aio.StreamStreamMultiCallable) -> None:
+    def __init__(self, method: grpc.aio.StreamStreamMultiCallable[bytes, pb.AppendBatchResponse]) -> None:
         self.call = method(wait_for_ready=True)
         self.since = 0.0  # when the request now in flight was written (0: none)
         self.timed_out = False
@@ -224,11 +226,12 @@ class AsyncCommitLogClient:
         self.endpoint = endpoint
         self._own_channel = channel is None
         self._channel = channel if channel is not None else open_aio_channel(endpoint)
-        self._stub = pb_grpc.CommitLogStub(self._channel)
+        self._stub = pb_grpc.CommitLogStub(self._channel)  # type: ignore[no-untyped-call]
         self._calls = Caller(SERVICE, timeout, wait_for_ready=wait_for_ready)
-        self._append_method = self._channel.stream_stream(
-            "/rocketstore.v1.CommitLog/AppendStream", request_serializer=None,
-            response_deserializer=pb.AppendBatchResponse.FromString)
+        self._append_method: grpc.aio.StreamStreamMultiCallable[bytes, pb.AppendBatchResponse] = \
+            self._channel.stream_stream(
+                "/rocketstore.v1.CommitLog/AppendStream", request_serializer=None,
+                response_deserializer=pb.AppendBatchResponse.FromString)
         self._append_timeout = append_timeout
         self._check_interval = check_interval
         self._idle: list[_AppendStream] = []

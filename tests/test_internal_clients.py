@@ -334,3 +334,42 @@ def test_a_stream_that_died_idle_is_not_reused_after_the_service_restarts() -> N
         asyncio.run(main())
     finally:
         server.stop(None)
+
+
+# --- against the real services -----------------------------------------------------------------
+def test_async_clients_append_and_read_back_through_the_real_services(broker_factory) -> None:  # type: ignore[no-untyped-def]  # noqa: ANN001
+    broker = broker_factory()
+    messages = [cl_pb.Message(topic="Async", queue_id=1, body=b"body-%d" % i,
+                              properties_text=f"KEYS\x01key-{i % 2}\x02UNIQ_KEY\x01U{i}\x02") for i in range(6)]
+    payload = cl_pb.AppendBatchRequest(messages=messages, columnar=True).SerializeToString()
+
+    async def main() -> None:
+        async with AsyncCommitLogClient(broker.commitlog.endpoint) as commitlog, \
+                AsyncIndexClient(broker.index.endpoint) as index:
+            watch = index.watch()
+            advances = aiter(watch)
+            assert await anext(advances) == []  # open: the append below cannot be missed
+            columns = await commitlog.append(payload)
+            assert list(columns.statuses) == [cl_pb.PUT_OK] * 6 and list(columns.queue_offsets) == list(range(6))
+            seen: dict[tuple[str, int], int] = {}
+            while seen.get(("Async", 1), 0) < 6:
+                for a in await asyncio.wait_for(anext(advances), 20):
+                    seen[(a.topic, a.queue_id)] = a.max_offset
+            watch.cancel()
+            got = await index.get_message("Async", 1, 0, 32)
+            assert got.status == ix_pb.GET_FOUND and list(got.queue_offsets) == list(range(6))
+            assert await commitlog.read_records([(columns.wrote_offsets[2], columns.wrote_bytes[2])]) == [
+                got.records[sum(got.sizes[:2]):sum(got.sizes[:3])]]
+            assert len((await index.query_by_key("Async", "key-1", 16)).physical_offsets) == 3
+            assert [b.queue_offsets[0] async for b in index.read_queue("Async", 1, 4, 6, batch_messages=1)] == [4, 5]
+            queues = await index.queue_offsets("Async")
+            assert [(q.topic, q.queue_id, q.max_offset) for q in queues] == [("Async", 1, 6)]
+            assert await index.offset_by_time("Async", 1, 0) == 0
+            assert (await commitlog.offsets()).max_offset == (await commitlog.stats()).offsets.max_offset > 0
+            assert (await index.stats())["dispatchPosition"] == str((await commitlog.offsets()).max_offset)
+            with pytest.raises(InvalidArgument, match="the index service refused GetMessage: INVALID_ARGUMENT: "
+                                                      "max_messages is 0"):
+                await index.get_message("Async", 1, 0, 0)
+            assert await index.delete_topic_queues("Async") == 1
+
+    asyncio.run(main())

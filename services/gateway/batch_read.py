@@ -10,7 +10,7 @@ is refused RESOURCE_EXHAUSTED, which bounds what readers can make the gateway ho
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 from rocketstore.services.index.client import AsyncIndexClient
 
@@ -64,7 +64,7 @@ class BatchReadProcessor:
                                                                               request.end_timestamp)
         return out
 
-    async def read_queue(self, request: pb.BatchReadRequest) -> AsyncIterator[pb.RecordBatch]:
+    async def read_queue(self, request: pb.BatchReadRequest) -> AsyncGenerator[pb.RecordBatch, None]:
         ctx = self._ctx
         config = ctx.topic_for_read(request.topic)
         if request.start_offset < 0 or request.end_offset < 0:

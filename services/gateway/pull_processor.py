@@ -61,7 +61,8 @@ class PullMessageProcessor:
         hold, key = ctx.hold, (request.topic, request.queue_id)
         offset, woken_at = request.offset, -1
         while True:
-            r = await self._get_message(request, offset, subscription)
+            r = await ctx.index.get_message(request.topic, request.queue_id, offset, request.max_messages,
+                                            expression=subscription.expression)
             hold.observe(*key, r.max_offset)
             if commit is not None:  # the queue's max offset is known now: a commit beyond it is refused
                 check_commit_offset(request.topic, request.queue_id, commit, r.max_offset)
@@ -88,11 +89,6 @@ class PullMessageProcessor:
                 # The poll time is over and the queue did not move past ``offset``: what a read at
                 # ``offset`` would answer now, without making the pull later than its timeout.
                 return _nothing(pb.PULL_NO_NEW_MSG, offset, r)
-
-    async def _get_message(self, request: pb.PullRequest, offset: int,
-                           subscription: Subscription) -> ix_pb.GetMessageResponse:
-        return await self._ctx.index.get_message(request.topic, request.queue_id, offset, request.max_messages,
-                                                 expression=subscription.expression)
 
     def _found(self, request: pb.PullRequest, r: ix_pb.GetMessageResponse, found: list[tuple[int, int, int]],
                next_offset: int) -> pb.PullResponse:

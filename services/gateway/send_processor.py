@@ -22,7 +22,7 @@ _log = get_logger("rocketstore.gateway")
 
 SEND_TIMEOUT = 30.0  # seconds a send waits for its append
 
-_STORED = {
+_STORED: dict[int, pb.SendStatus] = {
     PutMessageStatus.PUT_OK: pb.SEND_OK,
     PutMessageStatus.FLUSH_DISK_TIMEOUT: pb.SEND_FLUSH_DISK_TIMEOUT,
     PutMessageStatus.FLUSH_SLAVE_TIMEOUT: pb.SEND_FLUSH_SLAVE_TIMEOUT,
@@ -80,7 +80,8 @@ class SendMessageProcessor:
         return queue_id
 
 
-def _stored_slice(appended: AppendedColumns, count: int) -> tuple[list[int], list[int], list[int], list[int]]:
+def _stored_slice(appended: AppendedColumns,
+                  count: int) -> tuple[Sequence[int], Sequence[int], Sequence[int], Sequence[int]]:
     """The statuses, offsets, queue offsets and sizes of one send's messages; a message the store
     refused fails the send with its status and reason."""
     columns, start = appended.columns, appended.start

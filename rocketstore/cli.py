@@ -24,12 +24,19 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeAlias
+
+if TYPE_CHECKING:
+    from rocketstore.settings import Settings
 
 __all__ = ["SERVICES", "ServiceEntry", "build_parser", "main"]
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2  # bad arguments or bad settings
+
+# What add_subparsers returns; argparse's class is generic only in its stubs, hence the quotes.
+SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
 @dataclass(frozen=True)
@@ -101,7 +108,7 @@ def _add_settings_arguments(parser: argparse.ArgumentParser) -> None:
                         choices=("debug", "info", "warning", "error", "critical"), help="default: info")
 
 
-def _add_serve(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _add_serve(commands: SubParsers) -> None:
     serve = commands.add_parser("serve", help="run one service as its own process",
                                 description="Run one rocketstore service in the foreground until SIGTERM.")
     services = serve.add_subparsers(dest="service", metavar="SERVICE", required=True)
@@ -134,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_demo(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _add_demo(commands: SubParsers) -> None:
     demo = commands.add_parser(
         "demo", help="rocketstore up --demo: start the broker, produce and consume, keep serving",
         description="Start the whole broker (as `rocketstore up`), create DemoTopic, send messages one by one and "
@@ -164,7 +171,7 @@ def _run_demo(args: argparse.Namespace) -> int:
         return EXIT_USAGE
 
 
-def _load_settings(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def _load_settings(args: argparse.Namespace) -> Settings:
     from rocketstore.settings import load_settings
 
     overrides: dict[str, str] = dict(args.settings)

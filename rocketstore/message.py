@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import ipaddress
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 # --- property names (RocketMQ's MessageConst) --------------------------------------------
@@ -76,7 +77,7 @@ def property_value(text: str, name: str) -> str | None:
         start = i + 1
 
 
-def wait_store_msg_ok(properties, properties_text: str = "") -> bool:
+def wait_store_msg_ok(properties: Mapping[str, str], properties_text: str = "") -> bool:
     """Whether the producer waits for the store: WAIT absent, or true as Java's
     Boolean.parseBoolean reads it. ``properties_text`` is the stored form, when that is what
     the message carries."""

@@ -41,6 +41,7 @@ RESERVED_PROPERTIES = SYSTEM_PROPERTY_NAMES
 MAX_BATCH_MESSAGES = 4096  # one append carries at most this many messages ...
 MAX_BATCH_BYTES = 16 << 20  # ... or about this many body bytes
 _UNIQ = f"{PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX}\x01"
+_SHORT_PROPERTIES = MAX_PROPERTIES_LENGTH // 4  # UTF-8 takes at most 4 bytes a character
 _PEER_FALLBACK = "127.0.0.1:0"  # the born host when the client's address is not an IP:PORT (a unix socket)
 
 
@@ -111,10 +112,9 @@ def _keys_text(keys: str, index: int) -> str:
     return f"{PROPERTY_KEYS}\x01{keys}\x02"
 
 
-def _check_uniq_key(uniq: str, index: int) -> None:
-    if _separators(uniq):
-        raise SendError("INVALID_ARGUMENT", f"messages[{index}]: uniq_key must not contain the characters \\x01 "
-                                            "or \\x02 (it would add or override other properties)")
+def _refuse_uniq_key(index: int) -> None:
+    raise SendError("INVALID_ARGUMENT", f"messages[{index}]: uniq_key must not contain the characters \\x01 "
+                                        "or \\x02 (it would add or override other properties)")
 
 
 def _check_born_host(host: str, index: int) -> None:
@@ -127,8 +127,7 @@ def _check_born_host(host: str, index: int) -> None:
 
 
 def _check_properties_size(text: str, index: int) -> None:
-    # UTF-8 takes at most 4 bytes a character: only long texts need encoding to be measured.
-    if len(text) * 4 > MAX_PROPERTIES_LENGTH and len(text.encode()) > MAX_PROPERTIES_LENGTH:
+    if len(text.encode()) > MAX_PROPERTIES_LENGTH:
         raise SendError("INVALID_ARGUMENT", f"messages[{index}]: tags, keys, uniq_key and properties take "
                                             f"{len(text.encode())} bytes stored; at most {MAX_PROPERTIES_LENGTH} "
                                             "are allowed")
@@ -167,11 +166,13 @@ def encode_send(messages: Sequence[pb.OutgoingMessage], topic: str, queue_id: in
         if k := m.keys:
             text += _keys_text(k, index)
         if uniq := m.uniq_key:
-            _check_uniq_key(uniq, index)
+            if "\x01" in uniq or "\x02" in uniq:
+                _refuse_uniq_key(index)
         else:
             uniq = uniq_keys.next()
         text = f"{text}{_UNIQ}{uniq}\x02"
-        _check_properties_size(text, index)
+        if len(text) > _SHORT_PROPERTIES:  # only a long text needs encoding to be measured
+            _check_properties_size(text, index)
         if born_host := m.born_host:
             _check_born_host(born_host, index)
         keys_out.append(uniq)

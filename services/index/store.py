@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from rocketstore.checkpoint import StoreCheckpoint
-from rocketstore.codec import store_timestamp_position
+from rocketstore.codec import MIN_RECORD_LENGTH, POS_SYSFLAG, store_timestamp_position
 from rocketstore.config_file import ConfigFileError, load_json, persist_json
 from rocketstore.file_lock import FileLockHeld, lock_file, unlock_file
 from rocketstore.log import get_logger
@@ -405,9 +405,9 @@ class IndexStore:
 
     def store_time_of(self, phy: int, size: int) -> int | None:
         record = self.read_records([(phy, size)])[0]
-        if record is None or len(record) < 48:
+        if record is None or len(record) < MIN_RECORD_LENGTH:
             return None
-        sys_flag = _INT.unpack_from(record, 36)[0]
+        sys_flag = _INT.unpack_from(record, POS_SYSFLAG)[0]
         return _LONG.unpack_from(record, store_timestamp_position(sys_flag))[0]
 
     def offset_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:

@@ -85,7 +85,7 @@ def serve(
         server = GrpcServer(host, port, max_workers=MAX_WORKERS)
         server.add(commitlog_pb2_grpc.add_CommitLogServicer_to_server, servicer, SERVICE_NAME)
         server.start()
-        bound_metrics = start_metrics_server(metrics_port) if metrics_port is not None else None
+        bound_metrics = start_metrics_server(metrics_port, host) if metrics_port is not None else None
     except BaseException:
         store.shutdown()
         raise

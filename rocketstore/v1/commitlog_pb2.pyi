@@ -130,14 +130,26 @@ class ReadRecordsRequest(_message.Message):
     def __init__(self, ranges: _Optional[_Iterable[_Union[Range, _Mapping]]] = ...) -> None: ...
 
 class Record(_message.Message):
-    __slots__ = ("offset", "data", "found")
+    __slots__ = ("offset", "data", "found", "corrupt")
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     FOUND_FIELD_NUMBER: _ClassVar[int]
+    CORRUPT_FIELD_NUMBER: _ClassVar[int]
     offset: int
     data: bytes
     found: bool
-    def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ..., found: _Optional[bool] = ...) -> None: ...
+    corrupt: _containers.RepeatedCompositeFieldContainer[CorruptRecord]
+    def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ..., found: _Optional[bool] = ..., corrupt: _Optional[_Iterable[_Union[CorruptRecord, _Mapping]]] = ...) -> None: ...
+
+class CorruptRecord(_message.Message):
+    __slots__ = ("offset", "size", "reason")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    size: int
+    reason: str
+    def __init__(self, offset: _Optional[int] = ..., size: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class ReadRecordsResponse(_message.Message):
     __slots__ = ("records",)

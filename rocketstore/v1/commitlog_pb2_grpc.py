@@ -88,8 +88,10 @@ class CommitLogServicer:
 
     def AppendBatch(self, request, context):
         """Append a batch of messages in one append, in the order given. The answer holds one
-        AppendResult per message, in the same order. A refused message (bad topic, too large,
-        ...) gets its own status and reason; the others of the batch are still stored.
+        AppendResult per message, in the same order. A refused message (empty or too long topic,
+        too large, ...) gets its own status and reason; the others of the batch are still stored.
+        A request the gateway would never send (a topic with characters outside ^[%|a-zA-Z0-9_-]+$,
+        a queue id outside 0..1023, malformed properties) is refused whole with INVALID_ARGUMENT.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -106,6 +108,9 @@ class CommitLogServicer:
 
     def ReadRecords(self, request, context):
         """Read many whole records by (offset, size), e.g. the (offset, size) pairs of ConsumeQueue units.
+        Every record read is checked (magic, size, its own offset, body CRC): a record that fails is
+        never answered as found (see Record.corrupt), and is counted (corruptRecords in GetStats, the
+        rocketstore_commitlog_corrupt_records metric) and logged as a warning naming its offset.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -143,8 +148,8 @@ class CommitLogServicer:
 
     def DeleteExpiredFiles(self, request, context):
         """Delete the CommitLog files older than fileReservedTime now, without waiting for the
-        deleteWhen hour; with force, as RocketMQ's forced clean-up does when the disk is full.
-        The file being written is never deleted.
+        deleteWhen hour; with force, as RocketMQ's forced clean-up does when the disk is full
+        (force needs the operator token). The file being written is never deleted.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

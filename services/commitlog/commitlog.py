@@ -132,7 +132,8 @@ class CommitLog:
             warm_flush_pages=WARM_FLUSH_PAGES if settings.flush_disk_type is FlushDiskType.SYNC_FLUSH else 0,
             pool=pool,
         )
-        self.mapped_file_queue = MappedFileQueue(settings.store_path_commit_log, self.file_size, self.allocator, pool)
+        self.mapped_file_queue = MappedFileQueue(settings.store_path_commit_log, self.file_size, self.allocator, pool,
+                                                 size_setting="mapedFileSizeCommitLog")
         # "topic-queueId" -> the next queue offset; rebuilt by recovery.
         self.topic_queue_table: dict[tuple[str, int], int] = {}
         self.put_lock = threading.Lock()

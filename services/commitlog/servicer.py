@@ -7,7 +7,9 @@ knows nothing of protobuf.
 Errors (always with a detail that says what was wrong):
 
 * INVALID_ARGUMENT: a negative offset, an empty or oversized range, ``max_bytes`` out of bounds;
+* INVALID_ARGUMENT also for an append the gateway would never send (see ``append_checks``);
 * OUT_OF_RANGE: an offset below the store's min offset (its file was deleted);
+* PERMISSION_DENIED: a forced DeleteExpiredFiles without the operator token;
 * UNAVAILABLE: the service is stopping or the store is shut down;
 * INTERNAL: anything unexpected (logged with its traceback).
 """
@@ -23,10 +25,12 @@ import grpc
 
 from rocketstore.codec import RECORD_SIZE_SLACK
 from rocketstore.log import get_logger
+from rocketstore.operator_token import OperatorGuard
 from rocketstore.v1 import commitlog_pb2 as pb
 from rocketstore.v1 import commitlog_pb2_grpc as pb_grpc
 
-from .store import OffsetNotAvailable
+from .append_checks import BadAppendRequest, check_messages
+from .store import CorruptRange, OffsetNotAvailable
 
 if TYPE_CHECKING:
     from .store import CommitLogStore, PutResult, PutResults
@@ -86,6 +90,7 @@ class CommitLogServicer(pb_grpc.CommitLogServicer):
         self._on_append = on_append
         self._poll = tail_poll_interval
         self._closed = threading.Event()
+        self._operator = OperatorGuard(store.settings.store_path_root_dir)
 
     # --- lifecycle ------------------------------------------------------------------------
     def close(self) -> None:
@@ -133,6 +138,10 @@ class CommitLogServicer(pb_grpc.CommitLogServicer):
             return response
         # The protobuf messages go to the store as they are: the codec reads Message's attribute names.
         msgs = request.messages
+        try:
+            check_messages(msgs)
+        except BadAppendRequest as e:
+            raise _invalid(str(e)) from None
         started = time.perf_counter()
         results = self._store.put_messages(msgs)
         elapsed = time.perf_counter() - started
@@ -205,6 +214,9 @@ class CommitLogServicer(pb_grpc.CommitLogServicer):
         for (offset, _), data in zip(ranges, datas, strict=True):
             if data is None:
                 add(offset=offset, found=False)
+            elif isinstance(data, CorruptRange):
+                add(offset=offset, data=data.data, found=False,
+                    corrupt=[pb.CorruptRecord(offset=o, size=z, reason=r) for o, z, r in data.records])
             else:
                 add(offset=offset, data=bytes(data), found=True)
         return response
@@ -302,6 +314,8 @@ class CommitLogServicer(pb_grpc.CommitLogServicer):
     ) -> pb.DeleteExpiredFilesResponse:
         def call() -> pb.DeleteExpiredFilesResponse:
             self._check_open()
+            if request.force and (denied := self._operator.denial(context, "a forced DeleteExpiredFiles")):
+                raise _Refusal(grpc.StatusCode.PERMISSION_DENIED, denied)
             deleted = self._store.delete_expired_files(force=request.force)
             min_offset = self._store.min_offset
             _log.info("expired files deleted on request", force=request.force, deleted_files=deleted,

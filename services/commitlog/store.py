@@ -17,6 +17,7 @@ from rocketstore.services.commitlog.clean_service import CleanCommitLogService, 
 from rocketstore.services.commitlog.commitlog import CommitLog, OffsetNotAvailable, PutResult, PutResults
 from rocketstore.services.commitlog.flush import CommitRealTimeService, FlushRealTimeService
 from rocketstore.services.commitlog.group_commit import GroupCommitRequest, GroupCommitService
+from rocketstore.services.commitlog.read_checks import CorruptRange, find_corrupt, zero_spans
 from rocketstore.services.commitlog.replica import NoReplica, ReplicaWaiter
 
 from rocketstore.checkpoint import StoreCheckpoint
@@ -26,7 +27,10 @@ from rocketstore.message import Message, wait_store_msg_ok
 from rocketstore.settings import BrokerRole, FlushDiskType, Settings
 from rocketstore.statuses import PutMessageStatus
 
-__all__ = ["CommitLogStore", "OffsetNotAvailable", "PutResult", "PutResults", "StoreStartError"]
+__all__ = ["CommitLogStore", "CorruptRange", "OffsetNotAvailable", "PutResult", "PutResults", "StoreStartError"]
+
+# Corrupt records already warned about (by offset); past this many, the set starts again.
+_CORRUPT_SEEN_LIMIT = 100_000
 
 log = get_logger(__name__)
 
@@ -62,6 +66,11 @@ class CommitLogStore:
         self._waits_for_durability = settings.flush_disk_type is FlushDiskType.SYNC_FLUSH or self._sync_master
         self._slave_timeout = settings.slave_timeout / 1000
         self.manual_flush_count = 0
+        self._corrupt_lock = threading.Lock()
+        self._corrupt_seen: set[int] = set()
+        self.corrupt_records = 0  # distinct corrupt records found by reads
+        self.corrupt_reads = 0  # reads that met one (and did not serve it)
+        self.last_corrupt_record = ""
 
     # --- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -210,8 +219,8 @@ class CommitLogStore:
         if self.settings.broker_role is BrokerRole.SLAVE:
             return PutMessageStatus.SERVICE_NOT_AVAILABLE, "this broker is a SLAVE; send to its master"
         if not self.flags.writable:
-            reason = self.flags.not_writable_reason()
-            return PutMessageStatus.SERVICE_NOT_AVAILABLE, f"the store is not writable: {reason}"
+            # The reason begins with DISK_FULL_REASON_PREFIX, which tells a full disk from a shutdown.
+            return PutMessageStatus.SERVICE_NOT_AVAILABLE, self.flags.not_writable_reason()
         if self.commitlog.is_os_page_cache_busy():
             return (PutMessageStatus.OS_PAGECACHE_BUSY,
                     "the previous put has held the put lock longer than osPageCacheBusyTimeOutMills="
@@ -317,9 +326,38 @@ class CommitLogStore:
             results.set_status(i, status, reason)
 
     # --- reads and admin -------------------------------------------------------------------
-    def read_records(self, ranges: Sequence[tuple[int, int]]) -> list[bytes | None]:
+    def read_records(self, ranges: Sequence[tuple[int, int]]) -> list[bytes | CorruptRange | None]:
+        """The bytes of each (offset, size) range, None where there are none, and a CorruptRange
+        where a record of the range fails its check (magic, sizes, own offset, body CRC)."""
         get = self.commitlog.get_data
-        return [get(offset, size) for offset, size in ranges]
+        out: list[bytes | CorruptRange | None] = []
+        for offset, size in ranges:
+            data = get(offset, size)
+            if data is not None:
+                bad = find_corrupt(data, offset)
+                if bad:
+                    self._note_corrupt(bad)
+                    data = CorruptRange(zero_spans(data, offset, bad), bad)
+            out.append(data)
+        return out
+
+    def _note_corrupt(self, records: list[tuple[int, int, str]]) -> None:
+        """Count and report corrupt records: a warning the first time each one is met."""
+        q = self.commitlog.mapped_file_queue
+        with self._corrupt_lock:
+            self.corrupt_reads += 1
+            for offset, size, reason in records:
+                if offset in self._corrupt_seen:
+                    continue
+                if len(self._corrupt_seen) >= _CORRUPT_SEEN_LIMIT:
+                    self._corrupt_seen.clear()
+                self._corrupt_seen.add(offset)
+                self.corrupt_records += 1
+                mf = q.find_mapped_file_by_offset(offset)
+                where = mf.path if mf is not None else "?"
+                self.last_corrupt_record = f"offset {offset} ({size} bytes) in {where}: {reason}"
+                log.warning("corrupt CommitLog record: not served", offset=offset, size=size, file=where,
+                            reason=reason)
 
     def read_raw(self, offset: int, max_bytes: int, flushed_only: bool = False) -> bytes:
         return self.commitlog.read_raw(offset, max_bytes, flushed_only)
@@ -379,6 +417,11 @@ class CommitLogStore:
             "writable": self.flags.writable,
             "notWritableReason": self.flags.not_writable_reason(),
             "deletedFiles": self.clean_service.deleted_files,
+            "droppedUnconsumedMessages": self.clean_service.dropped.total,
+            "droppedUnconsumed": self.clean_service.dropped.status_line(),
+            "corruptRecords": self.corrupt_records,
+            "corruptReads": self.corrupt_reads,
+            "lastCorruptRecord": self.last_corrupt_record,
             "flushDiskType": self.settings.flush_disk_type.value,
             "brokerRole": self.settings.broker_role.value,
             "lastExitOk": self.last_exit_ok,

@@ -23,6 +23,7 @@ import grpc
 
 from rocketstore.channel import open_channel
 from rocketstore.log import get_logger
+from rocketstore.operator_token import call_metadata
 from rocketstore.v1 import commitlog_pb2 as cl_pb
 from rocketstore.v1 import commitlog_pb2_grpc as cl_grpc
 from rocketstore.v1 import index_pb2 as ix_pb
@@ -57,8 +58,9 @@ class DispatchStatus:
 class Dispatcher:
     def __init__(self, commitlog_endpoint: str, index_endpoint: str, delay_levels: tuple[int, ...],
                  *, flushed_only: bool, check_crc: bool = False, retry_seconds: float = 0.5,
-                 chunk_bytes: int = CHUNK_BYTES) -> None:
+                 chunk_bytes: int = CHUNK_BYTES, store_root: str = "") -> None:
         self._commitlog_endpoint = commitlog_endpoint
+        self._store_root = store_root  # where the operator token that Index.Truncate needs is read
         self._index_endpoint = index_endpoint
         self._delay_levels = delay_levels
         self._flushed_only = flushed_only
@@ -194,7 +196,8 @@ class Dispatcher:
             _log.warning("the CommitLog restarted with a shorter log; truncating the index",
                          index_position=position, built_end=built_end, recovered_offset=offsets.recovered_offset)
             where = index.Truncate(ix_pb.TruncateRequest(physical_offset=offsets.recovered_offset,
-                                                         commitlog_instance_id=offsets.instance_id), timeout=60)
+                                                         commitlog_instance_id=offsets.instance_id), timeout=60,
+                                   metadata=call_metadata(self._store_root))
             position = where.position
         if position < offsets.min_offset:
             # The files below were deleted before being dispatched: nothing to rebuild there.

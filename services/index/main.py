@@ -49,7 +49,7 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int | None = None, 
                             interceptors=latency)
         server.add(index_pb2_grpc.add_IndexServicer_to_server, servicer, SERVICE_NAME)
         server.start()
-        bound_metrics = start_metrics_server(metrics_port) if metrics_port is not None else None
+        bound_metrics = start_metrics_server(metrics_port, host) if metrics_port is not None else None
         if bound_metrics is not None:
             _register_metrics(store)
     except BaseException:

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import grpc
 
 from rocketstore.log import get_logger
+from rocketstore.operator_token import OperatorGuard
 from rocketstore.subscription import SubscriptionError, parse_expression
 from rocketstore.v1 import index_pb2 as pb
 from rocketstore.v1 import index_pb2_grpc as pb_grpc
@@ -63,6 +64,7 @@ class IndexServicer(pb_grpc.IndexServicer):
         self._closed = threading.Event()
         self._watchers = _Watchers()
         store.add_listener(self._watchers.publish)
+        self._operator = OperatorGuard(store.settings.store_path_root_dir)
 
     def close(self) -> None:
         self._closed.set()
@@ -89,6 +91,8 @@ class IndexServicer(pb_grpc.IndexServicer):
                            index_end_physical_offset=index_end, commitlog_instance_id=instance)
 
     def Truncate(self, request: pb.TruncateRequest, context) -> pb.Position:  # type: ignore[no-untyped-def]
+        if denied := self._operator.denial(context, "Truncate"):
+            context.abort(grpc.StatusCode.PERMISSION_DENIED, denied)
         if request.physical_offset < 0:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                           f"physical_offset is {request.physical_offset}; offsets are >= 0")

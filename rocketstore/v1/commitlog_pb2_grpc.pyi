@@ -16,6 +16,9 @@ Errors:
                     max_bytes out of bounds); the detail says which field.
   OUT_OF_RANGE      the offset asked for is below the smallest offset still on disk
                     (its file was deleted); the detail carries the current min offset.
+  PERMISSION_DENIED a destructive admin call (DeleteExpiredFiles with force) without the
+                    operator token (metadata rocketstore-operator-token: the content of
+                    <storePathRootDir>/config/operator.token).
   UNAVAILABLE       the store is shutting down or shut down.
 """
 
@@ -51,8 +54,10 @@ class CommitLogStub:
     def __new__(cls, channel: _aio.Channel) -> CommitLogAsyncStub: ...
     AppendBatch: _grpc.UnaryUnaryMultiCallable[_commitlog_pb2.AppendBatchRequest, _commitlog_pb2.AppendBatchResponse]
     """Append a batch of messages in one append, in the order given. The answer holds one
-    AppendResult per message, in the same order. A refused message (bad topic, too large,
-    ...) gets its own status and reason; the others of the batch are still stored.
+    AppendResult per message, in the same order. A refused message (empty or too long topic,
+    too large, ...) gets its own status and reason; the others of the batch are still stored.
+    A request the gateway would never send (a topic with characters outside ^[%|a-zA-Z0-9_-]+$,
+    a queue id outside 0..1023, malformed properties) is refused whole with INVALID_ARGUMENT.
     """
     AppendStream: _grpc.StreamStreamMultiCallable[_commitlog_pb2.AppendBatchRequest, _commitlog_pb2.AppendBatchResponse]
     """AppendBatch over one long-lived stream (what the gateway keeps open): each request is
@@ -60,7 +65,11 @@ class CommitLogStub:
     A failed request ends the stream with its status.
     """
     ReadRecords: _grpc.UnaryUnaryMultiCallable[_commitlog_pb2.ReadRecordsRequest, _commitlog_pb2.ReadRecordsResponse]
-    """Read many whole records by (offset, size), e.g. the (offset, size) pairs of ConsumeQueue units."""
+    """Read many whole records by (offset, size), e.g. the (offset, size) pairs of ConsumeQueue units.
+    Every record read is checked (magic, size, its own offset, body CRC): a record that fails is
+    never answered as found (see Record.corrupt), and is counted (corruptRecords in GetStats, the
+    rocketstore_commitlog_corrupt_records metric) and logged as a warning naming its offset.
+    """
     ReadRaw: _grpc.UnaryUnaryMultiCallable[_commitlog_pb2.ReadRawRequest, _commitlog_pb2.ReadRawResponse]
     """Read raw CommitLog bytes from an offset (never across the end of a CommitLog file)."""
     Tail: _grpc.UnaryStreamMultiCallable[_commitlog_pb2.TailRequest, _commitlog_pb2.Chunk]
@@ -74,8 +83,8 @@ class CommitLogStub:
     """Flush everything appended so far to disk now; answers the offsets after the flush."""
     DeleteExpiredFiles: _grpc.UnaryUnaryMultiCallable[_commitlog_pb2.DeleteExpiredFilesRequest, _commitlog_pb2.DeleteExpiredFilesResponse]
     """Delete the CommitLog files older than fileReservedTime now, without waiting for the
-    deleteWhen hour; with force, as RocketMQ's forced clean-up does when the disk is full.
-    The file being written is never deleted.
+    deleteWhen hour; with force, as RocketMQ's forced clean-up does when the disk is full
+    (force needs the operator token). The file being written is never deleted.
     """
     GetStats: _grpc.UnaryUnaryMultiCallable[_commitlog_pb2.GetStatsRequest, _commitlog_pb2.GetStatsResponse]
     """Counters and gauges of the store (put count and bytes, flushes, disk ratio, ...)."""
@@ -87,8 +96,10 @@ class CommitLogAsyncStub(CommitLogStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     AppendBatch: _aio.UnaryUnaryMultiCallable[_commitlog_pb2.AppendBatchRequest, _commitlog_pb2.AppendBatchResponse]  # type: ignore[assignment]
     """Append a batch of messages in one append, in the order given. The answer holds one
-    AppendResult per message, in the same order. A refused message (bad topic, too large,
-    ...) gets its own status and reason; the others of the batch are still stored.
+    AppendResult per message, in the same order. A refused message (empty or too long topic,
+    too large, ...) gets its own status and reason; the others of the batch are still stored.
+    A request the gateway would never send (a topic with characters outside ^[%|a-zA-Z0-9_-]+$,
+    a queue id outside 0..1023, malformed properties) is refused whole with INVALID_ARGUMENT.
     """
     AppendStream: _aio.StreamStreamMultiCallable[_commitlog_pb2.AppendBatchRequest, _commitlog_pb2.AppendBatchResponse]  # type: ignore[assignment]
     """AppendBatch over one long-lived stream (what the gateway keeps open): each request is
@@ -96,7 +107,11 @@ class CommitLogAsyncStub(CommitLogStub):
     A failed request ends the stream with its status.
     """
     ReadRecords: _aio.UnaryUnaryMultiCallable[_commitlog_pb2.ReadRecordsRequest, _commitlog_pb2.ReadRecordsResponse]  # type: ignore[assignment]
-    """Read many whole records by (offset, size), e.g. the (offset, size) pairs of ConsumeQueue units."""
+    """Read many whole records by (offset, size), e.g. the (offset, size) pairs of ConsumeQueue units.
+    Every record read is checked (magic, size, its own offset, body CRC): a record that fails is
+    never answered as found (see Record.corrupt), and is counted (corruptRecords in GetStats, the
+    rocketstore_commitlog_corrupt_records metric) and logged as a warning naming its offset.
+    """
     ReadRaw: _aio.UnaryUnaryMultiCallable[_commitlog_pb2.ReadRawRequest, _commitlog_pb2.ReadRawResponse]  # type: ignore[assignment]
     """Read raw CommitLog bytes from an offset (never across the end of a CommitLog file)."""
     Tail: _aio.UnaryStreamMultiCallable[_commitlog_pb2.TailRequest, _commitlog_pb2.Chunk]  # type: ignore[assignment]
@@ -110,8 +125,8 @@ class CommitLogAsyncStub(CommitLogStub):
     """Flush everything appended so far to disk now; answers the offsets after the flush."""
     DeleteExpiredFiles: _aio.UnaryUnaryMultiCallable[_commitlog_pb2.DeleteExpiredFilesRequest, _commitlog_pb2.DeleteExpiredFilesResponse]  # type: ignore[assignment]
     """Delete the CommitLog files older than fileReservedTime now, without waiting for the
-    deleteWhen hour; with force, as RocketMQ's forced clean-up does when the disk is full.
-    The file being written is never deleted.
+    deleteWhen hour; with force, as RocketMQ's forced clean-up does when the disk is full
+    (force needs the operator token). The file being written is never deleted.
     """
     GetStats: _aio.UnaryUnaryMultiCallable[_commitlog_pb2.GetStatsRequest, _commitlog_pb2.GetStatsResponse]  # type: ignore[assignment]
     """Counters and gauges of the store (put count and bytes, flushes, disk ratio, ...)."""
@@ -126,8 +141,10 @@ class CommitLogServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_commitlog_pb2.AppendBatchResponse, _abc.Awaitable[_commitlog_pb2.AppendBatchResponse]]:
         """Append a batch of messages in one append, in the order given. The answer holds one
-        AppendResult per message, in the same order. A refused message (bad topic, too large,
-        ...) gets its own status and reason; the others of the batch are still stored.
+        AppendResult per message, in the same order. A refused message (empty or too long topic,
+        too large, ...) gets its own status and reason; the others of the batch are still stored.
+        A request the gateway would never send (a topic with characters outside ^[%|a-zA-Z0-9_-]+$,
+        a queue id outside 0..1023, malformed properties) is refused whole with INVALID_ARGUMENT.
         """
 
     @_abc_1.abstractmethod
@@ -147,7 +164,11 @@ class CommitLogServicer(metaclass=_abc_1.ABCMeta):
         request: _commitlog_pb2.ReadRecordsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_commitlog_pb2.ReadRecordsResponse, _abc.Awaitable[_commitlog_pb2.ReadRecordsResponse]]:
-        """Read many whole records by (offset, size), e.g. the (offset, size) pairs of ConsumeQueue units."""
+        """Read many whole records by (offset, size), e.g. the (offset, size) pairs of ConsumeQueue units.
+        Every record read is checked (magic, size, its own offset, body CRC): a record that fails is
+        never answered as found (see Record.corrupt), and is counted (corruptRecords in GetStats, the
+        rocketstore_commitlog_corrupt_records metric) and logged as a warning naming its offset.
+        """
 
     @_abc_1.abstractmethod
     def ReadRaw(
@@ -191,8 +212,8 @@ class CommitLogServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_commitlog_pb2.DeleteExpiredFilesResponse, _abc.Awaitable[_commitlog_pb2.DeleteExpiredFilesResponse]]:
         """Delete the CommitLog files older than fileReservedTime now, without waiting for the
-        deleteWhen hour; with force, as RocketMQ's forced clean-up does when the disk is full.
-        The file being written is never deleted.
+        deleteWhen hour; with force, as RocketMQ's forced clean-up does when the disk is full
+        (force needs the operator token). The file being written is never deleted.
         """
 
     @_abc_1.abstractmethod

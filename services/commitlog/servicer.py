@@ -8,6 +8,8 @@ Errors (always with a detail that says what was wrong):
 
 * INVALID_ARGUMENT: a negative offset, an empty or oversized range, ``max_bytes`` out of bounds;
 * OUT_OF_RANGE: an offset below the store's min offset (its file was deleted);
+* FAILED_PRECONDITION: a replication call to a broker of the other role;
+* ABORTED: AppendData at an offset that does not continue the slave's log;
 * UNAVAILABLE: the service is stopping or the store is shut down;
 * INTERNAL: anything unexpected (logged with its traceback).
 """
@@ -26,7 +28,7 @@ from rocketstore.log import get_logger
 from rocketstore.v1 import commitlog_pb2 as pb
 from rocketstore.v1 import commitlog_pb2_grpc as pb_grpc
 
-from .store import OffsetNotAvailable
+from .store import NotThisRole, OffsetMismatch, OffsetNotAvailable
 
 if TYPE_CHECKING:
     from .store import CommitLogStore, PutResult, PutResults
@@ -317,6 +319,42 @@ class CommitLogServicer(pb_grpc.CommitLogServicer):
             return pb.GetStatsResponse(stats=stats, offsets=self._offsets())
 
         return self._run(context, "GetStats", call)
+
+    # --- replication ------------------------------------------------------------------------
+    def AppendData(self, request: pb.AppendDataRequest, context: _Ctx) -> pb.AppendDataResponse:
+        def call() -> pb.AppendDataResponse:
+            self._check_open()
+            if request.offset < 0:
+                raise _invalid(f"offset is {request.offset}; offsets are >= 0")
+            try:
+                return pb.AppendDataResponse(max_offset=self._store.append_data(request.offset, request.data))
+            except NotThisRole as e:
+                raise _Refusal(grpc.StatusCode.FAILED_PRECONDITION, str(e)) from e
+            except OffsetMismatch as e:
+                raise _Refusal(grpc.StatusCode.ABORTED, str(e)) from e
+
+        return self._run(context, "AppendData", call)
+
+    def ReportSlaveAcks(self, requests: Iterator[pb.SlaveAck], context: _Ctx) -> pb.ReportSlaveAcksResponse:
+        """Feed the store's replica tracker; when the stream ends, its connections count as closed."""
+        seen: dict[str, None] = {}
+        try:
+            self._check_open()
+            for ack in requests:
+                self._store.report_slave(ack.connection_id, ack.slave_address, ack.acked_offset, ack.connected)
+                if ack.connected:
+                    seen[ack.connection_id] = None
+                else:
+                    seen.pop(ack.connection_id, None)
+        except NotThisRole as e:
+            _abort(context, "ReportSlaveAcks", _Refusal(grpc.StatusCode.FAILED_PRECONDITION, str(e)))
+        except _Refusal as r:
+            _abort(context, "ReportSlaveAcks", r)
+        except grpc.RpcError:
+            pass  # the HA service went away: its slaves are dropped below
+        finally:
+            self._store.replica.drop(list(seen))
+        return pb.ReportSlaveAcksResponse()
 
     def _run(self, context: _Ctx, method: str, call: Callable[[], _R]) -> _R:
         """Run one unary handler; every failure ends the call with a status and a detail."""

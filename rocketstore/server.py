@@ -1,10 +1,10 @@
 """The gRPC server bootstrap every service uses.
 
 Each service only builds its servicers and calls ``GrpcServer.add``; this module gives all of them the
-same behaviour: large message limits (records travel in batches), the standard health service (what
-Kubernetes probes and the embedded launcher wait on), server reflection (so ``grpcurl`` works without
-the protos), a clean stop on SIGTERM/SIGINT that reports NOT_SERVING before draining, and a Prometheus
-endpoint.
+same behaviour: requests that cannot be decoded answered INVALID_ARGUMENT (``rocketstore.servicing``),
+large message limits (records travel in batches), the standard health service (what Kubernetes probes
+and the embedded launcher wait on), server reflection (so ``grpcurl`` works without the protos), a
+clean stop on SIGTERM/SIGINT that reports NOT_SERVING before draining, and a Prometheus endpoint.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from rocketstore.log import get_logger
+from rocketstore.servicing import DecodeRequests
 
 __all__ = ["MAX_MESSAGE_BYTES", "GrpcServer", "RpcLatencyInterceptor", "run_until_signal", "start_metrics_server"]
 
@@ -60,7 +61,9 @@ class GrpcServer:
                 ("grpc.http2.max_ping_strikes", 0),
                 *options,
             ],
-            interceptors=list(interceptors),
+            # Innermost: a request that cannot be decoded is answered INVALID_ARGUMENT, and the
+            # interceptors given (latency) see that status.
+            interceptors=[*interceptors, DecodeRequests()],
         )
         address = _join_host_port(host, port)
         try:

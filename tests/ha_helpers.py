@@ -8,17 +8,17 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from storage_helpers import StoreFactory
-
-from rocketstore.server import GrpcServer
+from rocketstore.services.commitlog.client import CommitLogClient
 from rocketstore.services.commitlog.servicer import SERVICE_NAME, CommitLogServicer
 from rocketstore.services.commitlog.store import CommitLogStore
-from rocketstore.services.ha.commitlog_link import CommitLogLink
 from rocketstore.services.ha.main import slave_connector
 from rocketstore.services.ha.master import HAMaster
 from rocketstore.services.ha.servicer import SERVICE_NAME as HA_SERVICE_NAME
 from rocketstore.services.ha.servicer import HAServicer
 from rocketstore.services.ha.slave import HASlave
+from storage_helpers import StoreFactory
+
+from rocketstore.server import GrpcServer
 from rocketstore.v1 import commitlog_pb2_grpc, ha_pb2_grpc
 
 
@@ -41,7 +41,7 @@ class ServedStore:
         self.server.add(commitlog_pb2_grpc.add_CommitLogServicer_to_server, self.servicer, SERVICE_NAME)
         self.server.start()
         self.endpoint = self.server.endpoint
-        self.link = CommitLogLink(self.endpoint)
+        self.link = CommitLogClient(self.endpoint)
 
     def close(self) -> None:
         self.link.close()

@@ -11,13 +11,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from rocketstore.services.commitlog.client import CommitLogClient
+
 from rocketstore.channel import open_channel
 from rocketstore.log import configure_logging, get_logger
 from rocketstore.server import GrpcServer, run_until_signal, start_metrics_server
 from rocketstore.settings import BrokerRole
 from rocketstore.v1 import ha_pb2, ha_pb2_grpc
 
-from .commitlog_link import CommitLogLink
 from .master import HAMaster
 from .servicer import SERVICE_NAME, HAServicer
 from .slave import HASlave, ReplicateCall
@@ -48,7 +49,7 @@ def slave_connector(master_address: str):  # type: ignore[no-untyped-def]
 def serve(settings: Settings, host: str = "127.0.0.1", port: int | None = None, metrics_port: int | None = None,
           *, log_level: str = "info", commitlog: str) -> int:
     configure_logging(json=True, level=log_level, service=SERVICE)
-    link = CommitLogLink(commitlog)
+    link = CommitLogClient(commitlog)
     master: HAMaster | None = None
     slave: HASlave | None = None
     if settings.broker_role is BrokerRole.SLAVE:
@@ -58,7 +59,7 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int | None = None, 
         slave = HASlave(settings, link, slave_connector(settings.ha_master_address))
     else:
         master = HAMaster(settings, link)
-    servicer = HAServicer(settings, master, slave, lambda: link.offsets().max_offset)
+    servicer = HAServicer(settings, master, slave, link.max_offset_now)
     server = GrpcServer(host, settings.ha_listen_port if port is None else port, max_workers=MAX_WORKERS)
     server.add(ha_pb2_grpc.add_HAServicer_to_server, servicer, SERVICE_NAME)
     server.start()

@@ -18,10 +18,11 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
+from rocketstore.services.commitlog.client import Offsets, TailChunk
+
 from rocketstore.log import get_logger
 from rocketstore.settings import Settings
 
-from .commitlog_link import TailCall
 from .transfer import Diverged, check_divergence, chunks, crc32, start_offset
 
 __all__ = ["AckReporter", "HAMaster", "MasterConnection", "OffsetGone", "SlaveSilent"]
@@ -40,13 +41,19 @@ class OffsetGone(LookupError):
     """The slave asks for bytes the master has deleted."""
 
 
-class MasterLink(Protocol):
-    """What the master side needs of its CommitLog."""
+class TailStream(Protocol):
+    def __iter__(self) -> Iterator[TailChunk]: ...
+    def cancel(self) -> None: ...
 
-    def offsets(self): ...  # noqa: ANN201 - LinkOffsets
-    def read_raw(self, offset: int, max_bytes: int) -> bytes: ...
-    def tail(self, from_offset: int, max_chunk_bytes: int) -> TailCall: ...
-    def report_acks(self, acks: Iterator[tuple[str, str, int, bool]]) -> None: ...
+
+class MasterLink(Protocol):
+    """What the master side needs of its CommitLog (``CommitLogClient``)."""
+
+    def offsets(self) -> Offsets: ...
+    def read_raw(self, offset: int, max_bytes: int):  # noqa: ANN201 - a RawRead
+        ...
+    def tail(self, from_offset: int, *, max_chunk_bytes: int = 0) -> TailStream: ...
+    def report_slave_acks(self, acks: Iterator[tuple[str, str, int, bool]]) -> None: ...
 
 
 class Report(Protocol):
@@ -114,8 +121,8 @@ class AckReporter:
             try:
                 # A new stream: the CommitLog drops what an ended stream reported, so send every
                 # open connection again (and forget the closed ones).
-                self._link.report_acks(self._messages(generation))
-            except Exception as e:  # noqa: BLE001 - grpc.RpcError mostly; retried
+                self._link.report_slave_acks(self._messages(generation))
+            except Exception as e:  # noqa: BLE001 - a BrokerError mostly; retried
                 if not self._stopped:
                     log.warning("slave acknowledgements cannot reach the CommitLog service; retrying", error=str(e))
             if not self._stopped:
@@ -164,7 +171,7 @@ class MasterConnection:
         self._last_read = time.monotonic()
         self._closed = threading.Event()
         self._slave_error: Exception | None = None  # from the report side: ends the stream at once
-        self._tail: TailCall | None = None
+        self._tail: TailStream | None = None
         self._queue: queue.Queue[tuple[int, memoryview, int] | BaseException] = queue.Queue(QUEUE_CHUNKS)
         self.status = ConnectionStatus(self.connection_id, peer, "", 0, -1, 0, 0, 0)
 
@@ -194,7 +201,7 @@ class MasterConnection:
                  master_max_offset=st.master_max_offset)
         if self._reporter is not None:
             self._reporter.update(self.connection_id, self.peer, first.max_offset, True)
-        self._tail = self._link.tail(start, max(TAIL_CHUNK_BYTES, self._batch))
+        self._tail = self._link.tail(start, max_chunk_bytes=max(TAIL_CHUNK_BYTES, self._batch))
         threading.Thread(target=self._pump, name=f"HATail-{self.connection_id}", daemon=True).start()
         last_sent = time.monotonic()
         wait = min(self._heartbeat_s, self._housekeeping_s, 0.5)
@@ -243,7 +250,7 @@ class MasterConnection:
     def _read(self, begin: int, end: int) -> bytes:
         parts, at = [], begin
         while at < end:
-            data = self._link.read_raw(at, end - at)
+            data = self._link.read_raw(at, end - at).data
             if not data:
                 break
             parts.append(data)
@@ -255,7 +262,8 @@ class MasterConnection:
         tail = self._tail
         assert tail is not None
         try:
-            for offset, data, master_max in tail:
+            for chunk in tail:
+                offset, data, master_max = chunk.offset, chunk.data, chunk.max_offset
                 for piece in chunks(offset, data, self._batch, self._file_size):
                     while not self._closed.is_set():
                         try:

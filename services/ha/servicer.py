@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 
 import grpc
 
+from rocketstore.errors import BrokerError
 from rocketstore.log import get_logger
 from rocketstore.settings import BrokerRole, Settings
 from rocketstore.v1 import ha_pb2 as pb
@@ -49,8 +50,8 @@ class HAServicer(pb_grpc.HAServicer):
             code, details = grpc.StatusCode.DEADLINE_EXCEEDED, str(e)
         except ConnectionError as e:
             code, details = grpc.StatusCode.CANCELLED, str(e)
-        except grpc.RpcError as e:  # the CommitLog service behind this one
-            code, details = grpc.StatusCode.UNAVAILABLE, f"the master's CommitLog service: {e.details()}"  # type: ignore[attr-defined]
+        except BrokerError as e:  # the CommitLog service behind this one
+            code, details = grpc.StatusCode.UNAVAILABLE, f"the master's CommitLog service failed: {e.message}"
         if code is not None:
             if code is grpc.StatusCode.FAILED_PRECONDITION:
                 _log.error("slave refused", peer=context.peer(), reason=details)
@@ -60,8 +61,8 @@ class HAServicer(pb_grpc.HAServicer):
         status = pb.HAStatus(role=self._settings.broker_role.value)
         try:
             status.max_offset = self._max_offset()
-        except grpc.RpcError:
-            status.max_offset = -1
+        except BrokerError:
+            status.max_offset = -1  # the CommitLog service is away
         if self._master is not None:
             for c in self._master.statuses():
                 status.slaves.add(connection_id=c.connection_id, slave_address=c.slave_address,

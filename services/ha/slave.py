@@ -20,11 +20,12 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import grpc
+from rocketstore.services.commitlog.client import Offsets
 
+from rocketstore.errors import BrokerError
 from rocketstore.log import get_logger
 from rocketstore.settings import Settings
 
-from .commitlog_link import AppendMismatch, LinkOffsets
 from .transfer import crc32
 
 __all__ = ["HASlave", "SlaveLink", "SlaveStatus"]
@@ -37,10 +38,11 @@ RETRY_S = 1.0
 
 
 class SlaveLink(Protocol):
-    """What the slave side needs of its CommitLog."""
+    """What the slave side needs of its CommitLog (``CommitLogClient``)."""
 
-    def offsets(self) -> LinkOffsets: ...
-    def read_raw(self, offset: int, max_bytes: int) -> bytes: ...
+    def offsets(self) -> Offsets: ...
+    def read_raw(self, offset: int, max_bytes: int):  # noqa: ANN201 - a RawRead
+        ...
     def append_data(self, offset: int, data: bytes) -> int: ...
 
 
@@ -242,14 +244,14 @@ class HASlave:
         elif not st.behind_since:
             st.behind_since = time.monotonic()
 
-    def _tail_check(self, offsets: LinkOffsets) -> tuple[int, int]:
+    def _tail_check(self, offsets: Offsets) -> tuple[int, int]:
         """The CRC32 of (up to) the last CHECK_BYTES below the max offset, within its file."""
         end = offsets.max_offset
         if end <= offsets.min_offset:
             return end, 0
         file_size = self.settings.mapped_file_size_commit_log
         begin = max(offsets.min_offset, end - CHECK_BYTES, (end - 1) - (end - 1) % file_size)
-        data = self._link.read_raw(begin, end - begin)
+        data = self._link.read_raw(begin, end - begin).data
         if len(data) != end - begin:
             return end, 0  # nothing to check against
         return begin, crc32(data)
@@ -285,8 +287,10 @@ class HASlave:
                 data = parts[0] if len(parts) == 1 else b"".join(parts)
                 try:
                     expected = self._link.append_data(first.offset, data)
-                except AppendMismatch as e:
-                    self._mismatch(session, call, f"mismatch: {e}")
+                except BrokerError as e:
+                    if e.code != "ABORTED":
+                        raise
+                    self._mismatch(session, call, f"mismatch: {e.details or e.message}")
                     return
                 st.max_offset = expected
                 self._update_behind()

@@ -9,9 +9,9 @@ import asyncio
 import threading
 import time
 
+from rocketstore.services.commitlog.replica import ReplicaTracker
 from storage_helpers import msg, read_back
 
-from rocketstore.services.commitlog.replica import ReplicaTracker
 from rocketstore.statuses import PutMessageStatus
 
 

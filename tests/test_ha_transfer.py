@@ -5,7 +5,6 @@ of a slave whose log ends beyond the master's."""
 from __future__ import annotations
 
 import pytest
-
 from rocketstore.services.ha.transfer import Diverged, check_divergence, chunks, start_offset
 
 FILE = 64 * 1024

@@ -6,9 +6,9 @@ slave restarted as a master continues every queue; a slave refuses client sends,
 from __future__ import annotations
 
 import pytest
+from rocketstore.services.commitlog.store import NotThisRole, OffsetMismatch
 from storage_helpers import FILE_SIZE, msg, read_log, sized_msg
 
-from rocketstore.services.commitlog.store import NotThisRole, OffsetMismatch
 from rocketstore.statuses import PutMessageStatus
 
 SLAVE = {"brokerRole": "SLAVE", "brokerId": 1, "haMasterAddress": "10.0.0.7:10912"}

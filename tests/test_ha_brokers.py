@@ -153,6 +153,10 @@ def test_a_slave_broker_replicates_a_sync_master_and_catches_up_after_kill9(pair
     _assert_replicated(master, slave, tmp_path)
     status = slave.ha.stub.GetStatus(ha_pb2.GetHAStatusRequest(), timeout=RPC_TIMEOUT)
     assert status.role == "SLAVE" and status.connected and status.master_address == master.ha.endpoint
+    # what `rocketstore status` shows of each (the CommitLog's stats, as commitlog.*)
+    assert master.stats()["slaveLagBytes"] == "0" and master.stats()["brokerRole"] == "SYNC_MASTER"
+    _wait(lambda: slave.stats()["haMasterMaxOffset"] == str(master.offsets().max_offset), 10, "the slave's status")
+    assert slave.stats()["slaveLagBytes"] == "0" and slave.stats()["haMasterAddress"] == master.ha.endpoint
 
     slave.kill9()
     seen: list[int] = []

@@ -257,3 +257,24 @@ def test_a_slave_that_goes_away_makes_sync_master_puts_slave_not_available(pairs
     result = pair.master_store.put_message(msg(body=b"alone"))
     assert result.status is PutMessageStatus.SLAVE_NOT_AVAILABLE
     assert result.wrote_offset >= 0
+
+
+def test_both_sides_report_the_connection_offsets_and_lag(pairs) -> None:
+    pair = pairs(master_role="ASYNC_MASTER", heartbeat_ms=100)
+    for _ in range(20):
+        pair.master_store.put_message(sized_msg(1000))
+    slave = pair.start_slave()
+    _caught_up(pair)
+    master_max = pair.master_store.max_offset
+    wait_until(lambda: pair.master_store.stats()["slaveLagBytes"] == 0, what="the master to see the slave caught up")
+    m = pair.master_store.stats()
+    assert m["brokerRole"] == "ASYNC_MASTER" and m["slaveConnections"] == 1
+    assert m["slaveAckedOffset"] == master_max and m["slaveLagMillis"] == 0 and m["slaveAddresses"]
+    wait_until(lambda: pair.slave_store.stats()["haMasterMaxOffset"] == master_max, what="the slave's status")
+    s = pair.slave_store.stats()
+    assert s["brokerRole"] == "SLAVE" and s["haMasterAddress"] == pair.ha_master.endpoint
+    assert s["slaveLagBytes"] == 0 and s["slaveLagMillis"] == 0 and 0 <= s["haMasterHeardMillisAgo"] < 5000
+    assert slave.status.connected and slave.status.lag_bytes == 0
+    pair.stop_slave()
+    wait_until(lambda: pair.master_store.stats()["slaveConnections"] == 0, what="the master to drop the slave")
+    assert pair.master_store.stats()["slaveLagBytes"] == -1

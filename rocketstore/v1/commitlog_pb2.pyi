@@ -243,12 +243,14 @@ class GetStatsResponse(_message.Message):
     def __init__(self, stats: _Optional[_Mapping[str, str]] = ..., offsets: _Optional[_Union[Offsets, _Mapping]] = ...) -> None: ...
 
 class AppendDataRequest(_message.Message):
-    __slots__ = ("offset", "data")
+    __slots__ = ("offset", "data", "master_max_offset")
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
+    MASTER_MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
     offset: int
     data: bytes
-    def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
+    master_max_offset: int
+    def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ..., master_max_offset: _Optional[int] = ...) -> None: ...
 
 class AppendDataResponse(_message.Message):
     __slots__ = ("max_offset",)

@@ -167,10 +167,12 @@ class CommitLogClient:
         return DeletedFiles(r.deleted_files, r.min_offset)
 
     # --- replication (the HA service) --------------------------------------------------------
-    def append_data(self, offset: int, data: bytes, *, timeout: float | None = None) -> int:
+    def append_data(self, offset: int, data: bytes, master_max_offset: int = -1, *,
+                    timeout: float | None = None) -> int:
         """SLAVE: write replicated bytes at exactly ``offset``; the new max offset. Never retried (it
-        may have been written); a wrong offset fails with a ``Refused`` of code ABORTED."""
-        request = pb.AppendDataRequest(offset=offset, data=data)
+        may have been written); a wrong offset fails with a ``Refused`` of code ABORTED. Empty ``data``
+        only reports the master's max offset."""
+        request = pb.AppendDataRequest(offset=offset, data=data, master_max_offset=master_max_offset)
         return self._calls.call(self._stub.AppendData, request, retry=False, timeout=timeout).max_offset
 
     def report_slave_acks(self, acks: Iterator[tuple[str, str, int, bool]]) -> None:

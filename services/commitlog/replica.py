@@ -57,6 +57,7 @@ class SlaveState:
     address: str
     acked_offset: int
     since: float  # monotonic time of the first report
+    behind_since: float = 0.0  # when its acknowledgements last fell behind the master's max offset (0: not)
 
 
 class ReplicaTracker:
@@ -73,8 +74,10 @@ class ReplicaTracker:
         self._prune_at = 1024
 
     # --- what the HA service reports -----------------------------------------------------------
-    def update(self, connection_id: str, address: str, acked_offset: int, connected: bool) -> None:
-        """A slave connection's new state: its acknowledged offset, or that it closed."""
+    def update(self, connection_id: str, address: str, acked_offset: int, connected: bool,
+               master_max: int = -1) -> None:
+        """A slave connection's new state: its acknowledged offset (``master_max``: the master's max
+        offset now, for the lag in time), or that it closed."""
         with self._lock:
             if not connected:
                 if self._slaves.pop(connection_id, None) is not None:
@@ -87,6 +90,11 @@ class ReplicaTracker:
                                                                  time.monotonic())
                 log.info("slave connected", connection_id=connection_id, slave=address, acked_offset=acked_offset)
             state.acked_offset = max(state.acked_offset, acked_offset)
+            if master_max >= 0:
+                if state.acked_offset >= master_max:
+                    state.behind_since = 0.0
+                elif not state.behind_since:
+                    state.behind_since = time.monotonic()
             self.ack_count += 1
             if state.acked_offset <= self._acked:
                 return
@@ -160,4 +168,5 @@ class ReplicaTracker:
 
     def slaves(self) -> list[SlaveState]:
         with self._lock:
-            return [SlaveState(s.connection_id, s.address, s.acked_offset, s.since) for s in self._slaves.values()]
+            return [SlaveState(s.connection_id, s.address, s.acked_offset, s.since, s.behind_since)
+                    for s in self._slaves.values()]

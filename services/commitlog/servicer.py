@@ -297,7 +297,8 @@ class CommitLogServicer(pb_grpc.CommitLogServicer):
         if request.offset < 0:
             raise _invalid(f"offset is {request.offset}; offsets are >= 0")
         try:
-            return pb.AppendDataResponse(max_offset=self._store.append_data(request.offset, request.data))
+            end = self._store.append_data(request.offset, request.data, request.master_max_offset)
+            return pb.AppendDataResponse(max_offset=end)
         except NotThisRole as e:
             raise FailedPrecondition(str(e)) from e
         except OffsetMismatch as e:

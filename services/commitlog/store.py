@@ -48,6 +48,9 @@ class CommitLogStore:
         self.store_host = f"{settings.broker_ip1}:{settings.listen_port}"
         self.replica = replica or ReplicaTracker(settings.ha_slave_fallbehind_max)
         self._slave_appender: SlaveAppender | None = None
+        self._master_max = -1  # a slave: its master's max offset as last heard, and when
+        self._master_heard_at = 0.0
+        self._behind_since = 0.0  # a slave: when it last fell behind its master (0: caught up)
         self.commitlog = CommitLog(settings, self.store_host)
         self.flags = RunningFlags()
         self.clean_service = CleanCommitLogService(settings, self.commitlog.mapped_file_queue, self.flags)
@@ -343,23 +346,32 @@ class CommitLogStore:
             results.set_status(i, status, reason)
 
     # --- replication -----------------------------------------------------------------------
-    def append_data(self, offset: int, data: bytes | memoryview) -> int:
-        """SLAVE: write replicated bytes at exactly ``offset``; returns the new max offset.
-        Raises OffsetMismatch when they do not continue the log, NotThisRole on a master."""
+    def append_data(self, offset: int, data: bytes | memoryview, master_max_offset: int = -1) -> int:
+        """SLAVE: write replicated bytes at exactly ``offset``; returns the new max offset. Empty
+        ``data`` only records ``master_max_offset`` (the master was heard from). Raises OffsetMismatch
+        when the bytes do not continue the log, NotThisRole on a master."""
         appender = self._slave_appender
         if appender is None or not self.running:
             if not self.running:
                 raise NotThisRole("the store is shut down")
             raise NotThisRole(f"this broker is a {self.settings.broker_role.value}; only a SLAVE takes "
                               "replicated bytes")
-        return appender.append(offset, data)
+        end = appender.append(offset, data) if len(data) else self.max_offset
+        if master_max_offset >= 0:
+            now = time.monotonic()
+            self._master_max, self._master_heard_at = master_max_offset, now
+            if end >= master_max_offset:
+                self._behind_since = 0.0
+            elif not self._behind_since:
+                self._behind_since = now
+        return end
 
     def report_slave(self, connection_id: str, address: str, acked_offset: int, connected: bool) -> None:
         """A master's HA service reports a slave connection's acknowledged offset (or its end)."""
         if self.settings.broker_role is BrokerRole.SLAVE:
             raise NotThisRole(f"this broker is a SLAVE of {self.settings.ha_master_address or '(unset)'}; "
                               "slave acknowledgements go to a master")
-        self.replica.update(connection_id, address, acked_offset, connected)
+        self.replica.update(connection_id, address, acked_offset, connected, self.max_offset)
 
     # --- reads and admin -------------------------------------------------------------------
     def read_records(self, ranges: Sequence[tuple[int, int]]) -> list[bytes | None]:
@@ -431,12 +443,24 @@ class CommitLogStore:
         }
 
     def _replica_stats(self) -> dict[str, object]:
+        """The HA side of the status: a slave's master and its lag, a master's best slave and its lag
+        (-1 where there is nothing to measure)."""
+        now = time.monotonic()
         if self.settings.broker_role is BrokerRole.SLAVE:
-            return {"haMasterAddress": self.settings.ha_master_address}
-        acked = self.replica.acked_offset
-        connected = self.replica.connections
-        return {"slaveConnections": connected, "slaveAckedOffset": acked,
-                "slaveLagBytes": max(0, self.max_offset - acked) if connected else -1}
+            heard = self._master_max >= 0
+            return {"haMasterAddress": self.settings.ha_master_address,
+                    "haMasterMaxOffset": self._master_max,
+                    "haMasterHeardMillisAgo": int((now - self._master_heard_at) * 1000) if heard else -1,
+                    "slaveLagBytes": max(0, self._master_max - self.max_offset) if heard else -1,
+                    "slaveLagMillis": int((now - self._behind_since) * 1000) if self._behind_since else 0}
+        slaves = self.replica.slaves()
+        best = max(slaves, key=lambda s: s.acked_offset, default=None)
+        return {"slaveConnections": len(slaves),
+                "slaveAddresses": ",".join(s.address for s in slaves),
+                "slaveAckedOffset": best.acked_offset if best else -1,
+                "slaveLagBytes": max(0, self.max_offset - best.acked_offset) if best else -1,
+                "slaveLagMillis": int((now - best.behind_since) * 1000) if best and best.behind_since else
+                (0 if best else -1)}
 
 
 def _write_file(path: str, text: str) -> None:

@@ -43,7 +43,7 @@ class SlaveLink(Protocol):
     def offsets(self) -> Offsets: ...
     def read_raw(self, offset: int, max_bytes: int):  # noqa: ANN201 - a RawRead
         ...
-    def append_data(self, offset: int, data: bytes) -> int: ...
+    def append_data(self, offset: int, data: bytes, master_max_offset: int = -1) -> int: ...
 
 
 class TransferLike(Protocol):
@@ -201,7 +201,9 @@ class HASlave:
                     st.error = ""
                     log.info("connected to the master", master=st.master_address, max_offset=st.max_offset)
                 self._saw_master_max(transfer.master_max_offset)
-                if transfer.data:
+                if not transfer.data:  # a heartbeat: the CommitLog's status learns the master is there
+                    self._link.append_data(st.max_offset, b"", st.master_max_offset)
+                else:
                     while not session.closed:
                         try:
                             chunks.put(transfer, timeout=0.5)
@@ -272,7 +274,7 @@ class HASlave:
                                                   f"this slave's max offset is {expected}")
                     return
                 parts, end = [first.data], first.offset + len(first.data)
-                size = len(first.data)
+                size, master_max = len(first.data), first.master_max_offset
                 while size < MAX_APPEND_BYTES:
                     try:
                         nxt = chunks.get_nowait()
@@ -282,11 +284,12 @@ class HASlave:
                         held = nxt
                         break
                     parts.append(nxt.data)
+                    master_max = nxt.master_max_offset
                     end += len(nxt.data)
                     size += len(nxt.data)
                 data = parts[0] if len(parts) == 1 else b"".join(parts)
                 try:
-                    expected = self._link.append_data(first.offset, data)
+                    expected = self._link.append_data(first.offset, data, master_max)
                 except BrokerError as e:
                     if e.code != "ABORTED":
                         raise

@@ -7,9 +7,10 @@ from collections.abc import Callable, Iterator
 
 import grpc
 
-from rocketstore.errors import BrokerError
+from rocketstore.errors import BrokerError, DeadlineExceeded, FailedPrecondition, OutOfRange, Unavailable
 from rocketstore.log import get_logger
-from rocketstore.settings import BrokerRole, Settings
+from rocketstore.servicing import rpc_errors
+from rocketstore.settings import Settings
 from rocketstore.v1 import ha_pb2 as pb
 from rocketstore.v1 import ha_pb2_grpc as pb_grpc
 
@@ -32,31 +33,28 @@ class HAServicer(pb_grpc.HAServicer):
         self._slave = slave
         self._max_offset = max_offset
 
+    @rpc_errors
     def Replicate(self, request_iterator: Iterator[pb.SlaveReport], context: grpc.ServicerContext,
                   ) -> Iterator[pb.Transfer]:
         if self._master is None:
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION,
-                          f"this broker is a {self._settings.broker_role.value} "
-                          f"(a slave of {self._settings.ha_master_address or '(unset)'}); replicate from a master")
-        code, details = None, ""
+            raise FailedPrecondition(f"this broker is a {self._settings.broker_role.value} (a slave of "
+                                     f"{self._settings.ha_master_address or '(unset)'}); replicate from a master")
         try:
             for offset, data, master_max in self._master.replicate(request_iterator, context.peer()):
                 yield pb.Transfer(offset=offset, data=bytes(data), master_max_offset=master_max)
         except Diverged as e:
-            code, details = grpc.StatusCode.FAILED_PRECONDITION, str(e)
+            _log.error("slave refused", peer=context.peer(), reason=str(e))
+            raise FailedPrecondition(str(e)) from e
         except OffsetGone as e:
-            code, details = grpc.StatusCode.OUT_OF_RANGE, str(e)
+            raise OutOfRange(str(e)) from e
         except SlaveSilent as e:
-            code, details = grpc.StatusCode.DEADLINE_EXCEEDED, str(e)
+            raise DeadlineExceeded(str(e)) from e
         except ConnectionError as e:
-            code, details = grpc.StatusCode.CANCELLED, str(e)
-        except BrokerError as e:  # the CommitLog service behind this one
-            code, details = grpc.StatusCode.UNAVAILABLE, f"the master's CommitLog service failed: {e.message}"
-        if code is not None:
-            if code is grpc.StatusCode.FAILED_PRECONDITION:
-                _log.error("slave refused", peer=context.peer(), reason=details)
-            context.abort(code, details)
+            raise BrokerError("CANCELLED", str(e)) from e
+        except BrokerError as e:  # from the CommitLog service behind this one
+            raise Unavailable(f"the master's CommitLog service failed: {e.message}") from e
 
+    @rpc_errors
     def GetStatus(self, request: pb.GetHAStatusRequest, context: grpc.ServicerContext) -> pb.HAStatus:
         status = pb.HAStatus(role=self._settings.broker_role.value)
         try:
@@ -78,7 +76,3 @@ class HAServicer(pb_grpc.HAServicer):
             status.lag_millis = s.lag_millis
             status.error = s.error
         return status
-
-
-def is_master(settings: Settings) -> bool:
-    return settings.broker_role is not BrokerRole.SLAVE

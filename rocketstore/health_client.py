@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -21,7 +22,7 @@ class HealthClient:
         self.endpoint = endpoint
         self.name = name or endpoint  # for messages: "the commitlog service ..."
         self._channel = grpc.insecure_channel(endpoint)
-        self._stub = health_pb2_grpc.HealthStub(self._channel)
+        self._stub: Any = health_pb2_grpc.HealthStub(self._channel)  # the generated stub is untyped
 
     def status(self, service: str = "", timeout: float = 1.0) -> str:
         try:
@@ -64,7 +65,7 @@ class HealthClient:
 
 
 def wait_serving(endpoint: str, timeout: float, *, service: str = "", name: str = "",
-                 check: Callable[[], None] = lambda: None) -> None:
+                 check: Callable[[], None] = lambda: None, interval: float = 0.05) -> None:
     """``HealthClient(endpoint, name).wait_serving(timeout, ...)`` on a channel of its own."""
     with HealthClient(endpoint, name) as health:
-        health.wait_serving(timeout, service=service, check=check)
+        health.wait_serving(timeout, service=service, check=check, interval=interval)

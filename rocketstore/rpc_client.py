@@ -3,8 +3,9 @@
 
 A call has one deadline for all its attempts. A call marked ``retry`` (reads and queries: asking again
 cannot change anything) is tried again after UNAVAILABLE with a growing pause while its deadline
-allows; any other call (appends, dispatch, truncation) fails at its first error, because whether the
-service acted on it is unknown. Streams are never retried: their callers resume from where they are.
+allows (then the last Unavailable is raised); any other call (appends, dispatch, truncation) fails at
+its first error, because whether the service acted on it is unknown. Streams are never retried:
+their callers resume from where they are.
 
 Every ``grpc.RpcError`` becomes a ``BrokerError`` naming the service
 ("the index service is not reachable: UNAVAILABLE: ..."); the raw status text stays in ``details``.
@@ -15,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 import grpc
 import grpc.aio
@@ -32,8 +33,8 @@ _T = TypeVar("_T")
 
 def translate(service: str, method: str, exc: grpc.RpcError) -> BrokerError:
     """The ``BrokerError`` for a failed call of ``service`` (e.g. "index") to ``method``."""
-    code: grpc.StatusCode | None = exc.code() if hasattr(exc, "code") else None  # type: ignore[attr-defined]
-    details = (exc.details() if hasattr(exc, "details") else None) or str(exc)  # type: ignore[attr-defined]
+    code: grpc.StatusCode | None = exc.code() if hasattr(exc, "code") else None
+    details = (exc.details() if hasattr(exc, "details") else None) or str(exc)
     name = code.name if code is not None else "UNKNOWN"
     if name == "UNAVAILABLE":
         error: BrokerError = Unavailable(f"the {service} service is not reachable: {name}: {details}")
@@ -46,11 +47,9 @@ def translate(service: str, method: str, exc: grpc.RpcError) -> BrokerError:
     return error
 
 
-def _deadline_error(service: str, method: str, timeout: float, last: BrokerError | None) -> DeadlineExceeded:
-    text = f"the {service} service did not answer {method} within {timeout:g} s"
-    error = DeadlineExceeded(f"{text} (last: {last.message})" if last is not None else text)
+def _deadline_error(service: str, method: str, timeout: float) -> DeadlineExceeded:
+    error = DeadlineExceeded(f"the {service} service did not answer {method} within {timeout:g} s")
     error.service = service
-    error.details = last.details if last is not None else ""
     return error
 
 
@@ -69,11 +68,11 @@ class Caller:
         total = self.timeout if timeout is None else timeout
         ready = self.wait_for_ready if wait_for_ready is None else wait_for_ready
         deadline = time.monotonic() + total
-        backoff, last = FIRST_BACKOFF, None
+        backoff, last = FIRST_BACKOFF, cast(BrokerError | None, None)
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise _deadline_error(self.service, _name(method), total, last)
+                raise last if last is not None else _deadline_error(self.service, _name(method), total)
             try:
                 return method(request, timeout=remaining, wait_for_ready=ready)
             except grpc.RpcError as e:
@@ -90,11 +89,11 @@ class Caller:
         total = self.timeout if timeout is None else timeout
         ready = self.wait_for_ready if wait_for_ready is None else wait_for_ready
         deadline = time.monotonic() + total
-        backoff, last = FIRST_BACKOFF, None
+        backoff, last = FIRST_BACKOFF, cast(BrokerError | None, None)
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise _deadline_error(self.service, _name(method), total, last)
+                raise last if last is not None else _deadline_error(self.service, _name(method), total)
             try:
                 return await method(request, timeout=remaining, wait_for_ready=ready)
             except grpc.RpcError as e:
@@ -159,7 +158,7 @@ class AsyncStream(Generic[_T]):
                 return
             raise
         except grpc.RpcError as e:
-            if self._cancelled and e.code() == grpc.StatusCode.CANCELLED:  # type: ignore[attr-defined]
+            if self._cancelled and e.code() == grpc.StatusCode.CANCELLED:
                 return
             raise translate(self._service, self._method, e) from None
 

@@ -24,7 +24,8 @@ from grpc_reflection.v1alpha import reflection
 from rocketstore.log import get_logger
 from rocketstore.servicing import DecodeRequests
 
-__all__ = ["MAX_MESSAGE_BYTES", "GrpcServer", "RpcLatencyInterceptor", "run_until_signal", "start_metrics_server"]
+__all__ = ["MAX_MESSAGE_BYTES", "GrpcServer", "RpcLatencyInterceptor", "run_until_signal", "set_metrics_host",
+           "start_metrics_server"]
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 """Send and receive limit of every server: a batch of records must fit in one message."""
@@ -198,14 +199,27 @@ class RpcLatencyInterceptor(grpc.ServerInterceptor):
                                                    response_serializer=handler.response_serializer)
 
 
-def start_metrics_server(port: int | None, addr: str = "0.0.0.0") -> int | None:
+_metrics_host = "127.0.0.1"
+
+
+def set_metrics_host(host: str) -> None:
+    """The address ``start_metrics_server`` listens on when not given one: the command line sets it
+    (``--metrics-host``, else the service's ``--host``), so metrics are served where the service is."""
+    global _metrics_host
+    _metrics_host = host
+
+
+def start_metrics_server(port: int | None, addr: str | None = None) -> int | None:
     """Serve Prometheus metrics over HTTP on ``addr:port`` from a daemon thread.
 
-    ``port=0`` picks a free port; the port actually used is returned. ``None`` or a negative port means
-    metrics are disabled and None is returned.
+    ``addr`` defaults to ``set_metrics_host``'s address, loopback unless set: metrics are read by
+    whoever may reach the service, not by the whole network. ``port=0`` picks a free port; the port
+    actually used is returned. ``None`` or a negative port means metrics are disabled and None is
+    returned.
     """
     if port is None or port < 0:
         return None
+    addr = _metrics_host if addr is None else addr
     httpd, _thread = prometheus_client.start_http_server(port, addr=addr)
     bound = int(httpd.server_port)
     _log.info("metrics server started", addr=addr, port=bound)

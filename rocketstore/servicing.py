@@ -66,16 +66,18 @@ def request_fields(request: object) -> dict[str, Any]:
 
 def _status(self: object, method: str, request: object, exc: BaseException) -> BrokerError:
     """The error to answer for ``exc``, logging it as its kind asks."""
-    if not isinstance(exc, BrokerError):
+    if isinstance(exc, BrokerError):
+        error = exc
+    else:
         hook = getattr(self, "unexpected_error", None)
-        translated = hook(exc) if hook is not None else None
+        translated: BrokerError | None = hook(exc) if hook is not None else None
         if translated is None:
             _log.error("rpc failed", method=method, error=repr(exc), exc_info=exc, **request_fields(request))
             return BrokerError("INTERNAL", f"{method} failed: {type(exc).__name__}: {exc}")
-        exc = translated
-    if exc.code == "INVALID_ARGUMENT":
-        _log.info("request refused", method=method, code=exc.code, details=exc.message)
-    return exc
+        error = translated
+    if error.code == "INVALID_ARGUMENT":
+        _log.info("request refused", method=method, code=error.code, details=error.message)
+    return error
 
 
 def _aborted(context: Any, exc: BaseException) -> bool:
@@ -158,7 +160,7 @@ def _decode_error(method: str, deserializer: Callable[[bytes], Any], exc: Except
     return f"{method}: the request cannot be decoded as {type_name}: {exc}"
 
 
-def decoding_handler(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+def decoding_handler(handler: grpc.RpcMethodHandler[Any, Any], method: str) -> grpc.RpcMethodHandler[Any, Any]:
     """``handler`` with its requests decoded by the handler itself, so a request that is not a valid
     message is answered INVALID_ARGUMENT (grpc's own decoding answers INTERNAL, "Exception
     deserializing request"). Works for sync and grpc.aio behaviours of all four kinds."""
@@ -248,7 +250,7 @@ class _BadRequest(Exception):
     pass
 
 
-def _behaviour(handler: grpc.RpcMethodHandler) -> tuple[str, Callable[..., Any]]:
+def _behaviour(handler: grpc.RpcMethodHandler[Any, Any]) -> tuple[str, Callable[..., Any]]:
     for kind in ("unary_unary", "unary_stream", "stream_unary", "stream_stream"):
         behaviour = getattr(handler, kind)
         if behaviour is not None:
@@ -256,7 +258,8 @@ def _behaviour(handler: grpc.RpcMethodHandler) -> tuple[str, Callable[..., Any]]
     raise ValueError("a method handler without a behaviour")
 
 
-def _rebuild(kind: str, behaviour: Callable[..., Any], handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+def _rebuild(kind: str, behaviour: Callable[..., Any],
+             handler: grpc.RpcMethodHandler[Any, Any]) -> grpc.RpcMethodHandler[Any, Any]:
     make = {
         "unary_unary": grpc.unary_unary_rpc_method_handler,
         "unary_stream": grpc.unary_stream_rpc_method_handler,
@@ -269,8 +272,10 @@ def _rebuild(kind: str, behaviour: Callable[..., Any], handler: grpc.RpcMethodHa
 class DecodeRequests(grpc.ServerInterceptor):
     """Every method of a sync server decodes its own requests (``decoding_handler``)."""
 
-    def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
-                          handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+    def intercept_service(
+        self, continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler[Any, Any] | None],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
         handler = continuation(handler_call_details)
         if handler is None:
             return None
@@ -281,9 +286,9 @@ class AioDecodeRequests(grpc.aio.ServerInterceptor):
     """``DecodeRequests`` for a grpc.aio server."""
 
     async def intercept_service(
-        self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]],
+        self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler | None:
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
         handler = await continuation(handler_call_details)
         if handler is None:
             return None

@@ -109,22 +109,26 @@ class CommitLogClient:
     """The CommitLog service for threaded callers (the dispatcher, the index service, the CLI, tests).
 
     ``timeout`` is the deadline of reads, offsets and appends; calls wait for the service to be
-    reachable within it (``wait_for_ready``), so a service still starting is waited for, not failed.
+    reachable within it, so a service still starting is waited for, not failed (``wait_for_ready=False``:
+    a service that is down fails the call at once with Unavailable).
     """
 
-    def __init__(self, endpoint: str, *, timeout: float = READ_TIMEOUT, channel: grpc.Channel | None = None) -> None:
+    def __init__(self, endpoint: str, *, timeout: float = READ_TIMEOUT, channel: grpc.Channel | None = None,
+                 wait_for_ready: bool = True) -> None:
         self.endpoint = endpoint
         self._own_channel = channel is None
         self._channel = channel if channel is not None else open_channel(endpoint)
-        self._stub = pb_grpc.CommitLogStub(self._channel)
-        self._calls = Caller(SERVICE, timeout)
+        self._stub = pb_grpc.CommitLogStub(self._channel)  # type: ignore[no-untyped-call]
+        self._calls = Caller(SERVICE, timeout, wait_for_ready=wait_for_ready)
 
     # --- appends (never retried: a failed append may have been stored) -----------------------
     def append(self, messages: Sequence[pb.Message], *, columnar: bool = False,
                timeout: float | None = None) -> pb.AppendBatchResponse:
         """AppendBatch: the service's response (one ``AppendResult`` per message, or ``columns``)."""
         request = pb.AppendBatchRequest(messages=messages, columnar=columnar)
-        return self._calls.call(self._stub.AppendBatch, request, retry=False, timeout=timeout)
+        response: pb.AppendBatchResponse = self._calls.call(self._stub.AppendBatch, request, retry=False,
+                                                            timeout=timeout)
+        return response
 
     # --- reads --------------------------------------------------------------------------------
     def read_records(self, ranges: Sequence[tuple[int, int]], *, timeout: float | None = None) -> list[bytes | None]:
@@ -200,7 +204,7 @@ class CommitLogClient:
 class _AppendStream:
     """One AppendStream call: a request written, its answer read, one at a time."""
 
-    def __init__(self, method: grpc.aio.StreamStreamMultiCallable) -> None:
+    def __init__(self, method: grpc.aio.StreamStreamMultiCallable[bytes, pb.AppendBatchResponse]) -> None:
         self.call = method(wait_for_ready=True)
         self.since = 0.0  # when the request now in flight was written (0: none)
         self.timed_out = False
@@ -236,15 +240,17 @@ class AsyncCommitLogClient:
     """
 
     def __init__(self, endpoint: str, *, timeout: float = READ_TIMEOUT, append_timeout: float = APPEND_TIMEOUT,
-                 check_interval: float = 1.0, channel: grpc.aio.Channel | None = None) -> None:
+                 check_interval: float = 1.0, channel: grpc.aio.Channel | None = None,
+                 wait_for_ready: bool = True) -> None:
         self.endpoint = endpoint
         self._own_channel = channel is None
         self._channel = channel if channel is not None else open_aio_channel(endpoint)
-        self._stub = pb_grpc.CommitLogStub(self._channel)
-        self._calls = Caller(SERVICE, timeout)
-        self._append_method = self._channel.stream_stream(
-            "/rocketstore.v1.CommitLog/AppendStream", request_serializer=None,
-            response_deserializer=pb.AppendBatchResponse.FromString)
+        self._stub = pb_grpc.CommitLogStub(self._channel)  # type: ignore[no-untyped-call]
+        self._calls = Caller(SERVICE, timeout, wait_for_ready=wait_for_ready)
+        self._append_method: grpc.aio.StreamStreamMultiCallable[bytes, pb.AppendBatchResponse] = \
+            self._channel.stream_stream(
+                "/rocketstore.v1.CommitLog/AppendStream", request_serializer=None,
+                response_deserializer=pb.AppendBatchResponse.FromString)
         self._append_timeout = append_timeout
         self._check_interval = check_interval
         self._idle: list[_AppendStream] = []

@@ -102,12 +102,13 @@ class IndexClient:
     within it (``wait_for_ready``).
     """
 
-    def __init__(self, endpoint: str, *, timeout: float = RPC_TIMEOUT, channel: grpc.Channel | None = None) -> None:
+    def __init__(self, endpoint: str, *, timeout: float = RPC_TIMEOUT, channel: grpc.Channel | None = None,
+                 wait_for_ready: bool = True) -> None:
         self.endpoint = endpoint
         self._own_channel = channel is None
         self._channel = channel if channel is not None else open_channel(endpoint)
-        self._stub = pb_grpc.IndexStub(self._channel)
-        self._calls = Caller(SERVICE, timeout)
+        self._stub = pb_grpc.IndexStub(self._channel)  # type: ignore[no-untyped-call]
+        self._calls = Caller(SERVICE, timeout, wait_for_ready=wait_for_ready)
 
     # --- building the index -------------------------------------------------------------------
     def dispatch(self, batches: Iterable[pb.DispatchBatch]) -> Stream[int]:
@@ -130,7 +131,8 @@ class IndexClient:
                     without_bodies: bool = False, timeout: float | None = None) -> pb.GetMessageResponse:
         """RocketMQ's getMessage: status, next offset, and the found records (columnar)."""
         request = _get_message_request(topic, queue_id, offset, max_messages, expression, without_bodies)
-        return self._calls.call(self._stub.GetMessage, request, retry=True, timeout=timeout)
+        response: pb.GetMessageResponse = self._calls.call(self._stub.GetMessage, request, retry=True, timeout=timeout)
+        return response
 
     def read_queue(self, topic: str, queue_id: int, start_offset: int, end_offset: int, *, expression: str = "",
                    batch_messages: int = 0) -> Stream[pb.ReadQueueBatch]:
@@ -147,14 +149,16 @@ class IndexClient:
 
     def offset_by_time(self, topic: str, queue_id: int, timestamp: int, *, timeout: float | None = None) -> int:
         request = pb.GetOffsetByTimeRequest(topic=topic, queue_id=queue_id, timestamp=timestamp)
-        return self._calls.call(self._stub.GetOffsetByTime, request, retry=True, timeout=timeout).offset
+        offset: int = self._calls.call(self._stub.GetOffsetByTime, request, retry=True, timeout=timeout).offset
+        return offset
 
     def query_by_key(self, topic: str, key: str, max_messages: int, *, begin_timestamp: int = 0,
                      end_timestamp: int = 0, timeout: float | None = None) -> pb.QueryByKeyResponse:
         """Messages of ``topic`` with KEYS token or UNIQ_KEY ``key`` (records and their offsets)."""
         request = pb.QueryByKeyRequest(topic=topic, key=key, max_messages=max_messages,
                                        begin_timestamp=begin_timestamp, end_timestamp=end_timestamp)
-        return self._calls.call(self._stub.QueryByKey, request, retry=True, timeout=timeout)
+        response: pb.QueryByKeyResponse = self._calls.call(self._stub.QueryByKey, request, retry=True, timeout=timeout)
+        return response
 
     def watch(self) -> Stream[list[QueueAdvance]]:
         """Queue advances as the index applies them. The first item is empty: the stream is open,
@@ -165,7 +169,9 @@ class IndexClient:
     def delete_topic_queues(self, topic: str, *, timeout: float | None = None) -> int:
         """Delete the topic's ConsumeQueues; the number of queues deleted. Not retried."""
         request = pb.DeleteTopicQueuesRequest(topic=topic)
-        return self._calls.call(self._stub.DeleteTopicQueues, request, retry=False, timeout=timeout).deleted_queues
+        r = self._calls.call(self._stub.DeleteTopicQueues, request, retry=False, timeout=timeout)
+        deleted: int = r.deleted_queues
+        return deleted
 
     def stats(self, *, timeout: float | None = None) -> dict[str, str]:
         return dict(self._calls.call(self._stub.GetStats, pb.IndexStatsRequest(), retry=True, timeout=timeout).stats)
@@ -184,29 +190,35 @@ class IndexClient:
 class AsyncIndexClient:
     """The index service for grpc.aio callers (the gateway). Create and use it on one event loop."""
 
-    def __init__(self, endpoint: str, *, timeout: float = RPC_TIMEOUT, channel: grpc.aio.Channel | None = None) -> None:
+    def __init__(self, endpoint: str, *, timeout: float = RPC_TIMEOUT, channel: grpc.aio.Channel | None = None,
+                 wait_for_ready: bool = True) -> None:
         self.endpoint = endpoint
         self._own_channel = channel is None
         self._channel = channel if channel is not None else open_aio_channel(endpoint)
-        self._stub = pb_grpc.IndexStub(self._channel)
-        self._calls = Caller(SERVICE, timeout)
+        self._stub = pb_grpc.IndexStub(self._channel)  # type: ignore[no-untyped-call]
+        self._calls = Caller(SERVICE, timeout, wait_for_ready=wait_for_ready)
 
     async def get_message(self, topic: str, queue_id: int, offset: int, max_messages: int, *, expression: str = "",
                           without_bodies: bool = False, timeout: float | None = None) -> pb.GetMessageResponse:
         """RocketMQ's getMessage: status, next offset, and the found records (columnar)."""
         request = _get_message_request(topic, queue_id, offset, max_messages, expression, without_bodies)
-        return await self._calls.acall(self._stub.GetMessage, request, retry=True, timeout=timeout)
+        response: pb.GetMessageResponse = await self._calls.acall(self._stub.GetMessage, request, retry=True,
+                                                                  timeout=timeout)
+        return response
 
     async def query_by_key(self, topic: str, key: str, max_messages: int, *, begin_timestamp: int = 0,
                            end_timestamp: int = 0, timeout: float | None = None) -> pb.QueryByKeyResponse:
         request = pb.QueryByKeyRequest(topic=topic, key=key, max_messages=max_messages,
                                        begin_timestamp=begin_timestamp, end_timestamp=end_timestamp)
-        return await self._calls.acall(self._stub.QueryByKey, request, retry=True, timeout=timeout)
+        response: pb.QueryByKeyResponse = await self._calls.acall(self._stub.QueryByKey, request, retry=True,
+                                                                  timeout=timeout)
+        return response
 
     async def delete_topic_queues(self, topic: str, *, timeout: float | None = None) -> int:
         request = pb.DeleteTopicQueuesRequest(topic=topic)
         r = await self._calls.acall(self._stub.DeleteTopicQueues, request, retry=False, timeout=timeout)
-        return r.deleted_queues
+        deleted: int = r.deleted_queues
+        return deleted
 
     async def queue_offsets(self, topic: str = "", *, timeout: float | None = None) -> list[QueueOffsets]:
         r = await self._calls.acall(self._stub.GetQueueOffsets, pb.GetQueueOffsetsRequest(topic=topic), retry=True,
@@ -216,7 +228,9 @@ class AsyncIndexClient:
     async def offset_by_time(self, topic: str, queue_id: int, timestamp: int, *,
                              timeout: float | None = None) -> int:
         request = pb.GetOffsetByTimeRequest(topic=topic, queue_id=queue_id, timestamp=timestamp)
-        return (await self._calls.acall(self._stub.GetOffsetByTime, request, retry=True, timeout=timeout)).offset
+        r = await self._calls.acall(self._stub.GetOffsetByTime, request, retry=True, timeout=timeout)
+        offset: int = r.offset
+        return offset
 
     def read_queue(self, topic: str, queue_id: int, start_offset: int, end_offset: int, *, expression: str = "",
                    batch_messages: int = 0) -> AsyncStream[pb.ReadQueueBatch]:

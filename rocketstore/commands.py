@@ -1,7 +1,7 @@
 """The client-side commands of ``rocketstore``: the embedded broker, sending and consuming from the shell,
 queries, topic and group administration, broker status and benchmarks.
 
-    rocketstore up [--data-dir DIR] [--config broker.properties] [--port PORT]
+    rocketstore up [--data-dir DIR] [--config broker.properties] [--port PORT] [--with-slave]
     rocketstore send --endpoint HOST:PORT --topic T [--tags TAG] [--keys "K1 K2"] [--body TEXT] [--count N] [--json]
     rocketstore consume --endpoint HOST:PORT --topic T --group G [--expression EXPR] [--count N] [--timeout S] [--json]
     rocketstore status --endpoint HOST:PORT [--json]
@@ -177,6 +177,9 @@ def _add_up(commands: _SubParsers) -> None:
                    help="once up, create DemoTopic, send messages, consume them back and show the status")
     p.add_argument("--demo-count", type=_positive, default=20, metavar="N", help="messages the demo sends (20)")
     p.add_argument("--stop-after-demo", action="store_true", help="stop the broker once the demo has run")
+    p.add_argument("--with-slave", action="store_true",
+                   help="also start a SLAVE broker replicating this one (its data directory is DATA_DIR-slave), "
+                        "each broker with its ha service")
     p.set_defaults(handler=_run_up)
 
 
@@ -185,6 +188,15 @@ def _run_up(args: argparse.Namespace) -> int:
     from rocketstore.settings import SettingsError
 
     try:
+        if args.with_slave:
+            if args.demo:
+                print("rocketstore up: --demo and --with-slave do not go together", file=sys.stderr)
+                return EXIT_USAGE
+            from rocketstore.launcher import run_with_slave
+
+            return run_with_slave(args.data_dir, args.config, args.port, host=args.host,
+                                  internal_host=args.internal_host, settings=args.settings,
+                                  log_dir=args.log_dir, log_level=args.log_level)
         return run_up(args.data_dir, args.config, args.port, host=args.host, internal_host=args.internal_host,
                       settings=args.settings,
                       log_dir=args.log_dir, log_level=args.log_level,

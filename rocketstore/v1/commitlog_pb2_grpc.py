@@ -80,6 +80,16 @@ class CommitLogStub:
                 request_serializer=rocketstore_dot_v1_dot_commitlog__pb2.GetStatsRequest.SerializeToString,
                 response_deserializer=rocketstore_dot_v1_dot_commitlog__pb2.GetStatsResponse.FromString,
                 _registered_method=True)
+        self.AppendData = channel.unary_unary(
+                '/rocketstore.v1.CommitLog/AppendData',
+                request_serializer=rocketstore_dot_v1_dot_commitlog__pb2.AppendDataRequest.SerializeToString,
+                response_deserializer=rocketstore_dot_v1_dot_commitlog__pb2.AppendDataResponse.FromString,
+                _registered_method=True)
+        self.ReportSlaveAcks = channel.stream_unary(
+                '/rocketstore.v1.CommitLog/ReportSlaveAcks',
+                request_serializer=rocketstore_dot_v1_dot_commitlog__pb2.SlaveAck.SerializeToString,
+                response_deserializer=rocketstore_dot_v1_dot_commitlog__pb2.ReportSlaveAcksResponse.FromString,
+                _registered_method=True)
 
 
 class CommitLogServicer:
@@ -162,6 +172,25 @@ class CommitLogServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AppendData(self, request, context):
+        """SLAVE only (RocketMQ's appendData): write replicated CommitLog bytes at exactly `offset`,
+        which must be the slave's max offset (any file start when its log is empty). The queue
+        offsets of the records it completes advance as if they had been appended here.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReportSlaveAcks(self, request_iterator, context):
+        """Masters only: the HA service reports how far each connected slave has acknowledged,
+        one message per change on one long-lived stream. A SYNC_MASTER answers its waiting
+        appends from these acknowledgements; when the stream ends, every slave it reported
+        counts as disconnected.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CommitLogServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -209,6 +238,16 @@ def add_CommitLogServicer_to_server(servicer, server):
                     servicer.GetStats,
                     request_deserializer=rocketstore_dot_v1_dot_commitlog__pb2.GetStatsRequest.FromString,
                     response_serializer=rocketstore_dot_v1_dot_commitlog__pb2.GetStatsResponse.SerializeToString,
+            ),
+            'AppendData': grpc.unary_unary_rpc_method_handler(
+                    servicer.AppendData,
+                    request_deserializer=rocketstore_dot_v1_dot_commitlog__pb2.AppendDataRequest.FromString,
+                    response_serializer=rocketstore_dot_v1_dot_commitlog__pb2.AppendDataResponse.SerializeToString,
+            ),
+            'ReportSlaveAcks': grpc.stream_unary_rpc_method_handler(
+                    servicer.ReportSlaveAcks,
+                    request_deserializer=rocketstore_dot_v1_dot_commitlog__pb2.SlaveAck.FromString,
+                    response_serializer=rocketstore_dot_v1_dot_commitlog__pb2.ReportSlaveAcksResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -455,6 +494,60 @@ class CommitLog:
             '/rocketstore.v1.CommitLog/GetStats',
             rocketstore_dot_v1_dot_commitlog__pb2.GetStatsRequest.SerializeToString,
             rocketstore_dot_v1_dot_commitlog__pb2.GetStatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AppendData(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketstore.v1.CommitLog/AppendData',
+            rocketstore_dot_v1_dot_commitlog__pb2.AppendDataRequest.SerializeToString,
+            rocketstore_dot_v1_dot_commitlog__pb2.AppendDataResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportSlaveAcks(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/rocketstore.v1.CommitLog/ReportSlaveAcks',
+            rocketstore_dot_v1_dot_commitlog__pb2.SlaveAck.SerializeToString,
+            rocketstore_dot_v1_dot_commitlog__pb2.ReportSlaveAcksResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -20,6 +20,10 @@ Errors:
                     operator token (metadata rocketstore-operator-token: the content of
                     <storePathRootDir>/config/operator.token).
   UNAVAILABLE       the store is shutting down or shut down.
+  FAILED_PRECONDITION a replication call made to a broker of the other role (AppendData
+                    on a master, ReportSlaveAcks on a slave); the detail names the role.
+  ABORTED           AppendData at an offset that is not the slave's max offset; the detail
+                    carries both (the HA slave reconnects from its own max offset).
 """
 
 from collections import abc as _abc
@@ -88,6 +92,17 @@ class CommitLogStub:
     """
     GetStats: _grpc.UnaryUnaryMultiCallable[_commitlog_pb2.GetStatsRequest, _commitlog_pb2.GetStatsResponse]
     """Counters and gauges of the store (put count and bytes, flushes, disk ratio, ...)."""
+    AppendData: _grpc.UnaryUnaryMultiCallable[_commitlog_pb2.AppendDataRequest, _commitlog_pb2.AppendDataResponse]
+    """SLAVE only (RocketMQ's appendData): write replicated CommitLog bytes at exactly `offset`,
+    which must be the slave's max offset (any file start when its log is empty). The queue
+    offsets of the records it completes advance as if they had been appended here.
+    """
+    ReportSlaveAcks: _grpc.StreamUnaryMultiCallable[_commitlog_pb2.SlaveAck, _commitlog_pb2.ReportSlaveAcksResponse]
+    """Masters only: the HA service reports how far each connected slave has acknowledged,
+    one message per change on one long-lived stream. A SYNC_MASTER answers its waiting
+    appends from these acknowledgements; when the stream ends, every slave it reported
+    counts as disconnected.
+    """
 
 @_typing.type_check_only
 class CommitLogAsyncStub(CommitLogStub):
@@ -130,6 +145,17 @@ class CommitLogAsyncStub(CommitLogStub):
     """
     GetStats: _aio.UnaryUnaryMultiCallable[_commitlog_pb2.GetStatsRequest, _commitlog_pb2.GetStatsResponse]  # type: ignore[assignment]
     """Counters and gauges of the store (put count and bytes, flushes, disk ratio, ...)."""
+    AppendData: _aio.UnaryUnaryMultiCallable[_commitlog_pb2.AppendDataRequest, _commitlog_pb2.AppendDataResponse]  # type: ignore[assignment]
+    """SLAVE only (RocketMQ's appendData): write replicated CommitLog bytes at exactly `offset`,
+    which must be the slave's max offset (any file start when its log is empty). The queue
+    offsets of the records it completes advance as if they had been appended here.
+    """
+    ReportSlaveAcks: _aio.StreamUnaryMultiCallable[_commitlog_pb2.SlaveAck, _commitlog_pb2.ReportSlaveAcksResponse]  # type: ignore[assignment]
+    """Masters only: the HA service reports how far each connected slave has acknowledged,
+    one message per change on one long-lived stream. A SYNC_MASTER answers its waiting
+    appends from these acknowledgements; when the stream ends, every slave it reported
+    counts as disconnected.
+    """
 
 class CommitLogServicer(metaclass=_abc_1.ABCMeta):
     """The CommitLog: appends, raw reads, tailing and admin of RocketMQ's CommitLog files."""
@@ -223,5 +249,28 @@ class CommitLogServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_commitlog_pb2.GetStatsResponse, _abc.Awaitable[_commitlog_pb2.GetStatsResponse]]:
         """Counters and gauges of the store (put count and bytes, flushes, disk ratio, ...)."""
+
+    @_abc_1.abstractmethod
+    def AppendData(
+        self,
+        request: _commitlog_pb2.AppendDataRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_commitlog_pb2.AppendDataResponse, _abc.Awaitable[_commitlog_pb2.AppendDataResponse]]:
+        """SLAVE only (RocketMQ's appendData): write replicated CommitLog bytes at exactly `offset`,
+        which must be the slave's max offset (any file start when its log is empty). The queue
+        offsets of the records it completes advance as if they had been appended here.
+        """
+
+    @_abc_1.abstractmethod
+    def ReportSlaveAcks(
+        self,
+        request_iterator: _MaybeAsyncIterator[_commitlog_pb2.SlaveAck],
+        context: _ServicerContext,
+    ) -> _typing.Union[_commitlog_pb2.ReportSlaveAcksResponse, _abc.Awaitable[_commitlog_pb2.ReportSlaveAcksResponse]]:
+        """Masters only: the HA service reports how far each connected slave has acknowledged,
+        one message per change on one long-lived stream. A SYNC_MASTER answers its waiting
+        appends from these acknowledgements; when the stream ends, every slave it reported
+        counts as disconnected.
+        """
 
 def add_CommitLogServicer_to_server(servicer: CommitLogServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import grpc
@@ -201,6 +201,25 @@ class CommitLogClient:
         r = self._calls.call(self._stub.DeleteExpiredFiles, pb.DeleteExpiredFilesRequest(force=force), retry=False,
                              timeout=timeout, metadata=metadata)
         return DeletedFiles(r.deleted_files, r.min_offset)
+
+    # --- replication (the HA service) --------------------------------------------------------
+    def append_data(self, offset: int, data: bytes, master_max_offset: int = -1, *,
+                    timeout: float | None = None) -> int:
+        """SLAVE: write replicated bytes at exactly ``offset``; the new max offset. Never retried (it
+        may have been written); a wrong offset fails with a ``Refused`` of code ABORTED. Empty ``data``
+        only reports the master's max offset."""
+        request = pb.AppendDataRequest(offset=offset, data=data, master_max_offset=master_max_offset)
+        return self._calls.call(self._stub.AppendData, request, retry=False, timeout=timeout).max_offset
+
+    def report_slave_acks(self, acks: Iterator[tuple[str, str, int, bool]]) -> None:
+        """Masters: stream (connection id, slave address, acked offset, connected) until ``acks`` ends;
+        the service drops every connection of the stream when it ends."""
+        messages = (pb.SlaveAck(connection_id=c, slave_address=a, acked_offset=o, connected=up)
+                    for c, a, o, up in acks)
+        try:
+            self._stub.ReportSlaveAcks(messages, wait_for_ready=True)
+        except grpc.RpcError as e:
+            raise translate(SERVICE, "ReportSlaveAcks", e) from None
 
     def close(self) -> None:
         if self._own_channel:

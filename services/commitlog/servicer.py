@@ -10,6 +10,8 @@ Errors (always with a detail that says what was wrong):
 * INVALID_ARGUMENT also for an append the gateway would never send (see ``append_checks``);
 * OUT_OF_RANGE: an offset below the store's min offset (its file was deleted);
 * PERMISSION_DENIED: a forced DeleteExpiredFiles without the operator token;
+* FAILED_PRECONDITION: a replication call to a broker of the other role;
+* ABORTED: AppendData at an offset that does not continue the slave's log;
 * UNAVAILABLE: the service is stopping or the store is shut down;
 * INTERNAL: anything unexpected (logged with its traceback).
 
@@ -27,7 +29,15 @@ from typing import TYPE_CHECKING
 import grpc
 
 from rocketstore.codec import RECORD_SIZE_SLACK
-from rocketstore.errors import BrokerError, InvalidArgument, OutOfRange, PermissionDenied, Unavailable
+from rocketstore.errors import (
+    BrokerError,
+    FailedPrecondition,
+    InvalidArgument,
+    OutOfRange,
+    PermissionDenied,
+    Refused,
+    Unavailable,
+)
 from rocketstore.log import get_logger
 from rocketstore.operator_token import OperatorGuard
 from rocketstore.servicing import rpc_errors
@@ -35,7 +45,7 @@ from rocketstore.v1 import commitlog_pb2 as pb
 from rocketstore.v1 import commitlog_pb2_grpc as pb_grpc
 
 from .append_checks import BadAppendRequest, check_messages
-from .store import CorruptRange, OffsetNotAvailable
+from .store import CorruptRange, NotThisRole, OffsetMismatch, OffsetNotAvailable
 
 if TYPE_CHECKING:
     from .store import CommitLogStore, PutResult, PutResults
@@ -301,6 +311,40 @@ class CommitLogServicer(pb_grpc.CommitLogServicer):
         _log.info("expired files deleted on request", force=request.force, deleted_files=deleted,
                   min_offset=min_offset)
         return pb.DeleteExpiredFilesResponse(deleted_files=deleted, min_offset=min_offset)
+
+    # --- replication ------------------------------------------------------------------------
+    @rpc_errors
+    def AppendData(self, request: pb.AppendDataRequest, context: _Ctx) -> pb.AppendDataResponse:
+        self._check_open()
+        if request.offset < 0:
+            raise _invalid(f"offset is {request.offset}; offsets are >= 0")
+        try:
+            end = self._store.append_data(request.offset, request.data, request.master_max_offset)
+            return pb.AppendDataResponse(max_offset=end)
+        except NotThisRole as e:
+            raise FailedPrecondition(str(e)) from e
+        except OffsetMismatch as e:
+            raise Refused("ABORTED", str(e)) from e
+
+    @rpc_errors
+    def ReportSlaveAcks(self, requests: Iterator[pb.SlaveAck], context: _Ctx) -> pb.ReportSlaveAcksResponse:
+        """Feed the store's replica tracker; when the stream ends, its connections count as closed."""
+        self._check_open()
+        seen: dict[str, None] = {}
+        try:
+            for ack in requests:
+                self._store.report_slave(ack.connection_id, ack.slave_address, ack.acked_offset, ack.connected)
+                if ack.connected:
+                    seen[ack.connection_id] = None
+                else:
+                    seen.pop(ack.connection_id, None)
+        except NotThisRole as e:
+            raise FailedPrecondition(str(e)) from e
+        except grpc.RpcError:
+            pass  # the HA service went away: its slaves are dropped below
+        finally:
+            self._store.replica.drop(list(seen))
+        return pb.ReportSlaveAcksResponse()
 
     @rpc_errors
     def GetStats(self, request: pb.GetStatsRequest, context: _Ctx) -> pb.GetStatsResponse:

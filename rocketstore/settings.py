@@ -78,7 +78,7 @@ class KeyStatus(enum.Enum):
 
 
 # The services that read settings; a key's readers are some of these.
-SERVICES = ("commitlog", "index", "dispatcher", "gateway")
+SERVICES = ("commitlog", "index", "dispatcher", "gateway", "ha")
 
 
 class SettingsError(ValueError):
@@ -354,7 +354,7 @@ class _Range(TypedDict):
 
 _PORT: _Range = {"minimum": 0, "maximum": 65535}
 _RATIO: _Range = {"minimum": 0, "maximum": 100}
-_NO_HA = "master/slave replication (the ha service) is not built yet"
+_NO_SLAVE_READ = "reads from a slave (suggestPullingFromSlave routing) are not built yet"
 _NO_TX = "transaction check-back is not built yet; prepared messages are stored and never checked back"
 _POOL_ONLY = "only while the transient store pool is active (transientStorePoolEnable, ASYNC_FLUSH, a master)"
 _DELETE_AT_ONCE = ("a deleted file is closed and unlinked at once (no reference count can hold it), so no "
@@ -376,22 +376,25 @@ KEYS: tuple[SettingKey, ...] = (
        by="gateway", part="names the cluster's system topic and its reply topic; there is no name server to "
        "register with", check=_non_empty),
     _k("brokerName", str, "broker-a", "Broker name; a master and its slaves share it.",
-       by="gateway", part="names the broker's system topic and is reported in the broker status",
+       by="gateway ha", part="names the broker's system topic, is reported in the broker status and is sent by a "
+       "slave when it connects to its master",
        check=_non_empty),
     _k("brokerId", int, 0, "0 is the master; a slave needs an id > 0. Masters are always given 0.",
-       not_yet=f"{_NO_HA}; until then it is only checked (a SLAVE needs an id > 0, a master's is forced to 0)",
+       by="ha", part="checked (a SLAVE needs an id > 0, a master's is forced to 0) and sent by a slave when it "
+       "connects to its master",
        minimum=0),
     _k("brokerIP1", str, "127.0.0.1", "Address the broker advertises to clients and writes into messages.",
        by="commitlog", part="the host of the store address written into every record (STOREHOST) and into "
        "offset msgIds; nothing is advertised, clients reach the gateway directly"),
     _k("brokerIP2", str, "", "Address the master advertises for HA replication; empty means brokerIP1.",
-       not_yet=_NO_HA),
+       ignored="there is no name server to advertise to: a slave is given its master's ha address "
+       "(haMasterAddress)"),
     _k("namesrvAddr", str, "", "Name server addresses separated by ';' (empty: none).",
        ignored="there is no name server; clients and tools connect to the gateway's address directly"),
     _k("listenPort", int, 10911, "Port the broker listens on for clients.",
        by="commitlog", part="the CommitLog service's default port and the port of the store address in "
        "records and offset msgIds; the gateway listens on its own --port (8081)", **_PORT),
-    _k("haListenPort", int, 10912, "Port the master listens on for slave replication.", not_yet=_NO_HA,
+    _k("haListenPort", int, 10912, "Port the master listens on for slave replication.", by="ha",
        **_PORT),
     _k("useEpollNativeSelector", bool, False, "Use Netty's native epoll selector.",
        ignored="a Netty knob; gRPC chooses its own poller (epoll on Linux)"),
@@ -408,7 +411,7 @@ KEYS: tuple[SettingKey, ...] = (
     _k("transferMsgByHeap", bool, True, "Copy pulled messages through the heap instead of zero-copy.",
        ignored="a Netty zero-copy knob; pulled records are always copied into the gRPC response"),
     _k("slaveReadEnable", bool, False, "Let consumers read from a slave when the master's data is cold.",
-       not_yet=f"{_NO_HA}; pulls are always served by this broker"),
+       not_yet=f"{_NO_SLAVE_READ}; pulls are always served by the broker asked"),
     _k("longPollingEnable", bool, True, "Hold pulls that find no message until one arrives (long polling).",
        ignored="each pull says how long it may be held (poll_timeout_ms; 0 answers at once), so the client, "
        "not the broker, chooses long or short polling"),
@@ -434,7 +437,8 @@ KEYS: tuple[SettingKey, ...] = (
        not_yet=_NO_TX, minimum=1),
     # --- store paths (MessageStoreConfig); the five below default to entries under storePathRootDir
     _k("storePathRootDir", str, "~/store", "Root of the store directory ('~' expanded).",
-       by="commitlog index gateway", part="the gateway keeps config/ (topics, consumer offsets) under it",
+       by="commitlog index dispatcher gateway", part="the gateway keeps config/ (topics, consumer offsets) under it; "
+       "the dispatcher reads the operator token from it",
        check=_non_empty, normalize=_expand_path),
     _k("storePathCommitLog", str, None, "CommitLog directory.", by="commitlog", normalize=_expand_path,
        derive="commitlog"),
@@ -448,7 +452,7 @@ KEYS: tuple[SettingKey, ...] = (
        by="commitlog", part="the CommitLog's abort file; the index service keeps its own (index.abort)",
        normalize=_expand_path, derive="abort"),
     # --- file sizes
-    _k("mappedFileSizeCommitLog", int, 1073741824, "Size of each CommitLog file (bytes).", by="commitlog",
+    _k("mappedFileSizeCommitLog", int, 1073741824, "Size of each CommitLog file (bytes).", by="commitlog ha",
        minimum=1024, maximum=_JAVA_INT_MAX),
     _k("mappedFileSizeConsumeQueue", int, 6000000,
        "Size of each ConsumeQueue file (bytes); rounded up to a multiple of 20, the unit size.", by="index",
@@ -482,11 +486,12 @@ KEYS: tuple[SettingKey, ...] = (
        minimum=0),
     _k("flushConsumeQueueThoroughInterval", int, 60000,
        "After this long, flush ConsumeQueues regardless of least pages (ms).", by="index", minimum=0),
-    _k("syncFlushTimeout", int, 5000, "SYNC_FLUSH: wait for the flush before FLUSH_DISK_TIMEOUT (ms).",
+    _k("syncFlushTimeout", int, 5000, "SYNC_FLUSH: wait for the flush before FLUSH_DISK_TIMEOUT (ms); "
+       "SYNC_MASTER: wait for a slave before FLUSH_SLAVE_TIMEOUT, as RocketMQ 4.9's putMessage wait does.",
        by="commitlog", minimum=1),
     _k("putMessageTimeout", int, 8000, "Overall limit on one put, flush and replication included (ms).",
-       ignored="each wait after an append has its own limit (syncFlushTimeout for the flush, slaveTimeout for "
-       "a slave); nothing bounds their sum", minimum=1),
+       ignored="each wait after an append has its own limit (syncFlushTimeout, for the flush and for a "
+       "slave); nothing bounds their sum", minimum=1),
     _k("useReentrantLockWhenPutMessage", bool, False, "Use a ReentrantLock instead of a spin lock for appends.",
        ignored="a JVM lock choice; the CommitLog's put lock is one Python lock"),
     _k("transientStorePoolEnable", bool, False,
@@ -566,25 +571,25 @@ KEYS: tuple[SettingKey, ...] = (
     # --- HA
     _k("brokerRole", BrokerRole, BrokerRole.ASYNC_MASTER,
        "ASYNC_MASTER replicates in the background; SYNC_MASTER waits for a slave; SLAVE replicates.",
-       by="commitlog index gateway",
-       not_yet=f"{_NO_HA}; a SLAVE refuses writes (SERVICE_NOT_AVAILABLE) and pulls follow a slave's offset "
-       "rules, but it copies nothing from a master; a SYNC_MASTER stores each message and answers "
-       "SLAVE_NOT_AVAILABLE at once, as no slave can connect"),
+       by="commitlog index gateway ha",
+       part="replication, the SYNC_MASTER wait and a SLAVE's refusal of sends; "
+       f"{_NO_SLAVE_READ}"),
     _k("slaveTimeout", int, 3000,
-       "SYNC_MASTER: wait for a slave before FLUSH_SLAVE_TIMEOUT (ms).", by="commitlog",
-       not_yet=f"{_NO_HA}; the CommitLog would wait this long, but with no slave connected a SYNC_MASTER "
-       "answers SLAVE_NOT_AVAILABLE without waiting", minimum=1),
-    _k("haSendHeartbeatInterval", int, 5000, "Slave reports its offset at least this often (ms).",
-       not_yet=_NO_HA, minimum=1),
+       "SYNC_MASTER: wait for a slave before FLUSH_SLAVE_TIMEOUT (ms).",
+       ignored="the SYNC_MASTER wait uses syncFlushTimeout, as RocketMQ 4.9's putMessage wait does",
+       minimum=1),
+    _k("haSendHeartbeatInterval", int, 5000, "Slave reports its offset at least this often (ms); an idle "
+       "master sends a heartbeat as often.", by="ha", minimum=1),
     _k("haHousekeepingInterval", int, 20000, "A silent HA connection is closed after this long (ms).",
-       not_yet=_NO_HA, minimum=1),
+       by="ha", minimum=1),
     _k("haTransferBatchSize", int, 32768, "Most bytes the master sends a slave in one transfer.",
-       not_yet=_NO_HA, minimum=1),
+       by="ha", minimum=1),
     _k("haSlaveFallbehindMax", int, 268435456,
-       "A slave further behind than this (bytes) is not available for SYNC_MASTER.", not_yet=_NO_HA,
+       "A slave further behind than this (bytes) is not available for SYNC_MASTER.", by="commitlog",
        minimum=0, aliases=("haMaxGapNotInSync",)),
     _k("haMasterAddress", str, "", "Master HA address a slave connects to (host:port; empty: none).",
-       not_yet=_NO_HA),
+       by="commitlog ha", part="the ha service of a SLAVE connects to it; the CommitLog names it when it "
+       "refuses a send"),
     _k("offsetCheckInSlave", bool, False, "Let a slave correct a consumer's out-of-range pull offset.",
        by="index", part="only with brokerRole=SLAVE"),
 )

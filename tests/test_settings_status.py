@@ -80,10 +80,8 @@ def test_readers_are_the_services_whose_code_reads_the_key() -> None:
 
 
 @pytest.mark.parametrize("name", [
-    "brokerRole", "slaveReadEnable", "slaveTimeout", "haListenPort", "haSendHeartbeatInterval",
-    "haHousekeepingInterval", "haTransferBatchSize", "haSlaveFallbehindMax", "haMasterAddress",
-    "checkTransactionMessageEnable", "transactionTimeOut", "transactionCheckMax", "transactionCheckInterval",
-    "messageDelayLevel", "flushDelayOffsetInterval",
+    "slaveReadEnable", "checkTransactionMessageEnable", "transactionTimeOut", "transactionCheckMax",
+    "transactionCheckInterval", "messageDelayLevel", "flushDelayOffsetInterval",
 ])
 def test_features_not_built_yet_say_not_yet(name: str) -> None:
     key = lookup_key(name)
@@ -107,11 +105,11 @@ def test_a_key_with_no_effect_set_away_from_its_default_is_warned_once(tmp_path:
     path = tmp_path / "broker.properties"
     path.write_text("slaveReadEnable=true\nuseEpollNativeSelector=true\n", encoding="utf-8")
     with capture_logs() as logs:
-        load_settings(str(path), overrides={"brokerRole": "SYNC_MASTER"}, environ=NO_ENV)
-        load_settings(str(path), overrides={"brokerRole": "SYNC_MASTER"}, environ=NO_ENV)  # same process
+        load_settings(str(path), overrides={"transactionCheckMax": "7"}, environ=NO_ENV)
+        load_settings(str(path), overrides={"transactionCheckMax": "7"}, environ=NO_ENV)  # same process
     warnings = {entry["key"]: entry for entry in _warnings(logs)}
     assert len(_warnings(logs)) == 3
-    assert set(warnings) == {"slaveReadEnable", "useEpollNativeSelector", "brokerRole"}
+    assert set(warnings) == {"slaveReadEnable", "useEpollNativeSelector", "transactionCheckMax"}
     assert all(entry["log_level"] == "warning" for entry in warnings.values())
 
     epoll = warnings["useEpollNativeSelector"]
@@ -119,10 +117,10 @@ def test_a_key_with_no_effect_set_away_from_its_default_is_warned_once(tmp_path:
     assert "Netty" in str(epoll["reason"])
     assert epoll["source"] == f"in {path} line 2"
     slave_read = warnings["slaveReadEnable"]
-    assert slave_read["status"] == "not yet" and "replication" in str(slave_read["reason"])
-    role = warnings["brokerRole"]
-    assert role["value"] == "SYNC_MASTER" and role["source"] == "in flag brokerRole"
-    assert "SLAVE_NOT_AVAILABLE" in str(role["reason"])
+    assert slave_read["status"] == "not yet" and "slave" in str(slave_read["reason"])
+    check_max = warnings["transactionCheckMax"]
+    assert check_max["value"] == "7" and check_max["source"] == "in flag transactionCheckMax"
+    assert "transaction" in str(check_max["reason"])
 
 
 def test_keys_at_their_default_are_silent_even_when_set() -> None:
@@ -151,13 +149,13 @@ def test_a_key_set_by_environment_is_warned_with_its_variable() -> None:
 def test_a_started_service_logs_one_warning_per_ineffective_key(
     commitlog_factory: Callable[..., CommitLogProcess],
 ) -> None:
-    proc = commitlog_factory({"haListenPort": "10999", "longPollingEnable": "false",
+    proc = commitlog_factory({"transactionCheckMax": "7", "longPollingEnable": "false",
                               "useEpollNativeSelector": "false", "flushDiskType": "SYNC_FLUSH"})
     lines = [json.loads(line) for line in proc.log_text().splitlines() if line.startswith("{")]
     warned = [line for line in lines if line.get("event") == WARNING]
-    assert sorted(line["key"] for line in warned) == ["haListenPort", "longPollingEnable"]
+    assert sorted(line["key"] for line in warned) == ["longPollingEnable", "transactionCheckMax"]
     by_key = {line["key"]: line for line in warned}
-    assert by_key["haListenPort"]["value"] == "10999"
+    assert by_key["transactionCheckMax"]["value"] == "7"
     assert by_key["longPollingEnable"]["reason"] == lookup_key("longPollingEnable").note  # type: ignore[union-attr]
     assert all(line["level"] == "warning" for line in warned)
 

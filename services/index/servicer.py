@@ -13,7 +13,7 @@ from rocketstore.subscription import SubscriptionError, parse_expression
 from rocketstore.v1 import index_pb2 as pb
 from rocketstore.v1 import index_pb2_grpc as pb_grpc
 
-from .store import DispatchGap, IndexStore
+from .store import DispatchGap, DispatchRefused, IndexStore, StoreNotWritable
 
 __all__ = ["SERVICE_NAME", "IndexServicer"]
 
@@ -74,10 +74,7 @@ class IndexServicer(pb_grpc.IndexServicer):
         for batch in request_iterator:
             if self._closed.is_set():
                 context.abort(grpc.StatusCode.UNAVAILABLE, "the index service is stopping")
-            try:
-                position = store.apply(batch)
-            except DispatchGap as e:
-                context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+            position = _apply(store, batch, context)
             yield pb.DispatchAck(position=position)
 
     def GetPosition(self, request: pb.GetPositionRequest, context) -> pb.Position:  # type: ignore[no-untyped-def]
@@ -188,6 +185,23 @@ class IndexServicer(pb_grpc.IndexServicer):
 
     def GetStats(self, request: pb.IndexStatsRequest, context) -> pb.IndexStatsResponse:  # type: ignore[no-untyped-def]
         return pb.IndexStatsResponse(stats={k: _text(v) for k, v in self._store.stats().items()})
+
+
+def _apply(store: IndexStore, batch: pb.DispatchBatch, context) -> int:  # type: ignore[no-untyped-def]
+    """One batch, its refusals as statuses: the stream ends and the dispatcher resumes from GetPosition."""
+    try:
+        return store.apply(batch)
+    except DispatchGap as e:
+        context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+    except DispatchRefused as e:
+        _log.warning("dispatch batch refused", reason=str(e), peer=context.peer(), from_offset=batch.from_offset,
+                     next_offset=batch.next_offset)
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"dispatch batch refused: {e}")
+    except StoreNotWritable as e:
+        context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"the index store is not writable: {e}")
+    except grpc.RpcError as e:
+        _commitlog_unavailable(context, e)
+    raise AssertionError("unreachable: context.abort raises")
 
 
 def _text(value: object) -> str:

@@ -97,6 +97,10 @@ class StoreNotWritable(Exception):
     before the message that could not be written."""
 
 
+_REFUSAL_NAMES: dict[type, str] = {DispatchGap: "batch does not continue the position",
+                                    DispatchRefused: "batch refused", StoreNotWritable: "store not writable"}
+
+
 @dataclass(frozen=True, slots=True)
 class QueueInfo:
     topic: str
@@ -276,7 +280,7 @@ class IndexStore:
                     position = self._apply(batch, advanced)
                 except (DispatchGap, DispatchRefused, StoreNotWritable) as e:
                     self.refused_batches += 1
-                    self.health.refused(f"{type(e).__name__}: {e}")
+                    self.health.refused(f"{_REFUSAL_NAMES[type(e)]}: {e}")
                     raise
             self.health.advanced(position)
             return position

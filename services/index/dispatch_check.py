@@ -14,6 +14,8 @@ quarantined (``placement_problem``), reported, and dispatching goes on after it.
 
 from __future__ import annotations
 
+import functools
+
 from rocketstore.codec import read_record_info
 
 __all__ = ["MAX_QUEUE_ID", "MAX_TOPIC_BYTES", "DispatchRefused", "check_batch", "placement_problem",
@@ -65,16 +67,24 @@ def _blank_up_to(offset: int, file_start: int, file_size: int) -> bool:
 
 def placement_problem(topic: str, queue_id: int, queue_offset: int) -> str:
     """Why an entry cannot go into a ConsumeQueue ("" when it can)."""
+    problem = _topic_problem(topic)
+    if problem:
+        return problem
+    if not 0 <= queue_id <= MAX_QUEUE_ID:
+        return f"queue id {queue_id} is outside 0..{MAX_QUEUE_ID}"
+    if queue_offset < 0:
+        return f"queue offset {queue_offset} is negative"
+    return ""
+
+
+@functools.lru_cache(maxsize=4096)  # a broker has few topics; this runs for every entry
+def _topic_problem(topic: str) -> str:
     if not topic:
         return "the topic is empty"
     if len(topic.encode()) > MAX_TOPIC_BYTES:
         return f"the topic is {len(topic.encode())} bytes; at most {MAX_TOPIC_BYTES}"
     if topic in (".", "..") or any(c in topic for c in "/\\") or not topic.isprintable():
         return f"the topic {topic!r} cannot name a ConsumeQueue directory"
-    if not 0 <= queue_id <= MAX_QUEUE_ID:
-        return f"queue id {queue_id} is outside 0..{MAX_QUEUE_ID}"
-    if queue_offset < 0:
-        return f"queue offset {queue_offset} is negative"
     return ""
 
 

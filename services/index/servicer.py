@@ -71,10 +71,12 @@ class IndexServicer(pb_grpc.IndexServicer):
     def Dispatch(self, request_iterator, context) -> Iterator[pb.DispatchAck]:  # type: ignore[no-untyped-def]
         store = self._store
         _log.info("dispatch stream opened", position=store.position, peer=context.peer())
+        first = True
         for batch in request_iterator:
             if self._closed.is_set():
                 context.abort(grpc.StatusCode.UNAVAILABLE, "the index service is stopping")
-            position = _apply(store, batch, context)
+            position = _apply(store, batch, context, verify=first)
+            first = False
             yield pb.DispatchAck(position=position)
 
     def GetPosition(self, request: pb.GetPositionRequest, context) -> pb.Position:  # type: ignore[no-untyped-def]
@@ -187,10 +189,11 @@ class IndexServicer(pb_grpc.IndexServicer):
         return pb.IndexStatsResponse(stats={k: _text(v) for k, v in self._store.stats().items()})
 
 
-def _apply(store: IndexStore, batch: pb.DispatchBatch, context) -> int:  # type: ignore[no-untyped-def]
-    """One batch, its refusals as statuses: the stream ends and the dispatcher resumes from GetPosition."""
+def _apply(store: IndexStore, batch: pb.DispatchBatch, context, verify: bool) -> int:  # type: ignore[no-untyped-def]
+    """One batch, its refusals as statuses: the stream ends and the dispatcher resumes from GetPosition.
+    The first batch of a stream is always checked against the CommitLog (``verify``)."""
     try:
-        return store.apply(batch)
+        return store.apply(batch, verify=verify)
     except DispatchGap as e:
         context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
     except DispatchRefused as e:

@@ -74,6 +74,7 @@ READ_BATCH_BYTES = 16 << 20  # one ReadRecords call carries at most this much
 # by default); a run crossing a CommitLog file end is not readable as one range, so runs stop there too.
 MAX_RUN_BYTES = 4 << 20
 WATCH_INTERVAL = 0.5  # seconds between two checks of the dispatch progress
+VERIFY_INTERVAL = 0.1  # seconds between two CommitLog checks of batches that need none of their own
 MIN_WRITE_BACKOFF = 0.25  # seconds before a failed ConsumeQueue/IndexFile write is tried again, doubling
 MAX_WRITE_BACKOFF = 4.0
 
@@ -146,6 +147,7 @@ class IndexStore:
         self._write_error = ""  # why the store is not writable ("" when it is)
         self._write_retry_at = 0.0
         self._write_backoff = 0.0
+        self._verified_at = 0.0
         self.refused_batches = 0
         self.quarantined = 0
         self.last_quarantined = ""
@@ -267,17 +269,23 @@ class IndexStore:
         """Called with {(topic, queue id): new max offset} after each batch that advanced queues."""
         self._listeners.append(listener)
 
-    def apply(self, batch) -> int:  # type: ignore[no-untyped-def]
+    def apply(self, batch, verify: bool = True) -> int:  # type: ignore[no-untyped-def]
         """Apply one DispatchBatch (rocketstore.v1.DispatchBatch or anything with its fields); returns
         the new position. Raises DispatchGap for a batch that does not continue the log,
         DispatchRefused for one that is not what the CommitLog holds, StoreNotWritable when a
-        ConsumeQueue or IndexFile write failed (what came before it in the batch is applied)."""
+        ConsumeQueue or IndexFile write failed (what came before it in the batch is applied).
+
+        Every batch gets the checks that cost nothing (``check_batch``). Its last record is read back
+        from the CommitLog when ``verify`` (the first batch of a stream), when it claims a blank or
+        a jump, and otherwise at most every VERIFY_INTERVAL: one CommitLog call per batch would
+        bound dispatching by its round trip (measured: visibility at 5,000 msg/s went from 1.5 ms to
+        390 ms at the median)."""
         assert self.index is not None
         advanced: dict[tuple[str, int], int] = {}
         try:
             with self._apply_lock:
                 try:
-                    position = self._apply(batch, advanced)
+                    position = self._apply(batch, advanced, verify)
                 except (DispatchGap, DispatchRefused, StoreNotWritable) as e:
                     self.refused_batches += 1
                     self.health.refused(f"{_REFUSAL_NAMES[type(e)]}: {e}")
@@ -289,16 +297,19 @@ class IndexStore:
                 for listener in list(self._listeners):
                     listener(advanced)
 
-    def _apply(self, batch, advanced: dict[tuple[str, int], int]) -> int:  # type: ignore[no-untyped-def]
+    def _apply(self, batch, advanced: dict[tuple[str, int], int], verify: bool) -> int:  # type: ignore[no-untyped-def]
         assert self.index is not None
         blanks = check_batch(batch, self.settings.mapped_file_size_commit_log)
         if batch.from_offset > self.position:
             self._accept_jump(batch.from_offset)
+            verify = True
         if self._write_error and time.monotonic() < self._write_retry_at:
             raise StoreNotWritable(self._write_error)
         start = self.position
-        if batch.next_offset > start:
+        now = time.monotonic()
+        if batch.next_offset > start and (verify or blanks or now - self._verified_at >= VERIFY_INTERVAL):
             self._verify(batch, blanks)
+            self._verified_at = now
         put = self.consume_queues.put
         build = self.index.build_index if self.settings.message_index_enable else None
         last_ts = 0

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import grpc
+import grpc.aio
 
 from rocketstore.server import MAX_MESSAGE_BYTES
 
-__all__ = ["open_channel"]
+__all__ = ["open_aio_channel", "open_channel"]
 
 _OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -28,3 +29,8 @@ def open_channel(endpoint: str) -> grpc.Channel:
     """An insecure channel to another rocketstore service (``host:port``), with the batch-sized
     message limits the servers use."""
     return grpc.insecure_channel(endpoint, options=_OPTIONS)
+
+
+def open_aio_channel(endpoint: str) -> grpc.aio.Channel:
+    """``open_channel`` for grpc.aio callers (create it on the event loop that will use it)."""
+    return grpc.aio.insecure_channel(endpoint, options=_OPTIONS)

@@ -1,7 +1,7 @@
 """The ``rocketstore`` command.
 
     rocketstore serve commitlog [--config broker.properties] [--data-dir DIR] [--host H] [--port N]
-                                [--metrics-port N] [--set KEY=VALUE ...] [--log-level LEVEL]
+                                [--metrics-port N] [--metrics-host H] [--set KEY=VALUE ...] [--log-level LEVEL]
     rocketstore serve index --commitlog HOST:PORT [same options]
     rocketstore serve dispatcher --commitlog HOST:PORT --index HOST:PORT [same options]
     rocketstore demo [--data-dir DIR] [--port N] [--count N] [--no-wait] [--set KEY=VALUE ...]  (= up --demo)
@@ -108,11 +108,14 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
     for name, entry in SERVICES.items():
         p = services.add_parser(name, help=entry.help, description=f"Run {entry.help}.")
         _add_settings_arguments(p)
-        p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+        p.add_argument("--host", default="127.0.0.1",
+                       help="address to listen on (default: 127.0.0.1, where its peers on this machine are)")
         p.add_argument("--port", type=_port, default=None,
                        help="gRPC port (default: the listenPort setting; 0 picks a free port)")
         p.add_argument("--metrics-port", type=_port, default=None,
                        help="serve Prometheus metrics on this port (default: no metrics endpoint)")
+        p.add_argument("--metrics-host", default=None,
+                       help="address the metrics endpoint listens on (default: the --host address)")
         for peer in entry.peers:
             p.add_argument(f"--{peer}", metavar="HOST:PORT", required=True, type=_endpoint,
                            help=f"endpoint of the {peer} service")
@@ -181,6 +184,9 @@ def _run_serve(args: argparse.Namespace) -> int:
     configure_logging(json=True, level=args.log_level, service=args.service)
     try:
         settings = _load_settings(args)
+        from rocketstore.server import set_metrics_host
+
+        set_metrics_host(args.metrics_host or args.host)
         serve: Callable[..., int] = importlib.import_module(SERVICES[args.service].module).serve
         peers = {peer: getattr(args, peer) for peer in SERVICES[args.service].peers}
         return serve(settings, host=args.host, port=args.port, metrics_port=args.metrics_port,

@@ -164,7 +164,10 @@ def _add_up(commands: _SubParsers) -> None:
                    help="store root directory (default: storePathRootDir of --config, else the settings default)")
     p.add_argument("--config", metavar="FILE", default=None, help="RocketMQ-style broker.properties for every service")
     p.add_argument("--port", type=_port, default=8081, help="the gateway's port (default: 8081; 0 picks a free one)")
-    p.add_argument("--host", default="127.0.0.1", help="address every service listens on (default: 127.0.0.1)")
+    p.add_argument("--host", default="127.0.0.1", help="address the gateway listens on (default: 127.0.0.1)")
+    p.add_argument("--internal-host", default="127.0.0.1",
+                   help="address the commitlog, index and dispatcher listen on (default: 127.0.0.1: their peers "
+                        "are on this machine)")
     p.add_argument("--set", metavar="KEY=VALUE", dest="settings", type=_key_value, action="append", default=[],
                    help="override one setting of every service by its RocketMQ name; repeatable")
     p.add_argument("--log-dir", metavar="DIR", default=None, help="service logs (default: DATA_DIR/logs)")
@@ -181,7 +184,8 @@ def _run_up(args: argparse.Namespace) -> int:
     from rocketstore.settings import SettingsError
 
     try:
-        return run_up(args.data_dir, args.config, args.port, host=args.host, settings=args.settings,
+        return run_up(args.data_dir, args.config, args.port, host=args.host, internal_host=args.internal_host,
+                      settings=args.settings,
                       log_dir=args.log_dir, log_level=args.log_level,
                       demo=args.demo_count if args.demo else 0, stop_after_demo=args.stop_after_demo)
     except SettingsError as e:

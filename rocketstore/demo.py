@@ -8,8 +8,8 @@ import subprocess
 import sys
 import time
 
-import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from rocketstore import health_client
+from rocketstore.errors import DeadlineExceeded
 
 
 def free_port() -> int:
@@ -18,21 +18,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_serving(endpoint: str, proc: subprocess.Popen, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    with grpc.insecure_channel(endpoint) as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(f"the CommitLog service exited with code {proc.returncode}")
-            try:
-                reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1)
-                if reply.status == health_pb2.HealthCheckResponse.SERVING:
-                    return
-            except grpc.RpcError:
-                pass
-            time.sleep(0.1)
-    raise RuntimeError(f"the CommitLog service did not report SERVING on {endpoint} within {timeout:.0f}s")
+def wait_serving(endpoint: str, proc: subprocess.Popen, timeout: float = 30.0) -> None:  # type: ignore[type-arg]
+    def check() -> None:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the CommitLog service exited with code {proc.returncode}")
+
+    try:
+        health_client.wait_serving(endpoint, timeout, name="commitlog", check=check, interval=0.1)
+    except DeadlineExceeded:
+        raise RuntimeError(f"the CommitLog service did not report SERVING on {endpoint} within {timeout:.0f}s") \
+            from None
 
 
 def run_broker_demo(endpoint: str, count: int = 20, out=sys.stdout) -> None:  # type: ignore[no-untyped-def]

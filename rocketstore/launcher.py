@@ -1,4 +1,7 @@
-"""``rocketstore up``: the embedded broker. Every service as its own process on loopback, one data directory.
+"""``rocketstore up``: the embedded broker. Every service as its own process, one data directory.
+
+The internal services (commitlog, index, dispatcher) listen on loopback, where their peers are; only the
+gateway listens on ``--host`` (``--internal-host`` moves the others, e.g. to reach them for debugging).
 
 Start order follows the data flow: commitlog (owns the CommitLog), index (reads it), dispatcher (feeds
 the index from the CommitLog), gateway (talks to commitlog and index). Each must report SERVING on the
@@ -27,8 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from rocketstore.errors import DeadlineExceeded
+from rocketstore.health_client import wait_serving
 
 __all__ = ["SERVICE_ORDER", "Launcher", "LaunchError", "ManagedService", "free_port", "run_up"]
 
@@ -106,27 +109,20 @@ class ManagedService:
 
     def wait_serving(self, timeout: float, stop_requested: Callable[[], bool] = lambda: False) -> None:
         """Poll the health service until SERVING; LaunchError when the process exits or time runs out."""
-        assert self.proc is not None
-        deadline = time.monotonic() + timeout
-        last = "no answer yet"
-        with grpc.insecure_channel(self.endpoint) as channel:
-            health = health_pb2_grpc.HealthStub(channel)
-            while time.monotonic() < deadline:
-                if stop_requested():
-                    raise LaunchError(f"stopped while waiting for {self.name}")
-                if self.proc.poll() is not None:
-                    raise LaunchError(f"{self.name} exited with code {self.proc.returncode} before serving "
-                                      f"(log: {self.log_path}):\n{self.log_tail()}")
-                try:
-                    reply = health.Check(health_pb2.HealthCheckRequest(service=""), timeout=1.0)
-                    if reply.status == health_pb2.HealthCheckResponse.SERVING:
-                        return
-                    last = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
-                except grpc.RpcError as e:
-                    last = e.code().name
-                time.sleep(0.05)
-        raise LaunchError(f"{self.name} did not report SERVING on {self.endpoint} within {timeout:.0f} s "
-                          f"(last: {last}; log: {self.log_path}):\n{self.log_tail()}")
+        proc = self.proc
+        assert proc is not None
+
+        def check() -> None:
+            if stop_requested():
+                raise LaunchError(f"stopped while waiting for {self.name}")
+            if proc.poll() is not None:
+                raise LaunchError(f"{self.name} exited with code {proc.returncode} before serving "
+                                  f"(log: {self.log_path}):\n{self.log_tail()}")
+
+        try:
+            wait_serving(self.endpoint, timeout, name=self.name, check=check)
+        except DeadlineExceeded as e:
+            raise LaunchError(f"{e} (log: {self.log_path}):\n{self.log_tail()}") from None
 
     def stop(self, timeout: float = STOP_TIMEOUT) -> int | None:
         """SIGTERM, wait up to ``timeout``, then SIGKILL; returns the exit code (None if not running)."""
@@ -159,6 +155,7 @@ class Launcher:
         port: int = 8081,
         *,
         host: str = "127.0.0.1",
+        internal_host: str = "127.0.0.1",
         settings: Sequence[tuple[str, str]] = (),
         log_dir: str | None = None,
         log_level: str = "info",
@@ -172,6 +169,7 @@ class Launcher:
         self.data_dir = data_dir
         self.config = config
         self.host = host
+        self.internal_host = internal_host
         self.out = out or sys.stdout
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
@@ -184,7 +182,7 @@ class Launcher:
         chosen["gateway"] = port or chosen.get("gateway") or free_port(host)
         for name in SERVICE_ORDER:
             if not chosen.get(name):
-                chosen[name] = free_port(host)
+                chosen[name] = free_port(self.host_of(name))
         # Ports the launcher picked itself may be taken by someone else between the pick and the bind:
         # such a service is started again on another port (the gateway's port is the user's to choose).
         self._picked = {name for name in SERVICE_ORDER if name != "gateway" and not (ports or {}).get(name)}
@@ -192,13 +190,17 @@ class Launcher:
         self._settings = list(settings)
         self.services: dict[str, ManagedService] = {}
         for name in SERVICE_ORDER:
-            self.services[name] = ManagedService(name, chosen[name], [], logs / f"{name}.log", host)
+            self.services[name] = ManagedService(name, chosen[name], [], logs / f"{name}.log", self.host_of(name))
         for name in SERVICE_ORDER:
             self.services[name].command = self._command(name)
 
+    def host_of(self, name: str) -> str:
+        """Where service ``name`` listens: the gateway on ``host``, the others on ``internal_host``."""
+        return self.host if name == "gateway" else self.internal_host
+
     def _command(self, name: str) -> list[str]:
         """``rocketstore serve <name>`` with the services' current ports."""
-        cmd = [sys.executable, "-m", "rocketstore", "serve", name, "--host", self.host, "--port",
+        cmd = [sys.executable, "-m", "rocketstore", "serve", name, "--host", self.host_of(name), "--port",
                str(self.services[name].port), "--log-level", self._log_level]
         if self.data_dir is not None:
             cmd += ["--data-dir", self.data_dir]
@@ -210,10 +212,10 @@ class Launcher:
             cmd += [f"--{peer}", self.services[peer].endpoint]
         return cmd
 
-    def _port_taken(self, port: int) -> bool:
+    def _port_taken(self, host: str, port: int) -> bool:
         try:
             with socket.socket() as s:
-                s.bind((self.host, port))
+                s.bind((host, port))
             return False
         except OSError:
             return True
@@ -255,9 +257,9 @@ class Launcher:
                         break
                     except LaunchError:
                         if self._stop.is_set() or attempt == 2 or name not in self._picked \
-                                or svc.running or not self._port_taken(svc.port):
+                                or svc.running or not self._port_taken(svc.host, svc.port):
                             raise
-                    svc.port = free_port(self.host)  # lost the port we picked: take another one
+                    svc.port = free_port(svc.host)  # lost the port we picked: take another one
                     for later in SERVICE_ORDER[i:]:
                         self.services[later].command = self._command(later)
                 self.say(f"  {name:<11} {svc.endpoint:<21} pid {svc.pid:<8} SERVING")
@@ -350,11 +352,12 @@ class Launcher:
 
 
 def run_up(data_dir: str | None, config: str | None, port: int, *, host: str = "127.0.0.1",
-           settings: Sequence[tuple[str, str]] = (), log_dir: str | None = None, log_level: str = "info",
-           demo: int = 0, stop_after_demo: bool = False) -> int:
+           internal_host: str = "127.0.0.1", settings: Sequence[tuple[str, str]] = (), log_dir: str | None = None,
+           log_level: str = "info", demo: int = 0, stop_after_demo: bool = False) -> int:
     """``rocketstore up``: the embedded broker in the foreground until Ctrl-C or SIGTERM; with ``demo``,
     a producer and a consumer exchange that many messages once it is up."""
-    launcher = Launcher(data_dir, config, port, host=host, settings=settings, log_dir=log_dir, log_level=log_level)
+    launcher = Launcher(data_dir, config, port, host=host, internal_host=internal_host, settings=settings,
+                        log_dir=log_dir, log_level=log_level)
 
     def run_demo(up: Launcher) -> None:
         from rocketstore.demo import run_broker_demo

@@ -1,10 +1,10 @@
 """The gRPC server bootstrap every service uses.
 
 Each service only builds its servicers and calls ``GrpcServer.add``; this module gives all of them the
-same behaviour: large message limits (records travel in batches), the standard health service (what
-Kubernetes probes and the embedded launcher wait on), server reflection (so ``grpcurl`` works without
-the protos), a clean stop on SIGTERM/SIGINT that reports NOT_SERVING before draining, and a Prometheus
-endpoint.
+same behaviour: requests that cannot be decoded answered INVALID_ARGUMENT (``rocketstore.servicing``),
+large message limits (records travel in batches), the standard health service (what Kubernetes probes
+and the embedded launcher wait on), server reflection (so ``grpcurl`` works without the protos), a
+clean stop on SIGTERM/SIGINT that reports NOT_SERVING before draining, and a Prometheus endpoint.
 """
 
 from __future__ import annotations
@@ -22,8 +22,10 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from rocketstore.log import get_logger
+from rocketstore.servicing import DecodeRequests
 
-__all__ = ["MAX_MESSAGE_BYTES", "GrpcServer", "RpcLatencyInterceptor", "run_until_signal", "start_metrics_server"]
+__all__ = ["MAX_MESSAGE_BYTES", "GrpcServer", "RpcLatencyInterceptor", "run_until_signal", "set_metrics_host",
+           "start_metrics_server"]
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 """Send and receive limit of every server: a batch of records must fit in one message."""
@@ -60,7 +62,9 @@ class GrpcServer:
                 ("grpc.http2.max_ping_strikes", 0),
                 *options,
             ],
-            interceptors=list(interceptors),
+            # Innermost: a request that cannot be decoded is answered INVALID_ARGUMENT, and the
+            # interceptors given (latency) see that status.
+            interceptors=[*interceptors, DecodeRequests()],
         )
         address = _join_host_port(host, port)
         try:
@@ -195,14 +199,27 @@ class RpcLatencyInterceptor(grpc.ServerInterceptor):
                                                    response_serializer=handler.response_serializer)
 
 
-def start_metrics_server(port: int | None, addr: str = "0.0.0.0") -> int | None:
+_metrics_host = "127.0.0.1"
+
+
+def set_metrics_host(host: str) -> None:
+    """The address ``start_metrics_server`` listens on when not given one: the command line sets it
+    (``--metrics-host``, else the service's ``--host``), so metrics are served where the service is."""
+    global _metrics_host
+    _metrics_host = host
+
+
+def start_metrics_server(port: int | None, addr: str | None = None) -> int | None:
     """Serve Prometheus metrics over HTTP on ``addr:port`` from a daemon thread.
 
-    ``port=0`` picks a free port; the port actually used is returned. ``None`` or a negative port means
-    metrics are disabled and None is returned.
+    ``addr`` defaults to ``set_metrics_host``'s address, loopback unless set: metrics are read by
+    whoever may reach the service, not by the whole network. ``port=0`` picks a free port; the port
+    actually used is returned. ``None`` or a negative port means metrics are disabled and None is
+    returned.
     """
     if port is None or port < 0:
         return None
+    addr = _metrics_host if addr is None else addr
     httpd, _thread = prometheus_client.start_http_server(port, addr=addr)
     bound = int(httpd.server_port)
     _log.info("metrics server started", addr=addr, port=bound)

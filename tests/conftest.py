@@ -24,15 +24,18 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2_grpc
+from rocketstore.services.commitlog.client import CommitLogClient
+from rocketstore.services.index.client import IndexClient
 from storage_helpers import StoreFactory
 
+from rocketstore.errors import DeadlineExceeded
+from rocketstore.health_client import wait_serving
 from rocketstore.v1 import commitlog_pb2_grpc, gateway_pb2_grpc, index_pb2_grpc
 
 COMMITLOG_SERVICE = "rocketstore.v1.CommitLog"
@@ -138,23 +141,18 @@ class ServiceProcess:
 
     def wait_serving(self, timeout: float = START_TIMEOUT) -> None:
         """Poll the health service until the service reports SERVING (or fail with the process log)."""
-        assert self.health is not None and self.proc is not None
-        deadline = time.monotonic() + timeout
-        last_error = "no answer yet"
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                pytest.fail(f"{self.service} process exited with {self.proc.returncode} before serving:\n"
+        proc = self.proc
+        assert proc is not None
+
+        def check() -> None:
+            if proc.poll() is not None:
+                pytest.fail(f"{self.service} process exited with {proc.returncode} before serving:\n"
                             f"{self.log_tail()}")
-            try:
-                request = health_pb2.HealthCheckRequest(service=self.health_service)
-                reply = self.health.Check(request, timeout=1.0)
-                if reply.status == health_pb2.HealthCheckResponse.SERVING:
-                    return
-                last_error = f"status {reply.status}"
-            except grpc.RpcError as e:
-                last_error = f"{e.code().name}: {e.details()}"
-            time.sleep(0.05)
-        pytest.fail(f"{self.service} process not SERVING after {timeout}s ({last_error}):\n{self.log_tail()}")
+
+        try:
+            wait_serving(self.endpoint, timeout, service=self.health_service, name=self.service, check=check)
+        except DeadlineExceeded as e:
+            pytest.fail(f"{self.service} process not SERVING ({e}):\n{self.log_tail()}")
 
     @property
     def running(self) -> bool:
@@ -211,10 +209,12 @@ class ServiceProcess:
 class CommitLogProcess(ServiceProcess):
     service = "commitlog"
     health_service = COMMITLOG_SERVICE
-    stub: commitlog_pb2_grpc.CommitLogStub | None = None
+    stub: commitlog_pb2_grpc.CommitLogStub | None = None  # the wire contract's tests
+    client: CommitLogClient  # everything else
 
     def _make_stubs(self, channel: grpc.Channel) -> None:
         self.stub = commitlog_pb2_grpc.CommitLogStub(channel)
+        self.client = CommitLogClient(self.endpoint, timeout=RPC_TIMEOUT, channel=channel)
 
     @property
     def abort_file(self) -> Path:
@@ -232,10 +232,12 @@ class CommitLogProcess(ServiceProcess):
 class IndexProcess(ServiceProcess):
     service = "index"
     health_service = "rocketstore.v1.Index"
-    stub: index_pb2_grpc.IndexStub | None = None
+    stub: index_pb2_grpc.IndexStub | None = None  # the wire contract's tests
+    client: IndexClient  # everything else
 
     def _make_stubs(self, channel: grpc.Channel) -> None:
         self.stub = index_pb2_grpc.IndexStub(channel)
+        self.client = IndexClient(self.endpoint, timeout=RPC_TIMEOUT, channel=channel)
 
 
 class DispatcherProcess(ServiceProcess):

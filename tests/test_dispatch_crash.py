@@ -18,12 +18,13 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import grpc
 import pytest
 from conftest import RPC_TIMEOUT, Broker
+from rocketstore.services.commitlog.client import CommitLogClient, Offsets
 from rocketstore.services.dispatcher import dispatcher as dispatcher_module
 
 from rocketstore.codec import BLANK, check_record, decode_message
+from rocketstore.errors import BrokerError
 from rocketstore.message import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_PREPARED_TYPE,
@@ -32,7 +33,6 @@ from rocketstore.message import (
     java_string_hash,
 )
 from rocketstore.v1 import commitlog_pb2 as cl_pb
-from rocketstore.v1 import commitlog_pb2_grpc as cl_grpc
 from rocketstore.v1 import index_pb2 as ix_pb
 
 CATCH_UP_TIMEOUT = 30.0
@@ -95,14 +95,13 @@ class Load:
         return out
 
     def _run(self) -> None:
-        with grpc.insecure_channel(self.endpoint) as channel:
-            stub = cl_grpc.CommitLogStub(channel)
+        with CommitLogClient(self.endpoint, timeout=5, wait_for_ready=False) as client:
             while not self._stop.is_set():
                 msgs = self.messages()
                 self.attempted.update(m.body for m in msgs)
                 try:
-                    response = stub.AppendBatch(cl_pb.AppendBatchRequest(messages=msgs), timeout=5)
-                except grpc.RpcError:
+                    response = client.append(msgs)
+                except BrokerError:
                     self.failed_calls += 1  # the CommitLog is down: go on with new messages once it is back
                     self._stop.wait(0.05)
                     continue
@@ -118,12 +117,12 @@ class Load:
 # --- reading what is there ---------------------------------------------------------------------------
 def commitlog_records(broker: Broker) -> list[MessageExt]:
     """Every record of the CommitLog, in log order, walked file by file through ReadRaw."""
-    stub = broker.commitlog.stub
-    offsets = stub.GetOffsets(cl_pb.GetOffsetsRequest(), timeout=RPC_TIMEOUT)
+    client = broker.commitlog.client
+    offsets = client.offsets()
     out: list[MessageExt] = []
     offset = offsets.min_offset
     while offset < offsets.max_offset:
-        data = stub.ReadRaw(cl_pb.ReadRawRequest(offset=offset, max_bytes=1 << 20), timeout=RPC_TIMEOUT).data
+        data = client.read_raw(offset, 1 << 20).data
         assert data, f"nothing readable at {offset} below the max offset {offsets.max_offset}"
         pos = 0
         while pos < len(data) and offset + pos < offsets.max_offset:
@@ -142,10 +141,9 @@ def pull_all(broker: Broker, topic: str, queue_id: int, expression: str = "*") -
     """Every message of a queue through GetMessage (32 a pull), following next_begin_offset."""
     out: list[MessageExt] = []
     offset = 0
-    stub = broker.index.stub
+    client = broker.index.client
     while True:
-        r = stub.GetMessage(ix_pb.GetMessageRequest(topic=topic, queue_id=queue_id, offset=offset, max_messages=32,
-                                                    expression=expression), timeout=RPC_TIMEOUT)
+        r = client.get_message(topic, queue_id, offset, 32, expression=expression)
         name = ix_pb.GetMessageStatus.Name(r.status)
         if r.status in (ix_pb.GET_OFFSET_OVERFLOW_ONE, ix_pb.GET_NO_MESSAGE_IN_QUEUE,
                         ix_pb.GET_NO_MATCHED_LOGIC_QUEUE):
@@ -162,11 +160,11 @@ def pull_all(broker: Broker, topic: str, queue_id: int, expression: str = "*") -
 
 
 def index_stats(broker: Broker) -> dict[str, str]:
-    return dict(broker.index.stub.GetStats(ix_pb.IndexStatsRequest(), timeout=RPC_TIMEOUT).stats)
+    return broker.index.client.stats()
 
 
-def commitlog_offsets(broker: Broker) -> cl_pb.Offsets:
-    return broker.commitlog.stub.GetOffsets(cl_pb.GetOffsetsRequest(), timeout=RPC_TIMEOUT)
+def commitlog_offsets(broker: Broker) -> Offsets:
+    return broker.commitlog.client.offsets()
 
 
 def wait_for(what: str, cond: Callable[[], bool], timeout: float = CATCH_UP_TIMEOUT,
@@ -176,7 +174,7 @@ def wait_for(what: str, cond: Callable[[], bool], timeout: float = CATCH_UP_TIME
         try:
             if cond():
                 return
-        except grpc.RpcError:
+        except BrokerError:
             pass  # a service still starting
         time.sleep(0.05)
     pytest.fail(f"{what} not reached within {timeout}s {describe()}")
@@ -204,8 +202,7 @@ def verify(broker: Broker, *loads: Load) -> dict[Queue, list[MessageExt]]:
         assert [m.queue_offset for m in records] == list(range(len(records))), f"CommitLog queue offsets of {key}"
         if loads:
             assert {m.body for m in records} <= attempted, f"{key} holds records nobody appended"
-    offsets = {(q.topic, q.queue_id): (q.min_offset, q.max_offset) for q in broker.index.stub.GetQueueOffsets(
-        ix_pb.GetQueueOffsetsRequest(), timeout=RPC_TIMEOUT).queues}
+    offsets = {(q.topic, q.queue_id): (q.min_offset, q.max_offset) for q in broker.index.client.queue_offsets()}
     got: dict[Queue, list[MessageExt]] = {}
     for key in sorted(set(expected) | set(offsets)):
         got[key] = pull_all(broker, *key)

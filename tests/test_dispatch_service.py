@@ -26,7 +26,7 @@ def make(topic: str, queue_id: int, i: int, tags: str = "TagA", keys: str = "") 
 
 
 def append(broker: Broker, msgs: list[cl_pb.Message]) -> list[cl_pb.AppendResult]:
-    response = broker.commitlog.stub.AppendBatch(cl_pb.AppendBatchRequest(messages=msgs), timeout=RPC_TIMEOUT)
+    response = broker.commitlog.client.append(msgs)
     assert all(r.status == cl_pb.PUT_OK for r in response.results), response.results
     return list(response.results)
 
@@ -35,8 +35,7 @@ def wait_max_offset(broker: Broker, topic: str, queue_id: int, expected: int) ->
     deadline = time.monotonic() + VISIBLE_TIMEOUT
     seen = -1
     while time.monotonic() < deadline:
-        queues = broker.index.stub.GetQueueOffsets(ix_pb.GetQueueOffsetsRequest(topic=topic), timeout=RPC_TIMEOUT)
-        for q in queues.queues:
+        for q in broker.index.client.queue_offsets(topic):
             if q.queue_id == queue_id:
                 seen = q.max_offset
         if seen >= expected:
@@ -49,9 +48,7 @@ def pull_all(broker: Broker, topic: str, queue_id: int, expression: str = "*", b
     """Every message of a queue through GetMessage, following next_begin_offset."""
     out, offset = [], 0
     while True:
-        r = broker.index.stub.GetMessage(ix_pb.GetMessageRequest(
-            topic=topic, queue_id=queue_id, offset=offset, max_messages=batch, expression=expression),
-            timeout=RPC_TIMEOUT)
+        r = broker.index.client.get_message(topic, queue_id, offset, batch, expression=expression)
         if r.status == ix_pb.GET_OFFSET_OVERFLOW_ONE:
             return out
         assert r.status in (ix_pb.GET_FOUND, ix_pb.GET_NO_MATCHED_MESSAGE), ix_pb.GetMessageStatus.Name(r.status)

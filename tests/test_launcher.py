@@ -20,10 +20,9 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
-import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from rocketstore.health_client import HealthClient
 from rocketstore.launcher import SERVICE_ORDER, ManagedService
 
 START_TIMEOUT = 240.0  # seconds for `rocketstore up` to print "ready" (4 services, a loaded CI machine)
@@ -186,11 +185,9 @@ def wait_gone(pids: list[int], timeout: float) -> list[int]:
     return [p for p in pids if pid_alive(p)]
 
 
-def health_status(endpoint: str) -> int:
-    with grpc.insecure_channel(endpoint) as channel:
-        reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""),
-                                                          timeout=RPC_TIMEOUT)
-        return int(reply.status)
+def health_status(endpoint: str) -> str:
+    with HealthClient(endpoint) as health:
+        return health.status(timeout=RPC_TIMEOUT)
 
 
 @pytest.fixture
@@ -215,7 +212,7 @@ def test_up_starts_services_in_order_each_serving(up: UpProcess) -> None:
     assert services["gateway"][0] == up.endpoint
     for name, (endpoint, pid) in services.items():
         assert pid_alive(pid), name
-        assert health_status(endpoint) == health_pb2.HealthCheckResponse.SERVING, name
+        assert health_status(endpoint) == "SERVING", name
     # Every service runs over the one data directory, and logs where the banner says.
     assert up.data_dir is not None and (up.data_dir / "commitlog").is_dir()
     assert (up.data_dir / "config").is_dir()
@@ -255,7 +252,7 @@ def test_a_service_killed_is_restarted_and_serves_again(up: UpProcess, victim: s
                 start=mark)
     new_endpoint, new_pid = up.services()[victim]
     assert new_endpoint == endpoint and new_pid != pid
-    assert health_status(endpoint) == health_pb2.HealthCheckResponse.SERVING
+    assert health_status(endpoint) == "SERVING"
     # The broker works through the restarted service.
     with Admin(up.endpoint) as admin:
         admin.create_topic("AfterRestart", read_queue_nums=2, write_queue_nums=2)
@@ -356,6 +353,22 @@ def test_a_picked_port_taken_meanwhile_is_replaced(tmp_path: Path) -> None:
             commitlog = launcher.services["commitlog"]
             assert commitlog.port != picked
             assert f"--commitlog 127.0.0.1:{commitlog.port}" in " ".join(launcher.services["gateway"].command)
-            assert health_status(launcher.gateway_endpoint) == health_pb2.HealthCheckResponse.SERVING
+            assert health_status(launcher.gateway_endpoint) == "SERVING"
         finally:
             assert launcher.stop(), out.getvalue()
+
+
+def test_internal_services_listen_on_loopback_and_only_the_gateway_on_host(tmp_path: Path) -> None:
+    from rocketstore.cli import build_parser
+    from rocketstore.launcher import Launcher
+
+    launcher = Launcher(str(tmp_path / "store"), None, free_port(), host="0.0.0.0", out=io.StringIO())
+    hosts = {name: svc.command[svc.command.index("--host") + 1] for name, svc in launcher.services.items()}
+    assert hosts == {"commitlog": "127.0.0.1", "index": "127.0.0.1", "dispatcher": "127.0.0.1", "gateway": "0.0.0.0"}
+    gateway = " ".join(launcher.services["gateway"].command)
+    assert f"--commitlog 127.0.0.1:{launcher.services['commitlog'].port}" in gateway
+    moved = Launcher(str(tmp_path / "store"), None, free_port(), internal_host="0.0.0.0", out=io.StringIO())
+    assert moved.services["index"].command[moved.services["index"].command.index("--host") + 1] == "0.0.0.0"
+    # `rocketstore serve X` alone listens on loopback too, its metrics where the service is.
+    args = build_parser().parse_args(["serve", "index", "--commitlog", "127.0.0.1:1", "--metrics-port", "0"])
+    assert (args.host, args.metrics_host) == ("127.0.0.1", None)

@@ -19,7 +19,13 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from rocketstore.server import MAX_MESSAGE_BYTES, GrpcServer, run_until_signal, start_metrics_server
+from rocketstore.server import (
+    MAX_MESSAGE_BYTES,
+    GrpcServer,
+    run_until_signal,
+    set_metrics_host,
+    start_metrics_server,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 ECHO_SERVICE = "rocketstore.test.Echo"
@@ -205,3 +211,17 @@ def test_metrics_server_picks_a_port_and_serves_metrics() -> None:
 @pytest.mark.parametrize("port", [None, -1])
 def test_metrics_server_disabled(port: int | None) -> None:
     assert start_metrics_server(port) is None
+
+
+def test_metrics_listen_on_loopback_unless_told_otherwise() -> None:
+    from structlog.testing import capture_logs
+
+    with capture_logs() as logs:
+        loopback = start_metrics_server(0)
+        set_metrics_host("0.0.0.0")  # what `rocketstore serve X --host 0.0.0.0` (or --metrics-host) sets
+        try:
+            everywhere = start_metrics_server(0)
+        finally:
+            set_metrics_host("127.0.0.1")
+    started = [(e["addr"], e["port"]) for e in logs if e["event"] == "metrics server started"]
+    assert started == [("127.0.0.1", loopback), ("0.0.0.0", everywhere)]

@@ -10,6 +10,9 @@ Errors (always with a detail that says what was wrong):
 * OUT_OF_RANGE: an offset below the store's min offset (its file was deleted);
 * UNAVAILABLE: the service is stopping or the store is shut down;
 * INTERNAL: anything unexpected (logged with its traceback).
+
+Handlers raise ``rocketstore.errors`` refusals; ``rocketstore.servicing.rpc_errors`` turns them (and
+anything unexpected) into statuses.
 """
 
 from __future__ import annotations
@@ -17,12 +20,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 import grpc
 
 from rocketstore.codec import RECORD_SIZE_SLACK
+from rocketstore.errors import BrokerError, InvalidArgument, OutOfRange, Unavailable
 from rocketstore.log import get_logger
+from rocketstore.servicing import rpc_errors
 from rocketstore.v1 import commitlog_pb2 as pb
 from rocketstore.v1 import commitlog_pb2_grpc as pb_grpc
 
@@ -45,23 +50,8 @@ AppendObserver = Callable[[Sequence["PutResult"], float], None]
 
 _log = get_logger("rocketstore.commitlog.servicer")
 
-_R = TypeVar("_R")
 _Ctx = grpc.ServicerContext
-
-
-class _Refusal(Exception):
-    """An RPC to end with ``code`` and ``details`` (raised inside handlers, aborted outside them).
-
-    ``context.abort`` itself raises a bare Exception, so it is only called where nothing catches it."""
-
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
-        super().__init__(details)
-        self.code = code
-        self.details = details
-
-
-def _invalid(details: str) -> _Refusal:
-    return _Refusal(grpc.StatusCode.INVALID_ARGUMENT, details)
+_invalid = InvalidArgument
 
 
 class CommitLogServicer(pb_grpc.CommitLogServicer):
@@ -98,33 +88,33 @@ class CommitLogServicer(pb_grpc.CommitLogServicer):
 
     def _check_open(self) -> None:
         if self._closed.is_set() or not getattr(self._store, "running", True):
-            raise _Refusal(grpc.StatusCode.UNAVAILABLE, "the commitlog store is shut down")
+            raise Unavailable("the commitlog store is shut down")
 
-    def _out_of_range(self, offset: int) -> _Refusal:
+    def _out_of_range(self, offset: int) -> OutOfRange:
         try:
             min_offset: object = self._store.min_offset
         except Exception:  # noqa: BLE001 - only for the message
             min_offset = "unknown"
-        return _Refusal(
-            grpc.StatusCode.OUT_OF_RANGE,
-            f"offset {offset} is below the commitlog's min offset {min_offset}: its file was deleted",
-        )
+        return OutOfRange(f"offset {offset} is below the commitlog's min offset {min_offset}: its file was deleted")
+
+    def unexpected_error(self, exc: Exception) -> BrokerError | None:
+        """A failure while the store shuts down is the shutdown, not a fault (``rpc_errors`` calls this)."""
+        if self._closed.is_set() or not getattr(self._store, "running", True):
+            return Unavailable(f"the commitlog store is shut down ({exc})")
+        return None
 
     # --- appends ----------------------------------------------------------------------------
+    @rpc_errors
     def AppendBatch(self, request: pb.AppendBatchRequest, context: _Ctx) -> pb.AppendBatchResponse:
-        return self._run(context, "AppendBatch", lambda: self._append_batch(request))
+        return self._append_batch(request)
 
+    @rpc_errors
     def AppendStream(self, requests: Iterator[pb.AppendBatchRequest],
                      context: _Ctx) -> Iterator[pb.AppendBatchResponse]:
         """AppendBatch for each request of the stream, answered in order; the caller keeps one stream
         per concurrent append, so durability waits of different streams share group commits."""
-        try:
-            for request in requests:
-                yield self._append_batch(request)
-        except _Refusal as r:
-            _abort(context, "AppendStream", r)
-        except Exception as e:  # noqa: BLE001 - every failure becomes a status
-            _abort(context, "AppendStream", self._unexpected("AppendStream", e))
+        for request in requests:
+            yield self._append_batch(request)
 
     def _append_batch(self, request: pb.AppendBatchRequest) -> pb.AppendBatchResponse:
         self._check_open()
@@ -181,8 +171,9 @@ class CommitLogServicer(pb_grpc.CommitLogServicer):
                           status=status.name, reason=results.reasons[i])
 
     # --- reads ------------------------------------------------------------------------------
+    @rpc_errors
     def ReadRecords(self, request: pb.ReadRecordsRequest, context: _Ctx) -> pb.ReadRecordsResponse:
-        return self._run(context, "ReadRecords", lambda: self._read_records(request))
+        return self._read_records(request)
 
     def _read_records(self, request: pb.ReadRecordsRequest) -> pb.ReadRecordsResponse:
         self._check_open()
@@ -209,8 +200,9 @@ class CommitLogServicer(pb_grpc.CommitLogServicer):
                 add(offset=offset, data=bytes(data), found=True)
         return response
 
+    @rpc_errors
     def ReadRaw(self, request: pb.ReadRawRequest, context: _Ctx) -> pb.ReadRawResponse:
-        return self._run(context, "ReadRaw", lambda: self._read_raw(request))
+        return self._read_raw(request)
 
     def _read_raw(self, request: pb.ReadRawRequest) -> pb.ReadRawResponse:
         self._check_open()
@@ -227,37 +219,29 @@ class CommitLogServicer(pb_grpc.CommitLogServicer):
         max_offset = max(max_offset, offset + len(data))
         return pb.ReadRawResponse(offset=offset, data=bytes(data), max_offset=max_offset)
 
+    @rpc_errors
     def Tail(self, request: pb.TailRequest, context: _Ctx) -> Iterator[pb.Chunk]:
         offset, chunk = request.from_offset, request.max_chunk_bytes or DEFAULT_CHUNK_BYTES
-        try:
-            self._check_open()
-            if offset < 0:
-                raise _invalid(f"from_offset is {offset}; offsets are >= 0")
-            if not 0 < chunk <= self._max_read_bytes:
-                raise _invalid(f"max_chunk_bytes is {chunk}; it must be 0 (default) "
-                               f"or 1..{self._max_read_bytes}")
-            if offset < self._store.min_offset:
-                raise self._out_of_range(offset)
-        except _Refusal as r:
-            _abort(context, "Tail", r)
+        self._check_open()
+        if offset < 0:
+            raise _invalid(f"from_offset is {offset}; offsets are >= 0")
+        if not 0 < chunk <= self._max_read_bytes:
+            raise _invalid(f"max_chunk_bytes is {chunk}; it must be 0 (default) or 1..{self._max_read_bytes}")
+        if offset < self._store.min_offset:
+            raise self._out_of_range(offset)
         _log.info("tail started", from_offset=offset, max_chunk_bytes=chunk,
                   flushed_only=request.flushed_only, peer=context.peer())
-        start = offset
         try:
             yield from self._tail(offset, chunk, request.flushed_only, context)
-        except _Refusal as r:
-            _abort(context, "Tail", r)
-        except Exception as e:  # noqa: BLE001 - every failure becomes a status
-            _abort(context, "Tail", self._unexpected("Tail", e))
         finally:
-            _log.info("tail ended", from_offset=start, peer=context.peer())
+            _log.info("tail ended", from_offset=offset, peer=context.peer())
 
     def _tail(self, offset: int, chunk: int, flushed_only: bool, context: _Ctx) -> Iterator[pb.Chunk]:
         store, closed = self._store, self._closed
         idle = 0
         while context.is_active():
             if closed.is_set():
-                raise _Refusal(grpc.StatusCode.UNAVAILABLE, "the commitlog service is stopping; tail ended")
+                raise Unavailable("the commitlog service is stopping; tail ended")
             try:
                 data = store.read_raw(offset, chunk, flushed_only=flushed_only)
             except OffsetNotAvailable as e:
@@ -280,68 +264,38 @@ class CommitLogServicer(pb_grpc.CommitLogServicer):
                           committed_offset=s.committed_offset, recovered_offset=s.recovered_offset,
                           instance_id=s.instance_id)
 
+    @rpc_errors
     def GetOffsets(self, request: pb.GetOffsetsRequest, context: _Ctx) -> pb.Offsets:
-        def call() -> pb.Offsets:
-            self._check_open()
-            return self._offsets()
+        self._check_open()
+        return self._offsets()
 
-        return self._run(context, "GetOffsets", call)
-
+    @rpc_errors
     def Flush(self, request: pb.FlushRequest, context: _Ctx) -> pb.Offsets:
-        def call() -> pb.Offsets:
-            self._check_open()
-            flushed = self._store.flush()
-            offsets = self._offsets()
-            _log.info("flushed on request", flushed_offset=flushed, max_offset=offsets.max_offset)
-            return offsets
+        self._check_open()
+        flushed = self._store.flush()
+        offsets = self._offsets()
+        _log.info("flushed on request", flushed_offset=flushed, max_offset=offsets.max_offset)
+        return offsets
 
-        return self._run(context, "Flush", call)
-
+    @rpc_errors
     def DeleteExpiredFiles(
         self, request: pb.DeleteExpiredFilesRequest, context: _Ctx
     ) -> pb.DeleteExpiredFilesResponse:
-        def call() -> pb.DeleteExpiredFilesResponse:
-            self._check_open()
-            deleted = self._store.delete_expired_files(force=request.force)
-            min_offset = self._store.min_offset
-            _log.info("expired files deleted on request", force=request.force, deleted_files=deleted,
-                      min_offset=min_offset)
-            return pb.DeleteExpiredFilesResponse(deleted_files=deleted, min_offset=min_offset)
+        self._check_open()
+        deleted = self._store.delete_expired_files(force=request.force)
+        min_offset = self._store.min_offset
+        _log.info("expired files deleted on request", force=request.force, deleted_files=deleted,
+                  min_offset=min_offset)
+        return pb.DeleteExpiredFilesResponse(deleted_files=deleted, min_offset=min_offset)
 
-        return self._run(context, "DeleteExpiredFiles", call)
-
+    @rpc_errors
     def GetStats(self, request: pb.GetStatsRequest, context: _Ctx) -> pb.GetStatsResponse:
-        def call() -> pb.GetStatsResponse:
-            self._check_open()
-            stats = {str(k): _stat_text(v) for k, v in self._store.stats().items()}
-            return pb.GetStatsResponse(stats=stats, offsets=self._offsets())
-
-        return self._run(context, "GetStats", call)
-
-    def _run(self, context: _Ctx, method: str, call: Callable[[], _R]) -> _R:
-        """Run one unary handler; every failure ends the call with a status and a detail."""
-        try:
-            return call()
-        except _Refusal as r:
-            _abort(context, method, r)
-        except Exception as e:  # noqa: BLE001 - every failure becomes a status
-            _abort(context, method, self._unexpected(method, e))
-        raise AssertionError("unreachable")  # context.abort always raises
-
-    def _unexpected(self, method: str, exc: Exception) -> _Refusal:
-        if self._closed.is_set() or not getattr(self._store, "running", True):
-            return _Refusal(grpc.StatusCode.UNAVAILABLE, f"the commitlog store is shut down ({exc})")
-        _log.error("rpc failed", method=method, error=repr(exc), exc_info=exc)
-        return _Refusal(grpc.StatusCode.INTERNAL, f"{method} failed: {type(exc).__name__}: {exc}")
+        self._check_open()
+        stats = {str(k): _stat_text(v) for k, v in self._store.stats().items()}
+        return pb.GetStatsResponse(stats=stats, offsets=self._offsets())
 
 
 # --- helpers ----------------------------------------------------------------------------------
-def _abort(context: _Ctx, method: str, refusal: _Refusal) -> None:
-    if refusal.code is grpc.StatusCode.INVALID_ARGUMENT:
-        _log.info("request refused", method=method, code=refusal.code.name, details=refusal.details)
-    context.abort(refusal.code, refusal.details)
-
-
 def _stat_text(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"

@@ -18,15 +18,15 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
-import grpc
+from rocketstore.services.commitlog.client import CommitLogClient, Offsets
+from rocketstore.services.index.client import IndexClient, Position
 
-from rocketstore.channel import open_channel
+from rocketstore.errors import BrokerError
 from rocketstore.log import get_logger
-from rocketstore.v1 import commitlog_pb2 as cl_pb
-from rocketstore.v1 import commitlog_pb2_grpc as cl_grpc
+from rocketstore.rpc_client import Stream
 from rocketstore.v1 import index_pb2 as ix_pb
-from rocketstore.v1 import index_pb2_grpc as ix_grpc
 
 from .decode import CorruptRecord, DispatchColumns, DispatchDecoder
 
@@ -37,6 +37,8 @@ _log = get_logger("rocketstore.dispatcher")
 CHUNK_BYTES = 1 << 20
 # Batches on their way to the index service before the tail waits (bounds memory, gives backpressure).
 MAX_IN_FLIGHT = 8
+# Deadline of the calls that open a session (offsets, position); truncation has the index client's own.
+SESSION_TIMEOUT = 10.0
 _STOP = object()
 
 
@@ -68,7 +70,8 @@ class Dispatcher:
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        self._calls: list[grpc.Future] = []  # open streams, cancelled by stop()
+        self._calls: list[Stream[Any]] = []  # open streams, cancelled by stop()
+        self._clients: list[CommitLogClient | IndexClient] = []  # the session's, closed by stop()
         self._position = 0
         self._applied = 0
         self._max_offset = 0
@@ -85,9 +88,11 @@ class Dispatcher:
     def stop(self, timeout: float = 5.0) -> None:
         self._stopped.set()
         with self._lock:
-            calls = list(self._calls)
+            calls, clients = list(self._calls), list(self._clients)
         for call in calls:
             call.cancel()
+        for client in clients:  # ends a call that waits for a service to come back
+            client.close()
         if self._thread is not None:
             self._thread.join(timeout)
 
@@ -102,21 +107,24 @@ class Dispatcher:
         while not self._stopped.is_set():
             try:
                 self._session()
-            except grpc.RpcError as e:
+            except BrokerError as e:
                 if self._stopped.is_set():
                     break
-                self._note_error(f"{e.code().name}: {e.details()}")  # type: ignore[attr-defined]
+                self._note_error(str(e))
             except CorruptRecord as e:
                 self._note_error(str(e))
                 # Damage does not heal by retrying at once; the CommitLog's recovery cuts it on restart.
                 self._stopped.wait(max(self._retry, 5.0))
                 continue
             except Exception as e:  # noqa: BLE001 - the dispatcher must outlive any one failure
+                if self._stopped.is_set():  # stop() closed the clients under the session
+                    break
                 self._note_error(f"{type(e).__name__}: {e}")
                 _log.exception("dispatch session failed")
             finally:
                 with self._lock:
                     self._connected = False
+                    self._clients = []
             self._stopped.wait(self._retry)
 
     def _note_error(self, text: str) -> None:
@@ -128,11 +136,14 @@ class Dispatcher:
 
     # --- one connected session -----------------------------------------------------------------
     def _session(self) -> None:
-        with open_channel(self._commitlog_endpoint) as cl_channel, open_channel(self._index_endpoint) as ix_channel:
-            commitlog = cl_grpc.CommitLogStub(cl_channel)
-            index = ix_grpc.IndexStub(ix_channel)
-            offsets = commitlog.GetOffsets(cl_pb.GetOffsetsRequest(), timeout=10)
-            where = index.GetPosition(ix_pb.GetPositionRequest(), timeout=10)
+        with CommitLogClient(self._commitlog_endpoint, timeout=SESSION_TIMEOUT) as commitlog, \
+                IndexClient(self._index_endpoint, timeout=SESSION_TIMEOUT) as index:
+            with self._lock:
+                self._clients = [commitlog, index]
+            if self._stopped.is_set():
+                return
+            offsets = commitlog.offsets()
+            where = index.position()
             start = self._resume_point(index, offsets, where)
             decoder = DispatchDecoder(start, self._delay_levels, self._check_crc)
             with self._lock:
@@ -145,9 +156,8 @@ class Dispatcher:
                       flushed_only=self._flushed_only)
 
             batches: queue.Queue[object] = queue.Queue(MAX_IN_FLIGHT)
-            acks = index.Dispatch(_drain(batches))
-            tail = commitlog.Tail(cl_pb.TailRequest(from_offset=start, max_chunk_bytes=self._chunk_bytes,
-                                                    flushed_only=self._flushed_only))
+            acks = index.dispatch(_drain(batches))
+            tail = commitlog.tail(start, max_chunk_bytes=self._chunk_bytes, flushed_only=self._flushed_only)
             with self._lock:
                 self._calls = [acks, tail]
             if self._stopped.is_set():
@@ -186,15 +196,14 @@ class Dispatcher:
                 if ended.is_set() or self._stopped.is_set():
                     return False
 
-    def _resume_point(self, index: ix_grpc.IndexStub, offsets: cl_pb.Offsets, where: ix_pb.Position) -> int:
+    def _resume_point(self, index: IndexClient, offsets: Offsets, where: Position) -> int:
         """The index's position, after cutting what a restarted CommitLog no longer holds."""
         position = where.position
         built_end = max(position, where.consume_queue_max_physical_offset, where.index_end_physical_offset)
         if where.commitlog_instance_id != offsets.instance_id and built_end > offsets.recovered_offset:
             _log.warning("the CommitLog restarted with a shorter log; truncating the index",
                          index_position=position, built_end=built_end, recovered_offset=offsets.recovered_offset)
-            where = index.Truncate(ix_pb.TruncateRequest(physical_offset=offsets.recovered_offset,
-                                                         commitlog_instance_id=offsets.instance_id), timeout=60)
+            where = index.truncate(offsets.recovered_offset, offsets.instance_id)
             position = where.position
         if position < offsets.min_offset:
             # The files below were deleted before being dispatched: nothing to rebuild there.
@@ -203,14 +212,14 @@ class Dispatcher:
             position = offsets.min_offset
         return min(position, offsets.max_offset)
 
-    def _read_acks(self, acks, tail, ended: threading.Event) -> None:  # type: ignore[no-untyped-def]
+    def _read_acks(self, acks: Stream[int], tail: Stream[Any], ended: threading.Event) -> None:
         try:
-            for ack in acks:
+            for position in acks:
                 with self._lock:
-                    self._applied = ack.position
-        except grpc.RpcError as e:
-            if e.code() != grpc.StatusCode.CANCELLED:  # type: ignore[attr-defined]
-                self._note_error(f"index stream: {e.code().name}: {e.details()}")  # type: ignore[attr-defined]
+                    self._applied = position
+        except BrokerError as e:
+            if e.code != "CANCELLED":
+                self._note_error(f"index stream: {e}")
         finally:
             ended.set()
             tail.cancel()  # the index stream is gone: end the session, reconnect from its position

@@ -1,0 +1,120 @@
+"""The errors every internal client raises and every servicer answers with.
+
+A call to another service fails in one of three ways, and callers decide by the kind, never by
+catching ``grpc.RpcError``::
+
+    BrokerError                 code: the name of a grpc.StatusCode, message: what went wrong
+     ├── Unavailable            UNAVAILABLE: the service is not reachable, or is shutting down
+     ├── DeadlineExceeded       DEADLINE_EXCEEDED: no answer within the call's deadline
+     └── Refused                the service answered with any other status (code: its name)
+          ├── InvalidArgument       INVALID_ARGUMENT
+          ├── NotFound              NOT_FOUND
+          ├── OutOfRange            OUT_OF_RANGE
+          ├── FailedPrecondition    FAILED_PRECONDITION
+          └── Internal              INTERNAL
+
+The same classes travel the other way: a servicer (``rocketstore.servicing``) answers a
+``BrokerError`` raised by its handler with ``code`` and ``message``. ``error_for(code, message)``
+builds the most specific class for a status name. This module does not import grpc: the storage
+code may raise these errors without knowing the wire.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BrokerError",
+    "DeadlineExceeded",
+    "FailedPrecondition",
+    "Internal",
+    "InvalidArgument",
+    "NotFound",
+    "OutOfRange",
+    "Refused",
+    "Unavailable",
+    "error_for",
+]
+
+
+class BrokerError(Exception):
+    """A call that failed; ``code`` is a grpc.StatusCode name (``"INVALID_ARGUMENT"``), ``message``
+    says what failed in words a caller can show as they are. An error raised by an internal client also
+    names the ``service`` it called and keeps the status text that service sent in ``details``."""
+
+    service: str = ""
+    details: str = ""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.code!r}, {self.message!r})"
+
+
+class Unavailable(BrokerError):
+    """The service is not reachable, or it is shutting down: the call may succeed elsewhere or later."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("UNAVAILABLE", message)
+
+
+class DeadlineExceeded(BrokerError):
+    """The service did not answer within the call's deadline; whether it acted is unknown."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("DEADLINE_EXCEEDED", message)
+
+
+class Refused(BrokerError):
+    """The service answered, with a status other than OK, UNAVAILABLE and DEADLINE_EXCEEDED."""
+
+
+class _FixedRefusal(Refused):
+    CODE = ""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(self.CODE, message)
+
+
+class InvalidArgument(_FixedRefusal):
+    """The request itself is wrong; sending it again cannot succeed."""
+
+    CODE = "INVALID_ARGUMENT"
+
+
+class NotFound(_FixedRefusal):
+    CODE = "NOT_FOUND"
+
+
+class OutOfRange(_FixedRefusal):
+    """An offset outside what the service holds (below its min offset: the file was deleted)."""
+
+    CODE = "OUT_OF_RANGE"
+
+
+class FailedPrecondition(_FixedRefusal):
+    """The service's state does not allow the call (a dispatch gap, ...)."""
+
+    CODE = "FAILED_PRECONDITION"
+
+
+class Internal(_FixedRefusal):
+    """The service failed unexpectedly; its log has the traceback."""
+
+    CODE = "INTERNAL"
+
+
+_FIXED: dict[str, type[_FixedRefusal]] = {
+    cls.CODE: cls for cls in (InvalidArgument, NotFound, OutOfRange, FailedPrecondition, Internal)
+}
+
+
+def error_for(code: str, message: str) -> BrokerError:
+    """The most specific error for the status named ``code``."""
+    if code == "UNAVAILABLE":
+        return Unavailable(message)
+    if code == "DEADLINE_EXCEEDED":
+        return DeadlineExceeded(message)
+    fixed = _FIXED.get(code)
+    return fixed(message) if fixed is not None else Refused(code, message)

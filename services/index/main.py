@@ -89,6 +89,13 @@ def _register_metrics(store: IndexStore) -> None:
                                     ("dispatchBehindMillis", "Age of the oldest undispatched message (ms)."),
                                     ("dispatchPosition", "CommitLog offset dispatching has reached."),
                                     ("dispatchedEntries", "Dispatch requests applied since the start."),
+                                    ("dispatchStalled", "1 while dispatch makes no progress and the CommitLog "
+                                                        "holds more (the reason is in the index stats)."),
+                                    ("dispatchStalledMillis", "How long dispatch has been stalled (ms)."),
+                                    ("writable", "0 while a ConsumeQueue or IndexFile write fails."),
+                                    ("refusedBatches", "Dispatch batches refused (gap, malformed, not writable)."),
+                                    ("quarantinedEntries", "Records no ConsumeQueue can hold, skipped."),
+                                    ("consumeQueuesRebuilt", "ConsumeQueues found short at start and rebuilt."),
                                     ("consumeQueues", "ConsumeQueues held."),
                                     ("indexFiles", "IndexFiles held.")):
                 yield GaugeMetricFamily(f"rocketstore_index_{_snake(name)}", help_text, value=float(stats[name]))

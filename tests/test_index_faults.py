@@ -30,6 +30,7 @@ from test_dispatch_crash import commitlog_offsets, index_stats, verify, wait_cau
 
 from rocketstore.codec import decode_message, encode_message
 from rocketstore.message import Message
+from rocketstore.operator_token import call_metadata
 from rocketstore.v1 import commitlog_pb2 as cl_pb
 from rocketstore.v1 import gateway_pb2 as gw_pb
 from rocketstore.v1 import index_pb2 as ix_pb
@@ -104,8 +105,8 @@ def test_index_rebuilt_from_a_commitlog_whose_oldest_files_were_deleted(broker_f
     old = _messages(400, "old")  # ~180 KiB: three 64 KiB CommitLog files
     _append(broker, old)
     wait_caught_up(broker)
-    deleted = broker.commitlog.stub.DeleteExpiredFiles(cl_pb.DeleteExpiredFilesRequest(force=True),
-                                                       timeout=RPC_TIMEOUT)
+    deleted = broker.commitlog.client.delete_expired_files(
+        force=True, metadata=call_metadata(str(broker.commitlog.data_dir)))
     assert deleted.deleted_files >= 1 and deleted.min_offset > 0
 
     # The operator rebuilds the index: ConsumeQueues, IndexFiles and the dispatch position go.

@@ -50,6 +50,8 @@ def find_corrupt(data: bytes, offset: int) -> list[tuple[int, int, str]]:
     out: list[tuple[int, int, str]] = []
     pos, end = 0, len(data)
     while pos < end:
+        if end - pos >= 8 and _SIZE_MAGIC.unpack_from(data, pos)[1] == BLANK_MAGIC_CODE:
+            break  # the file's END_OF_FILE blank: the rest of the range is its padding, not a record
         size = check_record(data, pos, end, offset + pos, True)
         if size > 0:
             pos += size
@@ -76,8 +78,6 @@ def _diagnose(buf: bytes, pos: int, end: int, physical_offset: int) -> tuple[int
     if rest < 8:
         return rest, f"{rest} bytes left where a record should start"
     total, magic = _SIZE_MAGIC.unpack_from(buf, pos)
-    if magic == BLANK_MAGIC_CODE:
-        return rest, "an END_OF_FILE blank record where a message record should be"
     if magic != MESSAGE_MAGIC_CODE:
         return rest, f"magic code {magic:#010x} is not a message record's"
     if total < 91 or total > rest:

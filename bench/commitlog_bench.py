@@ -76,7 +76,7 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
-from rocketstore.codec import encode_unplaced, place
+from rocketstore.codec import MIN_RECORD_LENGTH, encode_unplaced, place
 from rocketstore.demo import free_port, wait_serving
 from rocketstore.log import configure_logging
 from rocketstore.message import Message
@@ -360,7 +360,7 @@ def run_bare_min(args: argparse.Namespace, pool: list[Message], workdir: str) ->
     m0 = pool[0]
     topic_b = m0.topic.encode()
     props_len = len("".join(f"{k}\x01{v}\x02" for k, v in m0.properties.items()).encode())
-    record = 91 + BODY_SIZE + len(topic_b) + props_len
+    record = MIN_RECORD_LENGTH + BODY_SIZE + len(topic_b) + props_len
     pack = struct.Struct(f">iIIiiqqiq4siq4siiqi{BODY_SIZE}sB{len(topic_b)}sh{props_len}s").pack_into
     born_addr, born_port = bytes([10, 0, 0, 7]), 53211
     limit = size - record

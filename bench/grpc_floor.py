@@ -47,6 +47,8 @@ from concurrent import futures
 
 import grpc
 
+from rocketstore.codec import MESSAGE_MAGIC_CODE, PROPERTIESLEN_LENGTH, RECORD_V4_FIXED, TOPICLEN_LENGTH
+
 RECORD_SIZE = 1_177  # what commitlog_bench's messages take on disk: 1 KiB body, TAGS and UNIQ_KEY
 SCENARIOS = ["chain-send-1", "unary-64x1", "chain-send-64x1", "chain-send-b100", "pull-32", "chain-pull-32", "walk"]
 
@@ -156,8 +158,9 @@ def run_calls(name: str, hops: int, threads: int, request_size: int, answer_size
 
 
 # --- walk: the dispatcher's decode, bare ----------------------------------------------------------
-_HEAD = struct.Struct(">iiiiiqqiqiiqiiiqi")  # TOTALSIZE .. BODYLENGTH of a record with IPv4 hosts
-_MAGIC = -626843481  # 0xDAA320A7 as a signed int
+_HEAD = struct.Struct(">iiiiiqqiqiiqiiiqi")  # TOTALSIZE .. BODYLENGTH of a record with IPv4 hosts, addresses as ints
+_MAGIC = struct.unpack(">i", struct.pack(">I", MESSAGE_MAGIC_CODE))[0]  # read as a signed int by _HEAD
+assert _HEAD.size == RECORD_V4_FIXED.size  # the codec's layout, ints for addresses (no bytes object per host)
 
 
 def _records(count: int) -> bytes:
@@ -185,9 +188,10 @@ def run_walk(seconds: float, count: int = 20_000) -> dict:
                 raise ValueError(f"no record at {pos}")
             p = pos + _HEAD.size + body_len
             topic_len = buf[p]
-            topic = buf[p + 1:p + 1 + topic_len].decode()
-            p += 1 + topic_len
-            props = buf[p + 2:p + 2 + short(buf, p)[0]]
+            p += TOPICLEN_LENGTH
+            topic = buf[p:p + topic_len].decode()
+            p += topic_len
+            props = buf[p + PROPERTIESLEN_LENGTH:p + PROPERTIESLEN_LENGTH + short(buf, p)[0]]
             i = props.find(b"TAGS\x01")
             tags = props[i + 5:props.index(b"\x02", i)] if i >= 0 else b""
             i = props.find(b"KEYS\x01")

@@ -32,14 +32,35 @@ class StoreCheckpoint:
             os.close(fd)
 
     def _get(self, pos: int) -> int:
-        return _LONG.unpack_from(self._mm, pos)[0]
+        value: int = _LONG.unpack_from(self._mm, pos)[0]
+        return value
 
     def _set(self, pos: int, value: int) -> None:
         _LONG.pack_into(self._mm, pos, value)
 
-    physic_msg_timestamp = property(lambda self: self._get(0), lambda self, v: self._set(0, v))
-    logics_msg_timestamp = property(lambda self: self._get(8), lambda self, v: self._set(8, v))
-    index_msg_timestamp = property(lambda self: self._get(16), lambda self, v: self._set(16, v))
+    @property
+    def physic_msg_timestamp(self) -> int:
+        return self._get(0)
+
+    @physic_msg_timestamp.setter
+    def physic_msg_timestamp(self, value: int) -> None:
+        self._set(0, value)
+
+    @property
+    def logics_msg_timestamp(self) -> int:
+        return self._get(8)
+
+    @logics_msg_timestamp.setter
+    def logics_msg_timestamp(self, value: int) -> None:
+        self._set(8, value)
+
+    @property
+    def index_msg_timestamp(self) -> int:
+        return self._get(16)
+
+    @index_msg_timestamp.setter
+    def index_msg_timestamp(self, value: int) -> None:
+        self._set(16, value)
 
     def min_timestamp(self) -> int:
         """Where crash recovery may start: 3 s before the older of the two log timestamps."""

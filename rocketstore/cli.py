@@ -4,6 +4,7 @@
                                 [--metrics-port N] [--metrics-host H] [--set KEY=VALUE ...] [--log-level LEVEL]
     rocketstore serve index --commitlog HOST:PORT [same options]
     rocketstore serve dispatcher --commitlog HOST:PORT --index HOST:PORT [same options]
+    rocketstore serve ha --commitlog HOST:PORT [same options]
     rocketstore demo [--data-dir DIR] [--port N] [--count N] [--no-wait] [--set KEY=VALUE ...]  (= up --demo)
     rocketstore up | send | consume | status | topic | group | query | bench   (rocketstore.commands)
 
@@ -24,12 +25,19 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeAlias
+
+if TYPE_CHECKING:
+    from rocketstore.settings import Settings
 
 __all__ = ["SERVICES", "ServiceEntry", "build_parser", "main"]
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2  # bad arguments or bad settings
+
+# What add_subparsers returns; argparse's class is generic only in its stubs, hence the quotes.
+SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
 @dataclass(frozen=True)
@@ -56,6 +64,11 @@ SERVICES: dict[str, ServiceEntry] = {
         "rocketstore.services.dispatcher.main",
         "the dispatcher: tails the CommitLog and feeds the index service (ReputMessageService)",
         peers=("commitlog", "index"),
+    ),
+    "ha": ServiceEntry(
+        "rocketstore.services.ha.main",
+        "the HA service: a master streams its CommitLog to slaves, a slave replicates from haMasterAddress",
+        peers=("commitlog",),
     ),
     "gateway": ServiceEntry(
         "rocketstore.services.gateway.main",
@@ -101,7 +114,7 @@ def _add_settings_arguments(parser: argparse.ArgumentParser) -> None:
                         choices=("debug", "info", "warning", "error", "critical"), help="default: info")
 
 
-def _add_serve(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _add_serve(commands: SubParsers) -> None:
     serve = commands.add_parser("serve", help="run one service as its own process",
                                 description="Run one rocketstore service in the foreground until SIGTERM.")
     services = serve.add_subparsers(dest="service", metavar="SERVICE", required=True)
@@ -137,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_demo(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _add_demo(commands: SubParsers) -> None:
     demo = commands.add_parser(
         "demo", help="rocketstore up --demo: start the broker, produce and consume, keep serving",
         description="Start the whole broker (as `rocketstore up`), create DemoTopic, send messages one by one and "
@@ -167,7 +180,7 @@ def _run_demo(args: argparse.Namespace) -> int:
         return EXIT_USAGE
 
 
-def _load_settings(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def _load_settings(args: argparse.Namespace) -> Settings:
     from rocketstore.settings import load_settings
 
     overrides: dict[str, str] = dict(args.settings)

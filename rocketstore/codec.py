@@ -39,32 +39,85 @@ MAX_PROPERTIES_LENGTH = 32767
 # 4.9.4+: a record may exceed maxMessageSize by this much (topic and properties).
 RECORD_SIZE_SLACK = 64 * 1024
 
+# --- the record layout, named once ---------------------------------------------------------
+# Every position and size below is computed from the struct formats of the fields before it, as
+# aiokafka lays out its records; other modules import these names instead of repeating numbers.
+# The head (TOTALSIZE .. BORNTIMESTAMP) is the same for every record; BORNHOST and STOREHOSTADDRESS
+# are 8 bytes (IPv4) or 20 (IPv6, by SYSFLAG), so the fields after them move by 12 bytes per IPv6 host.
+_HEAD_FORMAT = ">iIIiiqqiq"  # TOTALSIZE MAGICCODE BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET SYSFLAG BORNTIMESTAMP
+RECORD_HEAD = struct.Struct(_HEAD_FORMAT)
 POS_TOTALSIZE = 0
-POS_MAGIC = 4
-POS_BODYCRC = 8
-POS_QUEUEID = 12
-POS_FLAG = 16
-POS_QUEUEOFFSET = 20
-POS_PHYSICALOFFSET = 28
-POS_SYSFLAG = 36
-POS_BORNTIMESTAMP = 40
-POS_BORNHOST = 48
+POS_MAGIC = struct.calcsize(">i")
+POS_BODYCRC = struct.calcsize(">iI")
+POS_QUEUEID = struct.calcsize(">iII")
+POS_FLAG = struct.calcsize(">iIIi")
+POS_QUEUEOFFSET = struct.calcsize(">iIIii")
+POS_PHYSICALOFFSET = struct.calcsize(">iIIiiq")
+POS_SYSFLAG = struct.calcsize(">iIIiiqq")
+POS_BORNTIMESTAMP = struct.calcsize(">iIIiiqqi")
+POS_BORNHOST = RECORD_HEAD.size
 
-_HEAD = struct.Struct(">iIIiiqqiq")  # TOTALSIZE .. BORNTIMESTAMP: 48 bytes
+HOST_V4 = struct.Struct(">4sI")  # address, port
+HOST_V6 = struct.Struct(">16sI")
+HOST_V4_LENGTH = HOST_V4.size
+HOST_V6_LENGTH = HOST_V6.size
+HOST_V6_EXTRA = HOST_V6_LENGTH - HOST_V4_LENGTH  # how far an IPv6 host moves the fields after it
+HOST_PORT_LENGTH = struct.calcsize(">I")
+STORETIMESTAMP_LENGTH = struct.calcsize(">q")
+# After STOREHOSTADDRESS: RECONSUMETIMES PREPAREDTRANSACTIONOFFSET BODYLEN, then BODY.
+RECORD_MIDDLE = struct.Struct(">iqi")
+RECONSUMETIMES_TO_BODYLEN = struct.calcsize(">iq")
+BODYLEN_LENGTH = struct.calcsize(">i")
+TOPICLEN_LENGTH = struct.calcsize(">B")  # V1: one byte
+PROPERTIESLEN_LENGTH = struct.calcsize(">h")
+
+# Positions of the fields after BORNHOST in a record with IPv4 hosts (RocketMQ's MessageDecoder
+# exports STORE_TIMESTAMP_POSITION = 56); add HOST_V6_EXTRA for each IPv6 host before the field.
+POS_STORETIMESTAMP = POS_BORNHOST + HOST_V4_LENGTH
+POS_STOREHOST = POS_STORETIMESTAMP + STORETIMESTAMP_LENGTH
+POS_RECONSUMETIMES = POS_STOREHOST + HOST_V4_LENGTH
+POS_PREPAREDTRANSACTIONOFFSET = POS_RECONSUMETIMES + struct.calcsize(">i")
+POS_BODYLEN = POS_RECONSUMETIMES + RECONSUMETIMES_TO_BODYLEN
+POS_BODY = POS_BODYLEN + BODYLEN_LENGTH
+# TOTALSIZE .. BODYLEN of a record with IPv4 hosts, in one struct (the body follows).
+RECORD_V4_FIXED = struct.Struct(_HEAD_FORMAT + "4sIq4sIiqi")
+# A V1 record with IPv4 hosts and empty body, topic and properties: RocketMQ's fixed overhead.
+MIN_RECORD_LENGTH = POS_BODY + TOPICLEN_LENGTH + PROPERTIESLEN_LENGTH
+# TOTALSIZE, MAGICCODE: how every record starts; the END_OF_FILE blank is only these 8 bytes.
+RECORD_PREFIX = struct.Struct(">iI")
+
+assert RECORD_HEAD.size == POS_BORNTIMESTAMP + STORETIMESTAMP_LENGTH
+assert RECORD_V4_FIXED.size == POS_BODY and RECORD_PREFIX.size == END_FILE_MIN_BLANK_LENGTH
+assert STOREHOSTADDRESS_V6_FLAG == BORNHOST_V6_FLAG << 1  # HOST_FLAGS_SHIFT reads both bits at once
+
+# The fast walks look the moving positions up by the two host bits of SYSFLAG:
+# ``table[(sys_flag >> HOST_FLAGS_SHIFT) & 3]``, index 1 = IPv6 born host, 2 = IPv6 store host.
+HOST_FLAGS_SHIFT = BORNHOST_V6_FLAG.bit_length() - 1
+STORETIMESTAMP_POSITIONS = tuple(POS_STORETIMESTAMP + HOST_V6_EXTRA * (i & 1) for i in range(4))
+STOREHOST_POSITIONS = tuple(POS_STOREHOST + HOST_V6_EXTRA * (i & 1) for i in range(4))
+RECONSUMETIMES_POSITIONS = tuple(POS_RECONSUMETIMES + HOST_V6_EXTRA * ((i & 1) + (i >> 1)) for i in range(4))
+BODYLEN_POSITIONS = tuple(POS_BODYLEN + HOST_V6_EXTRA * ((i & 1) + (i >> 1)) for i in range(4))
+
+_HEAD = RECORD_HEAD
 _INT = struct.Struct(">i")
 _UINT = struct.Struct(">I")
 _SHORT = struct.Struct(">h")
-_BLANK = struct.Struct(">iI")
+_LONG = struct.Struct(">q")
+_BLANK = RECORD_PREFIX
 
 
 def host_length(v6: bool) -> int:
-    return 20 if v6 else 8
+    return HOST_V6_LENGTH if v6 else HOST_V4_LENGTH
+
+
+def host_flags(sys_flag: int) -> int:
+    """The index into the ``*_POSITIONS`` tables: bit 0 an IPv6 born host, bit 1 an IPv6 store host."""
+    return (sys_flag >> HOST_FLAGS_SHIFT) & 3
 
 
 def record_length(body_len: int, topic_len: int, props_len: int, born_v6: bool, store_v6: bool) -> int:
     """RocketMQ's calMsgLength for V1 (1-byte topic length)."""
-    return 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + host_length(born_v6) + 8 + host_length(store_v6) + 4 + 8 + 4 + \
-        body_len + 1 + topic_len + 2 + props_len
+    return MIN_RECORD_LENGTH + HOST_V6_EXTRA * (born_v6 + store_v6) + body_len + topic_len + props_len
 
 
 def body_crc(body: bytes) -> int:
@@ -88,8 +141,9 @@ _struct_cache: dict[tuple[bool, bool, int, int, int], struct.Struct] = {}
 def _record_struct(born_v6: bool, store_v6: bool, body_len: int, topic_len: int, props_len: int) -> struct.Struct:
     if len(_struct_cache) > 4096:
         _struct_cache.clear()
-    born_addr, store_addr = (16 if born_v6 else 4), (16 if store_v6 else 4)
-    st = struct.Struct(f">iIIiiqqiq{born_addr}siq{store_addr}siiqi{body_len}sB{topic_len}sh{props_len}s")
+    born_addr = (HOST_V6_LENGTH if born_v6 else HOST_V4_LENGTH) - HOST_PORT_LENGTH
+    store_addr = (HOST_V6_LENGTH if store_v6 else HOST_V4_LENGTH) - HOST_PORT_LENGTH
+    st = struct.Struct(f"{_HEAD_FORMAT}{born_addr}siq{store_addr}siiqi{body_len}sB{topic_len}sh{props_len}s")
     _struct_cache[(born_v6, store_v6, body_len, topic_len, props_len)] = st
     return st
 
@@ -119,13 +173,13 @@ def encode_unplaced(msg: Message, store_addr: bytes, store_port: int, store_v6: 
     except ValueError as e:
         raise MessageRefused(PutMessageStatus.MESSAGE_ILLEGAL, str(e)) from e
     sys_flag = msg.sys_flag & ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
-    size = 91 + len(body) + len(topic_b) + len(props_b)
+    size = MIN_RECORD_LENGTH + len(body) + len(topic_b) + len(props_b)
     if born_v6:
         sys_flag |= BORNHOST_V6_FLAG
-        size += 12
+        size += HOST_V6_EXTRA
     if store_v6:
         sys_flag |= STOREHOSTADDRESS_V6_FLAG
-        size += 12
+        size += HOST_V6_EXTRA
     if not 0 < len(topic_b) <= MAX_TOPIC_LENGTH or len(body) > max_message_size \
             or len(props_b) > MAX_PROPERTIES_LENGTH or size > max_message_size + RECORD_SIZE_SLACK \
             or not 0 <= msg.queue_id <= 0x7FFFFFFF:
@@ -138,13 +192,13 @@ def encode_unplaced(msg: Message, store_addr: bytes, store_port: int, store_v6: 
                    len(topic_b), topic_b, len(props_b), props_b)
 
 
-_OFFSETS = struct.Struct(">qq")
-_LONG = struct.Struct(">q")
+_OFFSETS = struct.Struct(">qq")  # QUEUEOFFSET, PHYSICALOFFSET: adjacent, placed with one pack
+assert POS_PHYSICALOFFSET == POS_QUEUEOFFSET + _LONG.size
 
 
 def store_timestamp_position(sys_flag: int) -> int:
     """Where STORETIMESTAMP sits: after an 8-byte (IPv4) or 20-byte (IPv6) born host."""
-    return 68 if sys_flag & BORNHOST_V6_FLAG else 56
+    return STORETIMESTAMP_POSITIONS[(sys_flag >> HOST_FLAGS_SHIFT) & 3]
 
 
 def place(buf, pos: int, queue_offset: int, physical_offset: int, store_timestamp: int,
@@ -207,25 +261,25 @@ def check_record(buf, pos: int, limit: int, physical_offset: int | None = None, 
     total, magic = _BLANK.unpack_from(buf, pos)
     if magic == BLANK_MAGIC_CODE:
         return BLANK
-    if magic != MESSAGE_MAGIC_CODE or total < 91 or pos + total > limit:
+    if magic != MESSAGE_MAGIC_CODE or total < MIN_RECORD_LENGTH or pos + total > limit:
         return INVALID
     sys_flag = _INT.unpack_from(buf, pos + POS_SYSFLAG)[0]
-    born_len = host_length(bool(sys_flag & BORNHOST_V6_FLAG))
-    store_len = host_length(bool(sys_flag & STOREHOSTADDRESS_V6_FLAG))
-    p = pos + POS_BORNHOST + born_len + 8 + store_len + 4 + 8
+    born_v6 = bool(sys_flag & BORNHOST_V6_FLAG)
+    store_v6 = bool(sys_flag & STOREHOSTADDRESS_V6_FLAG)
+    p = pos + BODYLEN_POSITIONS[(sys_flag >> HOST_FLAGS_SHIFT) & 3]
     body_len = _INT.unpack_from(buf, p)[0]
-    if body_len < 0 or p + 4 + body_len + 1 > pos + total:
+    if body_len < 0 or p + BODYLEN_LENGTH + body_len + TOPICLEN_LENGTH > pos + total:
         return INVALID
-    body_start = p + 4
+    body_start = p + BODYLEN_LENGTH
     p = body_start + body_len
     topic_len = buf[p]
-    if topic_len > 127 or p + 1 + topic_len + 2 > pos + total:
+    if topic_len > MAX_TOPIC_LENGTH or p + TOPICLEN_LENGTH + topic_len + PROPERTIESLEN_LENGTH > pos + total:
         return INVALID
-    p += 1 + topic_len
+    p += TOPICLEN_LENGTH + topic_len
     props_len = _SHORT.unpack_from(buf, p)[0]
-    if props_len < 0 or total != record_length(body_len, topic_len, props_len, born_len == 20, store_len == 20):
+    if props_len < 0 or total != record_length(body_len, topic_len, props_len, born_v6, store_v6):
         return INVALID
-    if physical_offset is not None and struct.unpack_from(">q", buf, pos + POS_PHYSICALOFFSET)[0] != physical_offset:
+    if physical_offset is not None and _LONG.unpack_from(buf, pos + POS_PHYSICALOFFSET)[0] != physical_offset:
         return INVALID
     if check_crc:
         crc = _UINT.unpack_from(buf, pos + POS_BODYCRC)[0]
@@ -251,17 +305,16 @@ class RecordInfo:
 def read_record_info(buf, pos: int) -> RecordInfo:
     """The header fields, topic and raw properties of the (already checked) record at ``pos``."""
     total, _, _, queue_id, _, queue_offset, physical_offset, sys_flag, _ = _HEAD.unpack_from(buf, pos)
-    born_len = host_length(bool(sys_flag & BORNHOST_V6_FLAG))
-    store_len = host_length(bool(sys_flag & STOREHOSTADDRESS_V6_FLAG))
-    store_ts = struct.unpack_from(">q", buf, pos + POS_BORNHOST + born_len)[0]
-    p = pos + POS_BORNHOST + born_len + 8 + store_len + 4 + 8
+    hosts = (sys_flag >> HOST_FLAGS_SHIFT) & 3
+    store_ts = _LONG.unpack_from(buf, pos + STORETIMESTAMP_POSITIONS[hosts])[0]
+    p = pos + BODYLEN_POSITIONS[hosts]
     body_len = _INT.unpack_from(buf, p)[0]
-    p += 4 + body_len
+    p += BODYLEN_LENGTH + body_len
     topic_len = buf[p]
-    topic = bytes(buf[p + 1:p + 1 + topic_len]).decode()
-    p += 1 + topic_len
+    topic = bytes(buf[p + TOPICLEN_LENGTH:p + TOPICLEN_LENGTH + topic_len]).decode()
+    p += TOPICLEN_LENGTH + topic_len
     props_len = _SHORT.unpack_from(buf, p)[0]
-    props = bytes(buf[p + 2:p + 2 + props_len]).decode()
+    props = bytes(buf[p + PROPERTIESLEN_LENGTH:p + PROPERTIESLEN_LENGTH + props_len]).decode()
     return RecordInfo(total, queue_id, queue_offset, physical_offset, sys_flag, store_ts, topic, props)
 
 
@@ -271,24 +324,27 @@ def decode_message(buf, pos: int = 0, check_crc: bool = False) -> MessageExt:
     if check_record(buf, pos, limit, None, check_crc) <= 0:
         raise ValueError(f"no valid message record at position {pos}")
     total, _, crc, queue_id, flag, queue_offset, physical_offset, sys_flag, born_ts = _HEAD.unpack_from(buf, pos)
-    p = POS_BORNHOST + pos
-    born_len = host_length(bool(sys_flag & BORNHOST_V6_FLAG))
-    born_host = format_host(bytes(buf[p:p + born_len - 4]), _UINT.unpack_from(buf, p + born_len - 4)[0])
-    p += born_len
-    store_ts = struct.unpack_from(">q", buf, p)[0]
-    p += 8
-    store_len = host_length(bool(sys_flag & STOREHOSTADDRESS_V6_FLAG))
-    store_host = format_host(bytes(buf[p:p + store_len - 4]), _UINT.unpack_from(buf, p + store_len - 4)[0])
-    p += store_len
-    reconsume, prepared_offset, body_len = struct.unpack_from(">iqi", buf, p)
-    p += 16
+    # Field after field, each by its own size: the reference the fast walks are tested against.
+    p = pos + POS_BORNHOST
+    born = HOST_V6 if sys_flag & BORNHOST_V6_FLAG else HOST_V4
+    born_host = format_host(*born.unpack_from(buf, p))
+    p += born.size
+    store_ts = _LONG.unpack_from(buf, p)[0]
+    p += STORETIMESTAMP_LENGTH
+    store = HOST_V6 if sys_flag & STOREHOSTADDRESS_V6_FLAG else HOST_V4
+    store_host = format_host(*store.unpack_from(buf, p))
+    p += store.size
+    reconsume, prepared_offset, body_len = RECORD_MIDDLE.unpack_from(buf, p)
+    p += RECORD_MIDDLE.size
     body = bytes(buf[p:p + body_len])
     p += body_len
     topic_len = buf[p]
-    topic = bytes(buf[p + 1:p + 1 + topic_len]).decode()
-    p += 1 + topic_len
+    p += TOPICLEN_LENGTH
+    topic = bytes(buf[p:p + topic_len]).decode()
+    p += topic_len
     props_len = _SHORT.unpack_from(buf, p)[0]
-    props = string_to_properties(bytes(buf[p + 2:p + 2 + props_len]).decode())
+    p += PROPERTIESLEN_LENGTH
+    props = string_to_properties(bytes(buf[p:p + props_len]).decode())
     return MessageExt(
         topic=topic, body=body, queue_id=queue_id, flag=flag, properties=props, sys_flag=sys_flag,
         born_timestamp=born_ts, born_host=born_host, reconsume_times=reconsume,

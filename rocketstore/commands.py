@@ -1,7 +1,7 @@
 """The client-side commands of ``rocketstore``: the embedded broker, sending and consuming from the shell,
 queries, topic and group administration, broker status and benchmarks.
 
-    rocketstore up [--data-dir DIR] [--config broker.properties] [--port PORT]
+    rocketstore up [--data-dir DIR] [--config broker.properties] [--port PORT] [--with-slave]
     rocketstore send --endpoint HOST:PORT --topic T [--tags TAG] [--keys "K1 K2"] [--body TEXT] [--count N] [--json]
     rocketstore consume --endpoint HOST:PORT --topic T --group G [--expression EXPR] [--count N] [--timeout S] [--json]
     rocketstore status --endpoint HOST:PORT [--json]
@@ -27,12 +27,16 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
+from rocketstore.cli import SubParsers as _SubParsers
 from rocketstore.cli import _key_value, _port  # the argument types every command shares
 
 if TYPE_CHECKING:
-    from rocketstore.client.messages import ReceivedMessage
+    from concurrent.futures import Future
+
+    from rocketstore.client.messages import ReceivedMessage, SendResult
+    from rocketstore.v1 import gateway_pb2 as pb
 
 __all__ = ["add_commands"]
 
@@ -40,9 +44,6 @@ DEFAULT_ENDPOINT = "127.0.0.1:8081"
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
-
-_SubParsers = argparse._SubParsersAction  # type: ignore[type-arg]
-
 
 # --- argument types ---------------------------------------------------------------------------
 
@@ -107,7 +108,7 @@ def _add_json(p: argparse.ArgumentParser) -> None:
 
 # --- output -----------------------------------------------------------------------------------
 
-def _emit(obj: Any) -> None:
+def _emit(obj: object) -> None:
     sys.stdout.write(json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n")
 
 
@@ -176,6 +177,9 @@ def _add_up(commands: _SubParsers) -> None:
                    help="once up, create DemoTopic, send messages, consume them back and show the status")
     p.add_argument("--demo-count", type=_positive, default=20, metavar="N", help="messages the demo sends (20)")
     p.add_argument("--stop-after-demo", action="store_true", help="stop the broker once the demo has run")
+    p.add_argument("--with-slave", action="store_true",
+                   help="also start a SLAVE broker replicating this one (its data directory is DATA_DIR-slave), "
+                        "each broker with its ha service")
     p.set_defaults(handler=_run_up)
 
 
@@ -184,6 +188,15 @@ def _run_up(args: argparse.Namespace) -> int:
     from rocketstore.settings import SettingsError
 
     try:
+        if args.with_slave:
+            if args.demo:
+                print("rocketstore up: --demo and --with-slave do not go together", file=sys.stderr)
+                return EXIT_USAGE
+            from rocketstore.launcher import run_with_slave
+
+            return run_with_slave(args.data_dir, args.config, args.port, host=args.host,
+                                  internal_host=args.internal_host, settings=args.settings,
+                                  log_dir=args.log_dir, log_level=args.log_level)
         return run_up(args.data_dir, args.config, args.port, host=args.host, internal_host=args.internal_host,
                       settings=args.settings,
                       log_dir=args.log_dir, log_level=args.log_level,
@@ -219,8 +232,15 @@ def _add_send(commands: _SubParsers) -> None:
     p.set_defaults(handler=_guard("send", _run_send))
 
 
+class _SendTarget(TypedDict):
+    """The queue choice of ``rocketstore send``, passed to every Producer send as keywords."""
+
+    queue_id: int | None
+    sharding_key: str | None
+
+
 def _run_send(args: argparse.Namespace) -> int:
-    from rocketstore.client import Message, Producer, SendResult
+    from rocketstore.client import Message, Producer
     from rocketstore.client.errors import DeadlineExceededError
 
     if args.body_file is not None:
@@ -242,7 +262,7 @@ def _run_send(args: argparse.Namespace) -> int:
             print(f"{r.status.value:<8} msgId={r.msg_id} offsetMsgId={r.offset_msg_id} "
                   f"queue={r.topic}#{r.queue_id} queueOffset={r.queue_offset}")
 
-    target: dict[str, Any] = {"queue_id": args.queue_id, "sharding_key": args.sharding_key}
+    target = _SendTarget(queue_id=args.queue_id, sharding_key=args.sharding_key)
     sent = 0
     t0 = time.perf_counter()
     with Producer(args.endpoint, args.producer_group, send_timeout=args.rpc_timeout,
@@ -259,8 +279,8 @@ def _run_send(args: argparse.Namespace) -> int:
                 batch = [message(i) for i in range(start, min(start + args.batch, args.count))]
                 futures.append(p.send_batch_async(batch, **target) if args.batch > 1
                                else p.send_async(batch[0], **target))
-            for f in futures:
-                results = f.result()
+            for future in futures:
+                results = future.result()
                 for r in results if isinstance(results, list) else [results]:
                     report(r)
                     sent += 1
@@ -443,12 +463,12 @@ def _add_topic(commands: _SubParsers) -> None:
     p.set_defaults(handler=_guard("topic stats", _run_topic_stats))
 
 
-def _topic_dict(t: Any) -> dict[str, Any]:
+def _topic_dict(t: pb.TopicInfo) -> dict[str, str | int | bool]:
     return {"topic": t.topic, "readQueueNums": t.read_queue_nums, "writeQueueNums": t.write_queue_nums,
             "perm": t.perm, "order": t.order, "system": t.system}
 
 
-def _print_topic(t: Any, as_json: bool, verb: str) -> None:
+def _print_topic(t: pb.TopicInfo, as_json: bool, verb: str) -> None:
     if as_json:
         _emit(_topic_dict(t))
     else:
@@ -731,8 +751,6 @@ def _run_meter(meter: _Meter, label: str, stop: threading.Event, t0: float) -> t
 
 
 def _run_bench_produce(args: argparse.Namespace) -> int:
-    from concurrent.futures import Future
-
     from rocketstore.client import Message, Producer
     from rocketstore.client.errors import ClientError
 
@@ -743,7 +761,7 @@ def _run_bench_produce(args: argparse.Namespace) -> int:
 
     def claim() -> int:
         with claim_lock:
-            n = min(args.batch, args.count - claimed[0])
+            n: int = min(args.batch, args.count - claimed[0])
             claimed[0] += max(n, 0)
             return n
 
@@ -771,7 +789,7 @@ def _run_bench_produce(args: argparse.Namespace) -> int:
                 continue
             in_flight.acquire()
 
-            def done(f: Future, n: int = n, start: float = start) -> None:  # type: ignore[type-arg]
+            def done(f: Future[SendResult] | Future[list[SendResult]], n: int = n, start: float = start) -> None:
                 in_flight.release()
                 if f.exception() is None:
                     meter.record(n, time.perf_counter() - start)

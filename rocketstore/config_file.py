@@ -43,7 +43,7 @@ class ConfigFileError(ValueError):
     """Neither a config file nor its ``.bak`` could be read, and at least one of them exists."""
 
 
-def to_json(data: Any) -> str:
+def to_json(data: object) -> str:
     """``data`` as fastjson's pretty format: tab-indented, ``"key":value``, keys in the order given."""
     return json.dumps(data, indent="\t", separators=(",", ":"), ensure_ascii=False)
 
@@ -76,7 +76,7 @@ def load_json(
     raise ConfigFileError(f"cannot load {path} ({problem}) nor its backup {bak} ({bak_problem})")
 
 
-def persist_json(path: str | os.PathLike[str], data: Any) -> None:
+def persist_json(path: str | os.PathLike[str], data: object) -> None:
     """Write ``data`` to ``path`` atomically; the previous version is kept as ``path + ".bak"``.
 
     Steps: write ``path + ".tmp"`` and fsync it; rename the current file to ``.bak`` (only if it parses: a

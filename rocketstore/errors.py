@@ -10,6 +10,7 @@ catching ``grpc.RpcError``::
           ├── InvalidArgument       INVALID_ARGUMENT
           ├── NotFound              NOT_FOUND
           ├── OutOfRange            OUT_OF_RANGE
+          ├── PermissionDenied      PERMISSION_DENIED
           ├── FailedPrecondition    FAILED_PRECONDITION
           └── Internal              INTERNAL
 
@@ -29,6 +30,7 @@ __all__ = [
     "InvalidArgument",
     "NotFound",
     "OutOfRange",
+    "PermissionDenied",
     "Refused",
     "Unavailable",
     "error_for",
@@ -93,6 +95,12 @@ class OutOfRange(_FixedRefusal):
     CODE = "OUT_OF_RANGE"
 
 
+class PermissionDenied(_FixedRefusal):
+    """The caller may not do this (a system topic, a destructive call without the operator token)."""
+
+    CODE = "PERMISSION_DENIED"
+
+
 class FailedPrecondition(_FixedRefusal):
     """The service's state does not allow the call (a dispatch gap, ...)."""
 
@@ -106,7 +114,7 @@ class Internal(_FixedRefusal):
 
 
 _FIXED: dict[str, type[_FixedRefusal]] = {
-    cls.CODE: cls for cls in (InvalidArgument, NotFound, OutOfRange, FailedPrecondition, Internal)
+    cls.CODE: cls for cls in (InvalidArgument, NotFound, OutOfRange, PermissionDenied, FailedPrecondition, Internal)
 }
 
 

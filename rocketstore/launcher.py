@@ -33,14 +33,16 @@ from typing import TextIO
 from rocketstore.errors import DeadlineExceeded
 from rocketstore.health_client import wait_serving
 
-__all__ = ["SERVICE_ORDER", "Launcher", "LaunchError", "ManagedService", "free_port", "run_up"]
+__all__ = ["HA_SERVICE_ORDER", "SERVICE_ORDER", "Launcher", "LaunchError", "ManagedService", "free_port", "run_up"]
 
 SERVICE_ORDER = ("commitlog", "index", "dispatcher", "gateway")
+HA_SERVICE_ORDER = (*SERVICE_ORDER, "ha")  # a broker of a master/slave pair (up --with-slave)
 PEERS: dict[str, tuple[str, ...]] = {
     "commitlog": (),
     "index": ("commitlog",),
     "dispatcher": ("commitlog", "index"),
     "gateway": ("commitlog", "index"),
+    "ha": ("commitlog",),
 }
 START_TIMEOUT = 60.0  # seconds for one service to report SERVING
 STOP_TIMEOUT = 30.0  # seconds for one service to exit after SIGTERM before SIGKILL
@@ -165,6 +167,9 @@ class Launcher:
         stop_timeout: float = STOP_TIMEOUT,
         backoff_initial: float = BACKOFF_INITIAL,
         backoff_max: float = BACKOFF_MAX,
+        services: Sequence[str] = SERVICE_ORDER,
+        label: str = "",
+        stop_event: threading.Event | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.config = config
@@ -175,23 +180,25 @@ class Launcher:
         self.stop_timeout = stop_timeout
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
-        self._stop = threading.Event()
+        self.order = tuple(services)
+        self.label = label  # prefixes every line printed ("slave: ")
+        self._stop = stop_event or threading.Event()
         self.store_dir = Path(self._store_root())
         logs = Path(log_dir) if log_dir else self.store_dir / "logs"
         chosen = dict(ports or {})
         chosen["gateway"] = port or chosen.get("gateway") or free_port(host)
-        for name in SERVICE_ORDER:
+        for name in self.order:
             if not chosen.get(name):
                 chosen[name] = free_port(self.host_of(name))
         # Ports the launcher picked itself may be taken by someone else between the pick and the bind:
         # such a service is started again on another port (the gateway's port is the user's to choose).
-        self._picked = {name for name in SERVICE_ORDER if name != "gateway" and not (ports or {}).get(name)}
+        self._picked = {name for name in self.order if name != "gateway" and not (ports or {}).get(name)}
         self._log_level = log_level
         self._settings = list(settings)
         self.services: dict[str, ManagedService] = {}
-        for name in SERVICE_ORDER:
+        for name in self.order:
             self.services[name] = ManagedService(name, chosen[name], [], logs / f"{name}.log", self.host_of(name))
-        for name in SERVICE_ORDER:
+        for name in self.order:
             self.services[name].command = self._command(name)
 
     def host_of(self, name: str) -> str:
@@ -232,7 +239,7 @@ class Launcher:
         return self.services["gateway"].endpoint
 
     def say(self, text: str) -> None:
-        print(text, file=self.out, flush=True)
+        print(f"{self.label}{text}", file=self.out, flush=True)
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -248,7 +255,7 @@ class Launcher:
         t0 = time.monotonic()
         self.say(f"rocketstore up: store {self.store_dir}, logs {self.services['gateway'].log_path.parent}")
         try:
-            for i, name in enumerate(SERVICE_ORDER):
+            for i, name in enumerate(self.order):
                 svc = self.services[name]
                 for attempt in range(3):
                     svc.start()
@@ -260,7 +267,7 @@ class Launcher:
                                 or svc.running or not self._port_taken(svc.host, svc.port):
                             raise
                     svc.port = free_port(svc.host)  # lost the port we picked: take another one
-                    for later in SERVICE_ORDER[i:]:
+                    for later in self.order[i:]:
                         self.services[later].command = self._command(later)
                 self.say(f"  {name:<11} {svc.endpoint:<21} pid {svc.pid:<8} SERVING")
         except BaseException:
@@ -273,7 +280,7 @@ class Launcher:
     def supervise_once(self) -> None:
         """Notice dead services and restart those whose back-off has passed."""
         now = time.monotonic()
-        for name in SERVICE_ORDER:
+        for name in self.order:
             if self._stop.is_set():
                 return
             svc = self.services[name]
@@ -308,7 +315,7 @@ class Launcher:
     def stop(self) -> bool:
         """Stop the services in reverse start order; True when each that ran exited cleanly (code 0)."""
         clean = True
-        for name in reversed(SERVICE_ORDER):
+        for name in reversed(self.order):
             svc = self.services[name]
             if not svc.running:
                 continue
@@ -371,3 +378,51 @@ def run_up(data_dir: str | None, config: str | None, port: int, *, host: str = "
                 up.say(f"the broker keeps running at {up.gateway_endpoint}; Ctrl-C stops it")
 
     return launcher.run(on_ready=run_demo if demo else None)
+
+
+def run_with_slave(data_dir: str | None, config: str | None, port: int, *, host: str = "127.0.0.1",
+                   internal_host: str = "127.0.0.1", settings: Sequence[tuple[str, str]] = (),
+                   log_dir: str | None = None, log_level: str = "info", install_signals: bool = True,
+                   out: TextIO | None = None) -> int:
+    """``rocketstore up --with-slave``: the broker as a master (its role from the settings, ASYNC_MASTER by
+    default) with its ha service, and a whole SLAVE broker beside it (data directory ``<store>-slave``,
+    a gateway on a free port) replicating from it. Stops the slave first, then the master."""
+    stop = threading.Event()
+    master = Launcher(data_dir, config, port, host=host, internal_host=internal_host, settings=settings,
+                      log_dir=log_dir, log_level=log_level,
+                      services=HA_SERVICE_ORDER, label="master: ", stop_event=stop, out=out)
+    slave: Launcher | None = None
+    previous: dict[int, object] = {}
+    if install_signals:
+        def handle(signum: int, _frame: object) -> None:
+            stop.set()
+
+        previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        try:
+            master.start()
+            slave_settings = [*settings, ("brokerRole", "SLAVE"), ("brokerId", "1"),
+                              ("haMasterAddress", master.services["ha"].endpoint)]
+            slave_dir = f"{master.store_dir}-slave"
+            slave = Launcher(slave_dir, config, 0, host=host, internal_host=internal_host, settings=slave_settings,
+                             log_dir=os.path.join(log_dir, "slave") if log_dir else None, log_level=log_level,
+                             services=HA_SERVICE_ORDER, label="slave:  ", stop_event=stop, out=out)
+            slave.start()
+        except LaunchError as e:
+            master.stop()
+            if stop.is_set():
+                return 0
+            print(f"rocketstore up: {e}", file=sys.stderr, flush=True)
+            return 1
+        master.say(f"replicating to the slave (store {slave.store_dir}, gateway {slave.gateway_endpoint}); "
+                   "`rocketstore status` on either gateway shows the role and the lag")
+        while not stop.wait(0.2):
+            master.supervise_once()
+            slave.supervise_once()
+        clean = slave.stop()
+        clean = master.stop() and clean
+        master.say("stopped cleanly" if clean else "stopped; a service did not exit cleanly (see its log)")
+        return 0 if clean else 1
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]

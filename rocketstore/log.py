@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any, TextIO
+from typing import TextIO
 
 import structlog
-from structlog.typing import EventDict, Processor, WrappedLogger
+from structlog.typing import EventDict, FilteringBoundLogger, Processor, WrappedLogger
 
 __all__ = ["configure_logging", "get_logger"]
 
@@ -27,7 +27,7 @@ _LEVELS = {
 }
 
 
-class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+class _StderrHandler(logging.StreamHandler[TextIO]):
     """Our stdlib handler, marked by its class so a second configure_logging replaces it."""
 
 
@@ -43,7 +43,7 @@ class _NamedWriteLoggerFactory:
     def __init__(self, file: TextIO) -> None:
         self._file = file
 
-    def __call__(self, *args: Any) -> _NamedWriteLogger:
+    def __call__(self, *args: object) -> _NamedWriteLogger:
         return _NamedWriteLogger(self._file, str(args[0]) if args else "")
 
 
@@ -100,9 +100,12 @@ def configure_logging(json: bool = True, level: str = "info", service: str | Non
     root.setLevel(max(logging.WARNING, numeric))
 
 
-def get_logger(name: str, **initial_values: Any) -> Any:
-    """A structlog logger whose lines carry ``logger=name`` (and any initial values)."""
-    return structlog.get_logger(name, **initial_values)
+def get_logger(name: str, **initial_values: object) -> FilteringBoundLogger:
+    """A structlog logger whose lines carry ``logger=name`` (and any initial values).
+
+    configure_logging makes every logger a filtering bound logger; structlog types get_logger as Any."""
+    logger: FilteringBoundLogger = structlog.get_logger(name, **initial_values)
+    return logger
 
 
 def _add_logger_name(logger: WrappedLogger, _method: str, event_dict: EventDict) -> EventDict:

@@ -8,6 +8,7 @@ import os
 import queue
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 
 from rocketstore.log import get_logger
@@ -126,8 +127,9 @@ class MappedFileQueue:
 
     def __init__(self, store_path: str, mapped_file_size: int,
                  allocator: AllocateMappedFileService | None = None,
-                 pool: TransientStorePool | None = None) -> None:
+                 pool: TransientStorePool | None = None, size_setting: str = "") -> None:
         self.store_path = store_path
+        self.size_setting = size_setting  # the setting that sizes these files, for messages
         self.mapped_file_size = mapped_file_size
         self.allocator = allocator
         self.pool = pool
@@ -148,9 +150,10 @@ class MappedFileQueue:
             if leftover.endswith(".tmp"):
                 os.unlink(os.path.join(self.store_path, leftover))
         files: list[MappedFile] = []
+        sizes = [os.path.getsize(os.path.join(self.store_path, name)) for name in names]
         for i, name in enumerate(names):
             path = os.path.join(self.store_path, name)
-            size = os.path.getsize(path)
+            size = sizes[i]
             if size != self.mapped_file_size:
                 if i == len(names) - 1 and _all_zero(path):
                     log.warning("removing an unwritten last file of the wrong size", path=path, size=size)
@@ -158,14 +161,30 @@ class MappedFileQueue:
                     continue
                 for f in files:
                     f.close()
-                raise OSError(
-                    f"{path} is {size} bytes but mapedFileSizeCommitLog is {self.mapped_file_size}: "
-                    "set the file size the store was created with"
-                )
+                raise OSError(self._wrong_size(path, size, i == len(names) - 1,
+                                               others_fit=self.mapped_file_size in sizes))
             mf = MappedFile(path, self.mapped_file_size)
             mf.set_positions(self.mapped_file_size)
             files.append(mf)
         self.files = files
+
+    def _wrong_size(self, path: str, size: int, last: bool, others_fit: bool) -> str:
+        """Why a file of the wrong size stops the load, and the way out: a file shorter than its
+        siblings was cut short (damaged); files all of another size mean the setting changed."""
+        expected = self.mapped_file_size
+        setting = self.size_setting or "the configured file size"
+        if size > expected or not (others_fit or last):
+            return (f"{path} is {size} bytes but {setting} is {expected}: set the file size the store was "
+                    "created with")
+        keeps = ("recovery then keeps every whole record before the cut and ends the log there"
+                 if last else "the records after the cut are lost and reads skip them as corrupt")
+        text = (f"{path} is damaged: it is {size} bytes, shorter than the {expected} bytes every file of this "
+                f"directory has (a copy or restore that stopped early, a full disk, a file system error). "
+                f"Restore it from a backup, or extend it with zeros to keep the whole records it holds: "
+                f"`truncate -s {expected} {path}` ({keeps}), then start again")
+        if not others_fit:
+            text += f". If the store was created with another {setting}, set that instead"
+        return text
 
     # --- lookup ----------------------------------------------------------------------------
     def first(self) -> MappedFile | None:
@@ -288,15 +307,19 @@ class MappedFileQueue:
         self.committed_where = min(self.committed_where, offset) if keep else 0
 
     def delete_expired_file_by_time(self, expired_ms: int, delete_interval_ms: int, interval_forcibly_ms: int,
-                                    clean_immediately: bool, max_batch: int = 10) -> int:
+                                    clean_immediately: bool, max_batch: int = 10,
+                                    before_delete: Callable[[MappedFile], None] | None = None) -> int:
         """Delete the oldest files unchanged for ``expired_ms`` (or any, when cleaning at once),
-        in order, stopping at the first that must stay; never the last file."""
+        in order, stopping at the first that must stay; never the last file. ``before_delete`` sees
+        each file while its bytes are still there."""
         files = self.files[:-1]
         now = time.time() * 1000
         deleted: list[MappedFile] = []
         for mf in files:
             if now < mf.last_modified() * 1000 + expired_ms and not clean_immediately:
                 break
+            if before_delete is not None:
+                before_delete(mf)
             mf.destroy()
             deleted.append(mf)
             if len(deleted) >= max_batch:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import ipaddress
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 # --- property names (RocketMQ's MessageConst) --------------------------------------------
@@ -25,6 +26,24 @@ PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
 PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
 PROPERTY_TRANSACTION_ID = "__transactionId__"
 KEY_SEPARATOR = " "
+
+# Property names only the broker may set: RocketMQ's MessageConst.STRING_HASH_SET (what
+# Message.putUserProperty refuses), with the names the store itself writes (INNER_NUM, INNER_BASE,
+# INNER_MULTI_DISPATCH, the whole-record CRC's __CRC32#) and the 4.9 spellings of the sharding key
+# and the transaction id. A producer sets tags, keys and the unique key through their own fields.
+SYSTEM_PROPERTY_NAMES = frozenset({
+    "TRACE_ON", "MSG_REGION", PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_WAIT_STORE_MSG_OK, PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_RETRY_TOPIC, PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID, PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_PRODUCER_GROUP, "MIN_OFFSET", "MAX_OFFSET", "BUYER_ID", PROPERTY_ORIGIN_MESSAGE_ID, "TRANSFER_FLAG",
+    "CORRECTION_FLAG", "MQ2_FLAG", PROPERTY_RECONSUME_TIME, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    PROPERTY_MAX_RECONSUME_TIMES, "CONSUME_START_TIME", "POP_CK", "POP_CK_OFFSET", "1ST_POP_TIME",
+    "TRAN_PREPARED_QUEUE_OFFSET", "DUP_INFO", "EXTEND_UNIQ_INFO", "INSTANCE_ID", "CORRELATION_ID",
+    "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME", "PUSH_REPLY_TIME", "CLUSTER", "MSG_TYPE", "INNER_MULTI_QUEUE_OFFSET",
+    "TIMER_DELAY_SEC", "TIMER_DELIVER_MS", "TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS", "TIMER_ROLL_TIMES",
+    "TIMER_OUT_MS", "TIMER_DEL_UNIQKEY", "TIMER_DELAY_LEVEL", "__BORNHOST", "BORN_TIMESTAMP",
+    "TRANSACTION_CHECK_TIMES", "CHECK_IMMUNITY_TIME_IN_SECONDS", "INNER_NUM", "INNER_BASE", "INNER_MULTI_DISPATCH",
+    "__CRC32#", "SHARDING_KEY", PROPERTY_TRANSACTION_ID,
+})
 
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
@@ -76,7 +95,7 @@ def property_value(text: str, name: str) -> str | None:
         start = i + 1
 
 
-def wait_store_msg_ok(properties, properties_text: str = "") -> bool:
+def wait_store_msg_ok(properties: Mapping[str, str], properties_text: str = "") -> bool:
     """Whether the producer waits for the store: WAIT absent, or true as Java's
     Boolean.parseBoolean reads it. ``properties_text`` is the stored form, when that is what
     the message carries."""

@@ -2,7 +2,9 @@
 
 ``python -m rocketstore.protogen`` regenerates ``rocketstore/v1/*_pb2.py``, ``*_pb2_grpc.py`` and
 ``*_pb2.pyi`` from every ``protos/rocketstore/v1/*.proto`` with grpcio-tools (``-I protos``, so the
-generated modules import each other as ``from rocketstore.v1 import x_pb2``). The stubs are
+generated modules import each other as ``from rocketstore.v1 import x_pb2``), and ``*_pb2_grpc.pyi``
+with mypy-protobuf's ``protoc-gen-mypy_grpc`` plugin: grpcio-tools writes the stubs and servicers
+untyped, and the type checker needs their request and response types. The stubs are
 committed; ``python -m rocketstore.protogen --check`` regenerates them into a temporary directory
 and exits 1, listing every stale, missing or orphaned stub, when the committed ones differ.
 
@@ -15,12 +17,14 @@ from __future__ import annotations
 import argparse
 import importlib.resources
 import re
+import shutil
 import sys
 import tempfile
 from pathlib import Path
 
 PACKAGE_PATH = Path("rocketstore") / "v1"
-GENERATED_SUFFIXES = ("_pb2.py", "_pb2_grpc.py", "_pb2.pyi")
+GENERATED_SUFFIXES = ("_pb2.py", "_pb2_grpc.py", "_pb2.pyi", "_pb2_grpc.pyi")
+GRPC_TYPES_PLUGIN = "protoc-gen-mypy_grpc"
 
 _ROOT = Path(__file__).resolve().parent.parent
 
@@ -48,6 +52,17 @@ def default_out_dir() -> Path:
     return _ROOT
 
 
+def grpc_types_plugin() -> Path:
+    """The mypy-protobuf plugin that writes ``*_pb2_grpc.pyi``: beside this interpreter, else on PATH."""
+    beside = Path(sys.executable).parent / GRPC_TYPES_PLUGIN
+    if beside.is_file():
+        return beside
+    found = shutil.which(GRPC_TYPES_PLUGIN)
+    if found is None:
+        raise ProtogenError(f"{GRPC_TYPES_PLUGIN} not found: install mypy-protobuf (pip install -e '.[test]')")
+    return Path(found)
+
+
 def proto_files(protos_dir: Path) -> list[Path]:
     """Every .proto of the rocketstore.v1 package, sorted, relative to ``protos_dir``."""
     return sorted(p.relative_to(protos_dir) for p in (protos_dir / PACKAGE_PATH).glob("*.proto"))
@@ -57,6 +72,7 @@ def generate(protos_dir: Path | None = None, out_dir: Path | None = None) -> lis
     """Compile every proto into ``out_dir/rocketstore/v1``; returns the files written."""
     from grpc_tools import protoc
 
+    plugin = grpc_types_plugin()
     protos_dir = (protos_dir or default_protos_dir()).resolve()
     out_dir = (out_dir or default_out_dir()).resolve()
     files = proto_files(protos_dir)
@@ -71,6 +87,8 @@ def generate(protos_dir: Path | None = None, out_dir: Path | None = None) -> lis
         f"--python_out={out_dir}",
         f"--pyi_out={out_dir}",
         f"--grpc_python_out={out_dir}",
+        f"--plugin={GRPC_TYPES_PLUGIN}={plugin}",
+        f"--mypy_grpc_out=quiet:{out_dir}",
         # absolute paths under the -I directory: protoc names them rocketstore/v1/x.proto
         *(str(protos_dir / f) for f in files),
     ]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any, Generic, TypeVar, cast
 
 import grpc
@@ -63,7 +63,7 @@ class Caller:
         self.wait_for_ready = wait_for_ready
 
     def call(self, method: Callable[..., _T], request: Any, *, retry: bool, timeout: float | None = None,
-             wait_for_ready: bool | None = None) -> _T:
+             wait_for_ready: bool | None = None, metadata: Sequence[tuple[str, str]] | None = None) -> _T:
         """One unary call on a sync stub method."""
         total = self.timeout if timeout is None else timeout
         ready = self.wait_for_ready if wait_for_ready is None else wait_for_ready
@@ -74,7 +74,7 @@ class Caller:
             if remaining <= 0:
                 raise last if last is not None else _deadline_error(self.service, _name(method), total)
             try:
-                return method(request, timeout=remaining, wait_for_ready=ready)
+                return method(request, timeout=remaining, wait_for_ready=ready, metadata=metadata)
             except grpc.RpcError as e:
                 error = translate(self.service, _name(method), e)
             if not (retry and isinstance(error, Unavailable) and deadline - time.monotonic() > backoff):
@@ -84,7 +84,8 @@ class Caller:
             backoff = min(backoff * 2, MAX_BACKOFF)
 
     async def acall(self, method: Callable[..., Awaitable[_T]], request: Any, *, retry: bool,
-                    timeout: float | None = None, wait_for_ready: bool | None = None) -> _T:
+                    timeout: float | None = None, wait_for_ready: bool | None = None,
+                    metadata: Sequence[tuple[str, str]] | None = None) -> _T:
         """One unary call on a grpc.aio stub method."""
         total = self.timeout if timeout is None else timeout
         ready = self.wait_for_ready if wait_for_ready is None else wait_for_ready
@@ -95,7 +96,7 @@ class Caller:
             if remaining <= 0:
                 raise last if last is not None else _deadline_error(self.service, _name(method), total)
             try:
-                return await method(request, timeout=remaining, wait_for_ready=ready)
+                return await method(request, timeout=remaining, wait_for_ready=ready, metadata=metadata)
             except grpc.RpcError as e:
                 error = translate(self.service, _name(method), e)
             if not (retry and isinstance(error, Unavailable) and deadline - time.monotonic() > backoff):

@@ -3,7 +3,9 @@
 Operators who know RocketMQ should be able to bring their ``broker.properties`` along: every key here is
 spelled as RocketMQ spells it (``flushDiskType``, ``mapedFileSizeCommitLog``, ...) and defaults to RocketMQ's
 default. ``KEYS`` is the single source of truth: the ``Settings`` dataclass, the parser, ``to_properties``
-and ``describe`` are all generated from it, so a key cannot exist in one place and not in another.
+and ``describe`` (and from it docs/settings.md) are all generated from it, so a key cannot exist in one
+place and not in another. Each key also says what it does here: honoured by named services, ignored (with
+the reason) or not yet; ``load_settings`` warns once about each key set to no effect.
 
 Where a setting comes from, lowest to highest precedence::
 
@@ -22,15 +24,17 @@ import enum
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import structlog
 
 __all__ = [
     "ENV_PREFIX",
     "KEYS",
+    "SERVICES",
     "BrokerRole",
     "FlushDiskType",
+    "KeyStatus",
     "SettingKey",
     "Settings",
     "SettingsError",
@@ -39,6 +43,7 @@ __all__ = [
     "lookup_key",
     "parse_delay_levels",
     "parse_properties",
+    "warn_ineffective",
 ]
 
 ENV_PREFIX = "ROCKETSTORE_"
@@ -62,6 +67,18 @@ class BrokerRole(enum.Enum):
     ASYNC_MASTER = "ASYNC_MASTER"
     SYNC_MASTER = "SYNC_MASTER"
     SLAVE = "SLAVE"
+
+
+class KeyStatus(enum.Enum):
+    """What a key does here. Every key has exactly one status in ``KEYS``."""
+
+    HONOURED = "honoured"  # read by the services named in the key's readers (in full, or the part its note says)
+    IGNORED = "ignored"  # accepted so RocketMQ files load, but meaningless here (its note says why)
+    NOT_YET = "not yet"  # a feature later work will build (replication, transactions, delays)
+
+
+# The services that read settings; a key's readers are some of these.
+SERVICES = ("commitlog", "index", "dispatcher", "gateway", "ha")
 
 
 class SettingsError(ValueError):
@@ -186,6 +203,10 @@ class SettingKey:
     ``minimum``/``maximum`` bound ints; ``check`` raises on other bad values; ``normalize`` turns an
     accepted value into the stored one (RocketMQ getter semantics); ``derive`` names the directory entry
     under ``storePathRootDir`` that a path key defaults to.
+
+    ``status`` says whether the key does anything here, ``readers`` which services read it and ``note``
+    what part of it is honoured (honoured keys) or why it has no effect (ignored and not-yet keys).
+    ``doc`` is what the key means in RocketMQ.
     """
 
     name: str
@@ -198,6 +219,14 @@ class SettingKey:
     check: Callable[[Any], None] | None = None
     normalize: Callable[[Any], Any] | None = None
     derive: str | None = None
+    status: KeyStatus = KeyStatus.HONOURED
+    readers: tuple[str, ...] = ()
+    note: str = ""
+
+    @property
+    def has_effect(self) -> bool:
+        """False for keys accepted but ignored and keys not honoured yet: setting them changes nothing."""
+        return self.status is KeyStatus.HONOURED
 
     @property
     def attr(self) -> str:
@@ -224,22 +253,35 @@ class SettingKey:
             return "an integer"
         return "a string"
 
+    def type_text(self) -> str:
+        """The type and range in a few words, for the settings table: ``int 0..65535``, ``bool``, ..."""
+        if issubclass(self.type, enum.Enum):
+            return " or ".join(m.name for m in self.type)
+        if self.type is int:
+            low = "" if self.minimum is None else str(self.minimum)
+            high = "" if self.maximum is None else str(self.maximum)
+            if low and high:
+                return f"int {low}..{high}"
+            return f"int >= {low}" if low else (f"int <= {high}" if high else "int")
+        return {bool: "bool", str: "string"}[self.type]
+
     def parse(self, value: object) -> Any:
         """Turn a typed value or its properties-file text into the stored value, or raise _Invalid."""
+        result: Any = value
         if isinstance(value, str):
-            value = self._from_text(value)
+            result = self._from_text(value)
         elif not self._has_type(value):
             raise _Invalid("expected " + self.expected())
         if self.type is int and (
-            (self.minimum is not None and value < self.minimum)
-            or (self.maximum is not None and value > self.maximum)
+            (self.minimum is not None and result < self.minimum)
+            or (self.maximum is not None and result > self.maximum)
         ):
             raise _Invalid("expected " + self.expected())
         if self.check is not None:
-            self.check(value)
+            self.check(result)
         if self.normalize is not None:
-            value = self.normalize(value)
-        return value
+            result = self.normalize(result)
+        return result
 
     def _has_type(self, value: object) -> bool:
         if self.type is int:
@@ -279,6 +321,10 @@ def _k(
     default: Any,
     doc: str,
     *,
+    by: str = "",
+    part: str = "",
+    ignored: str = "",
+    not_yet: str = "",
     minimum: int | None = None,
     maximum: int | None = None,
     aliases: tuple[str, ...] = (),
@@ -286,11 +332,33 @@ def _k(
     normalize: Callable[[Any], Any] | None = None,
     derive: str | None = None,
 ) -> SettingKey:
-    return SettingKey(name, type_, default, doc, minimum, maximum, aliases, check, normalize, derive)
+    """One table entry. ``by``: the services reading the key, space-separated. Then at most one of:
+    ``part`` (honoured, but only the part it says), ``ignored`` (why the key means nothing here) or
+    ``not_yet`` (what is missing until later work honours it)."""
+    if len([text for text in (part, ignored, not_yet) if text]) > 1:
+        raise AssertionError(f"settings key {name} has more than one status")
+    if ignored:
+        status, note = KeyStatus.IGNORED, ignored
+    elif not_yet:
+        status, note = KeyStatus.NOT_YET, not_yet
+    else:
+        status, note = KeyStatus.HONOURED, part
+    return SettingKey(name, type_, default, doc, minimum, maximum, aliases, check, normalize, derive,
+                      status, tuple(by.split()), note)
 
 
-_PORT = {"minimum": 0, "maximum": 65535}
-_RATIO = {"minimum": 0, "maximum": 100}
+class _Range(TypedDict):
+    minimum: int
+    maximum: int
+
+
+_PORT: _Range = {"minimum": 0, "maximum": 65535}
+_RATIO: _Range = {"minimum": 0, "maximum": 100}
+_NO_SLAVE_READ = "reads from a slave (suggestPullingFromSlave routing) are not built yet"
+_NO_TX = "transaction check-back is not built yet; prepared messages are stored and never checked back"
+_POOL_ONLY = "only while the transient store pool is active (transientStorePoolEnable, ASYNC_FLUSH, a master)"
+_DELETE_AT_ONCE = ("a deleted file is closed and unlinked at once (no reference count can hold it), so no "
+                   "deletion hangs and there is nothing to retry or force")
 
 # Minimums are where a smaller value would break the store rather than merely be slow:
 # * file sizes: a CommitLog file must hold a small record plus the 8-byte end-of-file BLANK record, so at
@@ -299,152 +367,231 @@ _RATIO = {"minimum": 0, "maximum": 100}
 # * sleep intervals and timeouts of the service loops: >= 1 ms (0 would spin); "thorough" intervals and
 #   "least pages" may be 0 (always flush everything / flush whatever is there).
 # * counts and batch sizes: >= 1.  Ports: 0..65535 (0 = choose a free port, for tests).
+#
+# Statuses: ``by`` lists where the attribute is read (tests/test_settings_status.py checks it against the
+# source); a key with no effect says why, so the broker can warn when it is set (warn_ineffective).
 KEYS: tuple[SettingKey, ...] = (
     # --- identity and networking (BrokerConfig / NettyServerConfig)
     _k("brokerClusterName", str, "DefaultCluster", "Name of the cluster the broker belongs to.",
+       by="gateway", part="names the cluster's system topic and its reply topic; there is no name server to "
+       "register with", check=_non_empty),
+    _k("brokerName", str, "broker-a", "Broker name; a master and its slaves share it.",
+       by="gateway ha", part="names the broker's system topic, is reported in the broker status and is sent by a "
+       "slave when it connects to its master",
        check=_non_empty),
-    _k("brokerName", str, "broker-a", "Broker name; a master and its slaves share it.", check=_non_empty),
     _k("brokerId", int, 0, "0 is the master; a slave needs an id > 0. Masters are always given 0.",
+       by="ha", part="checked (a SLAVE needs an id > 0, a master's is forced to 0) and sent by a slave when it "
+       "connects to its master",
        minimum=0),
-    _k("brokerIP1", str, "127.0.0.1", "Address the broker advertises to clients."),
-    _k("brokerIP2", str, "", "Address the master advertises for HA replication; empty means brokerIP1."),
-    _k("namesrvAddr", str, "", "Name server addresses separated by ';' (empty: none)."),
-    _k("listenPort", int, 10911, "Port clients connect to (the gateway).", **_PORT),
-    _k("haListenPort", int, 10912, "Port the master listens on for slave replication.", **_PORT),
-    _k("useEpollNativeSelector", bool, False, "Netty epoll selector; accepted for compatibility, no effect."),
-    _k("sendMessageThreadPoolNums", int, 16, "Threads handling sends.", minimum=1),
-    _k("pullMessageThreadPoolNums", int, 16, "Threads handling pulls.", minimum=1),
+    _k("brokerIP1", str, "127.0.0.1", "Address the broker advertises to clients and writes into messages.",
+       by="commitlog", part="the host of the store address written into every record (STOREHOST) and into "
+       "offset msgIds; nothing is advertised, clients reach the gateway directly"),
+    _k("brokerIP2", str, "", "Address the master advertises for HA replication; empty means brokerIP1.",
+       ignored="there is no name server to advertise to: a slave is given its master's ha address "
+       "(haMasterAddress)"),
+    _k("namesrvAddr", str, "", "Name server addresses separated by ';' (empty: none).",
+       ignored="there is no name server; clients and tools connect to the gateway's address directly"),
+    _k("listenPort", int, 10911, "Port the broker listens on for clients.",
+       by="commitlog", part="the CommitLog service's default port and the port of the store address in "
+       "records and offset msgIds; the gateway listens on its own --port (8081)", **_PORT),
+    _k("haListenPort", int, 10912, "Port the master listens on for slave replication.", by="ha",
+       **_PORT),
+    _k("useEpollNativeSelector", bool, False, "Use Netty's native epoll selector.",
+       ignored="a Netty knob; gRPC chooses its own poller (epoll on Linux)"),
+    _k("sendMessageThreadPoolNums", int, 16, "Threads handling sends.",
+       ignored="the gateway serves every call from one gRPC worker pool and merges concurrent sends into "
+       "batched appends; there is no send pool to size", minimum=1),
+    _k("pullMessageThreadPoolNums", int, 16, "Threads handling pulls.",
+       ignored="the gateway serves every call from one gRPC worker pool; there is no pull pool to size",
+       minimum=1),
     _k("waitTimeMillsInSendQueue", int, 200,
-       "Longest a send may wait in the send queue before being refused as busy (ms).", minimum=1),
-    _k("transferMsgByHeap", bool, True, "Copy pulled messages through the heap instead of zero-copy."),
-    _k("slaveReadEnable", bool, False, "Let consumers read from a slave when the master's data is cold."),
-    _k("longPollingEnable", bool, True, "Hold pulls that find no message until one arrives (long polling)."),
+       "Longest a send may wait in the send queue before being refused as busy (ms).",
+       ignored="sends are not queued behind a thread pool; waiting sends join the next batched append, and "
+       "the client's deadline is what bounds a send", minimum=1),
+    _k("transferMsgByHeap", bool, True, "Copy pulled messages through the heap instead of zero-copy.",
+       ignored="a Netty zero-copy knob; pulled records are always copied into the gRPC response"),
+    _k("slaveReadEnable", bool, False, "Let consumers read from a slave when the master's data is cold.",
+       not_yet=f"{_NO_SLAVE_READ}; pulls are always served by the broker asked"),
+    _k("longPollingEnable", bool, True, "Hold pulls that find no message until one arrives (long polling).",
+       ignored="each pull says how long it may be held (poll_timeout_ms; 0 answers at once), so the client, "
+       "not the broker, chooses long or short polling"),
     _k("shortPollingTimeMills", int, 1000, "How long a pull waits when long polling is disabled (ms).",
+       ignored="a pull is held for its own poll_timeout_ms, never for a broker-wide short-polling time",
        minimum=0),
     # --- topics, subscriptions, transactions (BrokerConfig)
     _k("defaultTopicQueueNums", int, 4, "Queues of a topic created automatically on first send.",
-       minimum=1),
-    _k("autoCreateTopicEnable", bool, True, "Create an unknown topic on first send (off in production)."),
-    _k("autoCreateSubscriptionGroup", bool, True, "Create an unknown consumer group on first use."),
-    _k("checkTransactionMessageEnable", bool, False, "Old-style switch for transaction check-back."),
+       by="gateway", minimum=1),
+    _k("autoCreateTopicEnable", bool, True, "Create an unknown topic on first send (off in production).",
+       by="gateway"),
+    _k("autoCreateSubscriptionGroup", bool, True, "Create an unknown consumer group on first use.",
+       ignored="there is no subscription group table; a consumer group exists from its first heartbeat, "
+       "pull or commit, and cannot be refused"),
+    _k("checkTransactionMessageEnable", bool, False, "Old-style switch for transaction check-back.",
+       not_yet=_NO_TX),
     _k("transactionTimeOut", int, 6000,
-       "Age after which a half (prepared) message is checked back with its producer (ms).", minimum=0),
-    _k("transactionCheckMax", int, 15, "Check-backs before a half message is discarded.", minimum=1),
+       "Age after which a half (prepared) message is checked back with its producer (ms).",
+       not_yet=_NO_TX, minimum=0),
+    _k("transactionCheckMax", int, 15, "Check-backs before a half message is discarded.",
+       not_yet=_NO_TX, minimum=1),
     _k("transactionCheckInterval", int, 60000, "Interval between transaction check rounds (ms).",
-       minimum=1),
+       not_yet=_NO_TX, minimum=1),
     # --- store paths (MessageStoreConfig); the five below default to entries under storePathRootDir
-    _k("storePathRootDir", str, "~/store", "Root of the store directory ('~' expanded).", check=_non_empty,
-       normalize=_expand_path),
-    _k("storePathCommitLog", str, None, "CommitLog directory.", normalize=_expand_path, derive="commitlog"),
-    _k("storePathConsumeQueue", str, None, "ConsumeQueue directory.", normalize=_expand_path,
+    _k("storePathRootDir", str, "~/store", "Root of the store directory ('~' expanded).",
+       by="commitlog index dispatcher gateway", part="the gateway keeps config/ (topics, consumer offsets) under it; "
+       "the dispatcher reads the operator token from it",
+       check=_non_empty, normalize=_expand_path),
+    _k("storePathCommitLog", str, None, "CommitLog directory.", by="commitlog", normalize=_expand_path,
+       derive="commitlog"),
+    _k("storePathConsumeQueue", str, None, "ConsumeQueue directory.", by="index", normalize=_expand_path,
        derive="consumequeue"),
-    _k("storePathIndex", str, None, "IndexFile directory.", normalize=_expand_path, derive="index"),
-    _k("storeCheckpoint", str, None, "Checkpoint file.", normalize=_expand_path, derive="checkpoint"),
+    _k("storePathIndex", str, None, "IndexFile directory.", by="index", normalize=_expand_path,
+       derive="index"),
+    _k("storeCheckpoint", str, None, "Checkpoint file.", by="commitlog index", normalize=_expand_path,
+       derive="checkpoint"),
     _k("abortFile", str, None, "Abort file; present at start means the last stop was not clean.",
+       by="commitlog", part="the CommitLog's abort file; the index service keeps its own (index.abort)",
        normalize=_expand_path, derive="abort"),
     # --- file sizes
-    _k("mappedFileSizeCommitLog", int, 1073741824, "Size of each CommitLog file (bytes).",
+    _k("mappedFileSizeCommitLog", int, 1073741824, "Size of each CommitLog file (bytes).", by="commitlog ha",
        minimum=1024, maximum=_JAVA_INT_MAX),
     _k("mappedFileSizeConsumeQueue", int, 6000000,
-       "Size of each ConsumeQueue file (bytes); rounded up to a multiple of 20, the unit size.",
+       "Size of each ConsumeQueue file (bytes); rounded up to a multiple of 20, the unit size.", by="index",
        minimum=1, maximum=_JAVA_INT_MAX - _CQ_UNIT_SIZE, normalize=_round_up_to_cq_unit),
-    _k("maxMessageSize", int, 4194304, "Largest message body accepted (bytes).", minimum=1,
-       maximum=_JAVA_INT_MAX),
+    _k("maxMessageSize", int, 4194304, "Largest message body accepted (bytes).", by="commitlog index gateway",
+       part="the gateway and the CommitLog refuse larger bodies; the index caps a run of records it reads",
+       minimum=1, maximum=_JAVA_INT_MAX),
     # --- flush and commit
     _k("flushDiskType", FlushDiskType, FlushDiskType.ASYNC_FLUSH,
-       "ASYNC_FLUSH acknowledges before the flush; SYNC_FLUSH after it (group commit)."),
-    _k("flushIntervalCommitLog", int, 500, "Sleep of the async CommitLog flush loop (ms).", minimum=1),
+       "ASYNC_FLUSH acknowledges before the flush; SYNC_FLUSH after it (group commit).",
+       by="commitlog dispatcher index gateway",
+       part="the CommitLog flushes by it, the dispatcher dispatches only flushed bytes under SYNC_FLUSH; the "
+       "index and the gateway report it"),
+    _k("flushIntervalCommitLog", int, 500, "Sleep of the async CommitLog flush loop (ms).", by="commitlog",
+       minimum=1),
     _k("flushCommitLogTimed", bool, True,
-       "Async flush sleeps a fixed interval instead of waiting to be woken."),
-    _k("flushCommitLogLeastPages", int, 4, "Dirty 4 KiB pages needed before an async flush.", minimum=0),
+       "Async flush sleeps a fixed interval instead of waiting to be woken.", by="commitlog"),
+    _k("flushCommitLogLeastPages", int, 4, "Dirty 4 KiB pages needed before an async flush.", by="commitlog",
+       minimum=0),
     _k("flushCommitLogThoroughInterval", int, 10000,
-       "After this long, flush whatever is dirty regardless of least pages (ms).", minimum=0),
+       "After this long, flush whatever is dirty regardless of least pages (ms).", by="commitlog", minimum=0),
     _k("commitIntervalCommitLog", int, 200, "Sleep of the commit loop (transient store pool only, ms).",
-       minimum=1),
+       by="commitlog", part=_POOL_ONLY, minimum=1),
     _k("commitCommitLogLeastPages", int, 4, "Dirty pages needed before a commit (transient pool).",
-       minimum=0),
+       by="commitlog", part=_POOL_ONLY, minimum=0),
     _k("commitCommitLogThoroughInterval", int, 200, "After this long, commit regardless of least pages (ms).",
+       by="commitlog", part=_POOL_ONLY, minimum=0),
+    _k("flushIntervalConsumeQueue", int, 1000, "Sleep of the ConsumeQueue flush loop (ms).", by="index",
+       minimum=1),
+    _k("flushConsumeQueueLeastPages", int, 2, "Dirty pages needed before a ConsumeQueue flush.", by="index",
        minimum=0),
-    _k("flushIntervalConsumeQueue", int, 1000, "Sleep of the ConsumeQueue flush loop (ms).", minimum=1),
-    _k("flushConsumeQueueLeastPages", int, 2, "Dirty pages needed before a ConsumeQueue flush.", minimum=0),
     _k("flushConsumeQueueThoroughInterval", int, 60000,
-       "After this long, flush ConsumeQueues regardless of least pages (ms).", minimum=0),
-    _k("syncFlushTimeout", int, 5000, "SYNC_FLUSH: wait for the flush before FLUSH_DISK_TIMEOUT (ms).",
-       minimum=1),
+       "After this long, flush ConsumeQueues regardless of least pages (ms).", by="index", minimum=0),
+    _k("syncFlushTimeout", int, 5000, "SYNC_FLUSH: wait for the flush before FLUSH_DISK_TIMEOUT (ms); "
+       "SYNC_MASTER: wait for a slave before FLUSH_SLAVE_TIMEOUT, as RocketMQ 4.9's putMessage wait does.",
+       by="commitlog", minimum=1),
     _k("putMessageTimeout", int, 8000, "Overall limit on one put, flush and replication included (ms).",
-       minimum=1),
-    _k("useReentrantLockWhenPutMessage", bool, False, "Lock kind around the append; no effect here."),
+       ignored="each wait after an append has its own limit (syncFlushTimeout, for the flush and for a "
+       "slave); nothing bounds their sum", minimum=1),
+    _k("useReentrantLockWhenPutMessage", bool, False, "Use a ReentrantLock instead of a spin lock for appends.",
+       ignored="a JVM lock choice; the CommitLog's put lock is one Python lock"),
     _k("transientStorePoolEnable", bool, False,
-       "Write to off-heap buffers and commit to the file later; only active with ASYNC_FLUSH on a master."),
-    _k("transientStorePoolSize", int, 5, "Buffers in the transient store pool.", minimum=1),
-    _k("warmMapedFileEnable", bool, False, "Touch every page of a new mapped file before use."),
+       "Write to off-heap buffers and commit to the file later; only active with ASYNC_FLUSH on a master.",
+       by="commitlog"),
+    _k("transientStorePoolSize", int, 5, "Buffers in the transient store pool.", by="commitlog",
+       part=_POOL_ONLY, minimum=1),
+    _k("warmMapedFileEnable", bool, False, "Touch every page of a new mapped file before use.", by="commitlog"),
     _k("osPageCacheBusyTimeOutMills", int, 1000,
        "A put holding the append lock longer than this makes new puts fail with OS_PAGECACHE_BUSY (ms).",
-       minimum=1),
+       by="commitlog", minimum=1),
     # --- recovery
-    _k("checkCRCOnRecover", bool, True, "Verify each record's body CRC while recovering the CommitLog."),
+    _k("checkCRCOnRecover", bool, True, "Verify each record's body CRC while recovering the CommitLog.",
+       by="commitlog"),
     _k("checkCRCOnDispatch", bool, False,
-       "Verify each record's body CRC in the dispatcher too (rocketstore's; RocketMQ's reput never does)."),
-    _k("duplicationEnable", bool, False, "Accept records already present when replaying (DUP_INFO)."),
+       "Verify each record's body CRC in the dispatcher too (rocketstore's; RocketMQ's reput never does).",
+       by="dispatcher"),
+    _k("duplicationEnable", bool, False, "Accept records already present when replaying (DUP_INFO).",
+       ignored="RocketMQ's mode for a store fed by an outside replicator (DUP_INFO records, a confirm offset); "
+       "here only the CommitLog's own appends write records"),
     # --- deletion of expired files and disk space
-    _k("fileReservedTime", int, 72, "Hours a CommitLog file is kept after its last write.", minimum=0),
+    _k("fileReservedTime", int, 72, "Hours a CommitLog file is kept after its last write.", by="commitlog",
+       part="the index deletes its files once the CommitLog no longer holds their messages", minimum=0),
     _k("deleteWhen", str, "04", "Hours of the day when expired files are deleted, separated by ';'.",
-       check=_check_delete_when),
+       by="commitlog", check=_check_delete_when),
     _k("diskMaxUsedSpaceRatio", int, 75,
-       "Disk use (%) above which expired files are deleted at any hour; clamped to 10..95.",
+       "Disk use (%) above which expired files are deleted at any hour; clamped to 10..95.", by="commitlog",
        normalize=_clamp_disk_ratio),
-    _k("diskSpaceWarningLevelRatio", int, 90, "Disk use (%) at which the store refuses writes.", **_RATIO),
+    _k("diskSpaceWarningLevelRatio", int, 90, "Disk use (%) at which the store refuses writes.",
+       by="commitlog", **_RATIO),
     _k("diskSpaceCleanForciblyRatio", int, 85,
-       "Disk use (%) at which files are deleted even if not expired.", **_RATIO),
-    _k("cleanFileForciblyEnable", bool, True, "Allow deleting unexpired files when the disk is nearly full."),
-    _k("cleanResourceInterval", int, 10000, "Interval of the clean-up service (ms).", minimum=1),
+       "Disk use (%) at which files are deleted even if not expired.", by="commitlog", **_RATIO),
+    _k("cleanFileForciblyEnable", bool, True, "Allow deleting unexpired files when the disk is nearly full.",
+       by="commitlog"),
+    _k("cleanResourceInterval", int, 10000, "Interval of the clean-up service (ms).", by="commitlog index",
+       part="also how often the CommitLog snapshots its queue offset table (at least every second)",
+       minimum=1),
     _k("deleteCommitLogFilesInterval", int, 100, "Pause between deleting two CommitLog files (ms).",
-       minimum=0),
+       by="commitlog", minimum=0),
     _k("deleteConsumeQueueFilesInterval", int, 100, "Pause between deleting two ConsumeQueue files (ms).",
-       minimum=0),
+       ignored="the index deletes a queue's expired ConsumeQueue files together, without a pause", minimum=0),
     _k("destroyMapedFileIntervalForcibly", int, 120000,
-       "A file still referenced this long after deletion started is deleted anyway (ms).", minimum=0),
+       "A file still referenced this long after deletion started is deleted anyway (ms).", by="commitlog",
+       ignored=f"passed to the deletion, which does not use it; {_DELETE_AT_ONCE}", minimum=0),
     _k("redeleteHangedFileInterval", int, 120000, "Interval to retry deleting a file that hung (ms).",
-       minimum=0),
+       ignored=_DELETE_AT_ONCE, minimum=0),
     # --- reads (getMessage)
     _k("maxTransferBytesOnMessageInMemory", int, 262144,
-       "Most bytes one pull returns when the data is in memory.", minimum=1),
+       "Most bytes one pull returns when the data is in memory.", by="index", minimum=1),
     _k("maxTransferCountOnMessageInMemory", int, 32,
-       "Most messages one pull returns when the data is in memory.", minimum=1),
+       "Most messages one pull returns when the data is in memory.", by="index", minimum=1),
     _k("maxTransferBytesOnMessageInDisk", int, 65536,
-       "Most bytes one pull returns when the data is on disk.", minimum=1),
+       "Most bytes one pull returns when the data is on disk.", by="index", minimum=1),
     _k("maxTransferCountOnMessageInDisk", int, 8,
-       "Most messages one pull returns when the data is on disk.", minimum=1),
+       "Most messages one pull returns when the data is on disk.", by="index", minimum=1),
     _k("accessMessageInMemoryMaxRatio", int, 40,
-       "Share of RAM (%) behind the head that still counts as in memory.", **_RATIO),
-    _k("defaultQueryMaxNum", int, 32, "Default most messages returned by a query by key.", minimum=1),
+       "Share of RAM (%) behind the head that still counts as in memory.", by="index", **_RATIO),
+    _k("defaultQueryMaxNum", int, 32, "Default most messages returned by a query by key.",
+       ignored="a query that gives no max_messages returns up to maxMsgsNumBatch", minimum=1),
     # --- IndexFile
-    _k("messageIndexEnable", bool, True, "Build IndexFiles (query by key and unique key)."),
-    _k("messageIndexSafe", bool, False, "Recover from the index checkpoint too after a crash."),
-    _k("maxHashSlotNum", int, 5000000, "Hash slots per IndexFile.", minimum=1),
-    _k("maxIndexNum", int, 20000000, "Index entries per IndexFile (entry 0 is unused).", minimum=2),
-    _k("maxMsgsNumBatch", int, 64, "Most messages a query by key returns.", minimum=1),
+    _k("messageIndexEnable", bool, True, "Build IndexFiles (query by key and unique key).", by="index"),
+    _k("messageIndexSafe", bool, False, "Recover from the index checkpoint too after a crash.",
+       ignored="the index service keeps its own dispatch position and always rebuilds, after a crash, the "
+       "IndexFiles newer than the checkpoint's index timestamp (what true asks for)"),
+    _k("maxHashSlotNum", int, 5000000, "Hash slots per IndexFile.", by="index", minimum=1),
+    _k("maxIndexNum", int, 20000000, "Index entries per IndexFile (entry 0 is unused).", by="index",
+       minimum=2),
+    _k("maxMsgsNumBatch", int, 64, "Most messages a query by key returns.", by="index gateway", minimum=1),
     # --- delay messages
     _k("messageDelayLevel", str, "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h",
-       "Delay of each level, level 1 first; units s, m, h, d.", check=_check_delay_levels),
+       "Delay of each level, level 1 first; units s, m, h, d.", by="dispatcher gateway",
+       not_yet="delayed delivery is not built yet; the levels only set the queues of SCHEDULE_TOPIC_XXXX "
+       "(gateway) and the delivery time the dispatcher writes as a delayed message's tags code",
+       check=_check_delay_levels),
     _k("flushDelayOffsetInterval", int, 10000, "Interval of persisting the delay queues' offsets (ms).",
-       minimum=1),
+       not_yet="delayed delivery is not built yet, so there are no delay offsets to persist", minimum=1),
     # --- HA
     _k("brokerRole", BrokerRole, BrokerRole.ASYNC_MASTER,
-       "ASYNC_MASTER replicates in the background; SYNC_MASTER waits for a slave; SLAVE replicates."),
+       "ASYNC_MASTER replicates in the background; SYNC_MASTER waits for a slave; SLAVE replicates.",
+       by="commitlog index gateway ha",
+       part="replication, the SYNC_MASTER wait and a SLAVE's refusal of sends; "
+       f"{_NO_SLAVE_READ}"),
     _k("slaveTimeout", int, 3000,
-       "SYNC_MASTER: wait for a slave before FLUSH_SLAVE_TIMEOUT (ms).", minimum=1),
-    _k("haSendHeartbeatInterval", int, 5000, "Slave reports its offset at least this often (ms).",
+       "SYNC_MASTER: wait for a slave before FLUSH_SLAVE_TIMEOUT (ms).",
+       ignored="the SYNC_MASTER wait uses syncFlushTimeout, as RocketMQ 4.9's putMessage wait does",
        minimum=1),
+    _k("haSendHeartbeatInterval", int, 5000, "Slave reports its offset at least this often (ms); an idle "
+       "master sends a heartbeat as often.", by="ha", minimum=1),
     _k("haHousekeepingInterval", int, 20000, "A silent HA connection is closed after this long (ms).",
-       minimum=1),
+       by="ha", minimum=1),
     _k("haTransferBatchSize", int, 32768, "Most bytes the master sends a slave in one transfer.",
-       minimum=1),
+       by="ha", minimum=1),
     _k("haSlaveFallbehindMax", int, 268435456,
-       "A slave further behind than this (bytes) is not available for SYNC_MASTER.", minimum=0,
-       aliases=("haMaxGapNotInSync",)),
-    _k("haMasterAddress", str, "", "Master HA address a slave connects to (host:port; empty: none)."),
-    _k("offsetCheckInSlave", bool, False, "Let a slave correct a consumer's out-of-range pull offset."),
+       "A slave further behind than this (bytes) is not available for SYNC_MASTER.", by="commitlog",
+       minimum=0, aliases=("haMaxGapNotInSync",)),
+    _k("haMasterAddress", str, "", "Master HA address a slave connects to (host:port; empty: none).",
+       by="commitlog ha", part="the ha service of a SLAVE connects to it; the CommitLog names it when it "
+       "refuses a send"),
+    _k("offsetCheckInSlave", bool, False, "Let a slave correct a consumer's out-of-range pull offset.",
+       by="index", part="only with brokerRole=SLAVE"),
 )
 
 
@@ -533,7 +680,7 @@ class _SettingsMethods:
                 derived = os.path.join(old_root, key.derive or "")
                 if key.attr not in changes and getattr(self, key.attr) == derived:
                     changes[key.attr] = ""
-        return dataclasses.replace(self, **changes)  # type: ignore[type-var]
+        return dataclasses.replace(self, **changes)  # type: ignore[type-var, return-value]
 
     def to_properties(self, *, only_changed: bool = False, comments: bool = True) -> str:
         """A broker.properties text with RocketMQ's key names that loads back into equal Settings.
@@ -750,11 +897,11 @@ def load_settings(
     for var in sorted(environ):
         if var.startswith(ENV_PREFIX) and var[len(ENV_PREFIX) :].upper() not in _ENV_NOT_KEYS:
             take(var[len(ENV_PREFIX) :], environ[var], f"in environment variable {var}")
-    for name, value in (overrides or {}).items():
-        take(name, _override_text(value), f"in flag {name}")
+    for name, override in (overrides or {}).items():
+        take(name, _override_text(override), f"in flag {name}")
 
     try:
-        return Settings(**values)
+        settings = Settings(**values)
     except SettingsError as exc:
         # A rule across keys failed: say where the keys involved were set.
         key = lookup_key(exc.key or "")
@@ -767,6 +914,36 @@ def load_settings(
             expected += f" ({related.name}={shown} {sources.get(related.attr, 'by default')})"
         source = sources.get(key.attr, "by default")
         raise SettingsError.bad_value(key.name, exc.value, source, expected) from None
+    warn_ineffective(settings, log, sources)
+    return settings
+
+
+# Keys already warned about by warn_ineffective in this process.
+_warned_ineffective: set[str] = set()
+
+
+def warn_ineffective(settings: Settings, log: Any = None, sources: Mapping[str, str] | None = None) -> list[str]:
+    """Warn about each key set away from its default that has no effect here (ignored or not yet).
+
+    One warning per key per process, ``setting has no effect``, with the key's RocketMQ name, its value, its
+    status, the reason and, when ``sources`` (attribute -> where it was set) knows it, the source. Keys at
+    their default and honoured keys stay silent. ``load_settings`` calls this, so every service that
+    starts warns once. Returns the names of the keys warned about by this call.
+    """
+    log = log if log is not None else structlog.get_logger("rocketstore.settings")
+    warned = []
+    for key in KEYS:
+        if key.has_effect or key.name in _warned_ineffective:
+            continue
+        value = getattr(settings, key.attr)
+        if value == getattr(_DEFAULTS, key.attr):
+            continue
+        _warned_ineffective.add(key.name)
+        warned.append(key.name)
+        where = {"source": sources[key.attr]} if sources and key.attr in sources else {}
+        log.warning("setting has no effect", key=key.name, value=_display(value), status=key.status.value,
+                    reason=key.note, **where)
+    return warned
 
 
 def _read_text(path: str) -> str:
@@ -809,10 +986,11 @@ def _display(value: object) -> str:
 
 
 def describe() -> str:
-    """A Markdown table of every key: RocketMQ name, attribute, default, accepted values, meaning."""
+    """A Markdown table of every key: its spellings, type, default, status, the services that read it and
+    what it means in RocketMQ. docs/settings.md is generated from it (``python -m rocketstore.settings_doc``)."""
     rows = [
-        "| key | attribute | default | accepted | description |",
-        "|-----|-----------|---------|----------|-------------|",
+        "| key | type | default | status | read by | description |",
+        "|-----|------|---------|--------|---------|-------------|",
     ]
     for key in KEYS:
         if key.derive:
@@ -824,8 +1002,14 @@ def describe() -> str:
             names += f", {_mapped(key.name)}"
         elif key.name != _maped(key.name):
             names += f", {_maped(key.name)}"
-        rows.append(f"| {names} | `{key.attr}` | {default} | {key.expected()} | {key.doc} |")
+        status = key.status.value + (f": {key.note}" if key.note else "")
+        readers = ", ".join(key.readers) or "nothing"
+        rows.append(f"| {names} | {key.type_text()} | {default} | {_cell(status)} | {readers} | {_cell(key.doc)} |")
     return "\n".join(rows) + "\n"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
 
 
 def _maped(name: str) -> str:

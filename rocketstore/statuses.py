@@ -27,6 +27,17 @@ class PutMessageStatus(enum.IntEnum):
         return self in _STORED
 
 
+# How the reason of a SERVICE_NOT_AVAILABLE refusal for a full disk begins. RocketMQ answers a full
+# disk and a store shutting down with the same status; a caller that maps refusals to its own codes
+# (RESOURCE_EXHAUSTED for a full disk, UNAVAILABLE for a store going away) tells them apart by it.
+DISK_FULL_REASON_PREFIX = "disk full:"
+
+
+def is_disk_full(status: PutMessageStatus, reason: str) -> bool:
+    """True for the refusal of a store whose disk is above diskSpaceWarningLevelRatio."""
+    return status is PutMessageStatus.SERVICE_NOT_AVAILABLE and reason.startswith(DISK_FULL_REASON_PREFIX)
+
+
 _STORED = frozenset(
     {
         PutMessageStatus.PUT_OK,

@@ -46,6 +46,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from rocketstore.message import SYSTEM_PROPERTY_NAMES
 from rocketstore.v1 import gateway_pb2 as pb
 
 from . import client
@@ -262,13 +263,7 @@ _WRITE_COLUMNS: dict[str, tuple[type[DataType], ...]] = {
 }
 _IGNORED_ON_WRITE = frozenset({"queueOffset", "commitLogOffset", "msgId", "storeTimestamp", "storeHost",
                                "reconsumeTimes", "sysFlag"})
-_SYSTEM_PROPERTIES = frozenset({
-    "TRACE_ON", "MSG_REGION", "KEYS", "TAGS", "WAIT", "DELAY", "RETRY_TOPIC", "REAL_TOPIC", "REAL_QID",
-    "TRAN_MSG", "PGROUP", "MIN_OFFSET", "MAX_OFFSET", "BUYER_ID", "ORIGIN_MESSAGE_ID", "TRANSFER_FLAG",
-    "CORRECTION_FLAG", "MQ2_FLAG", "RECONSUME_TIME", "UNIQ_KEY", "MAX_RECONSUME_TIMES", "CONSUME_START_TIME",
-    "TRAN_PREPARED_QUEUE_OFFSET", "TRANSACTION_CHECK_TIMES", "CHECK_IMMUNITY_TIME_IN_SECONDS",
-    "SHARDING_KEY", "__transactionId__", "INSTANCE_ID", "CLUSTER",
-})  # RocketMQ's MessageConst.STRING_HASH_SET: the gateway refuses them as user properties
+_SYSTEM_PROPERTIES = SYSTEM_PROPERTY_NAMES  # the gateway refuses them as user properties
 _MAX_SEND_BYTES = 4 << 20
 
 

@@ -17,7 +17,27 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rocketstore.codec import MESSAGE_MAGIC_CODE
+from rocketstore.codec import (
+    BODYLEN_LENGTH,
+    HOST_PORT_LENGTH,
+    HOST_V4_LENGTH,
+    HOST_V6_EXTRA,
+    HOST_V6_LENGTH,
+    MESSAGE_MAGIC_CODE,
+    MIN_RECORD_LENGTH,
+    POS_BORNHOST,
+    POS_BORNTIMESTAMP,
+    POS_MAGIC,
+    POS_PHYSICALOFFSET,
+    POS_QUEUEID,
+    POS_QUEUEOFFSET,
+    POS_STOREHOST,
+    POS_STORETIMESTAMP,
+    POS_SYSFLAG,
+    PROPERTIESLEN_LENGTH,
+    RECONSUMETIMES_TO_BODYLEN,
+    TOPICLEN_LENGTH,
+)
 from rocketstore.message import BORNHOST_V6_FLAG, STOREHOSTADDRESS_V6_FLAG, format_host
 from rocketstore.message_id import create_message_id
 
@@ -32,6 +52,7 @@ _NEEDS_PROPERTIES = frozenset({"uniqKey", "tags", "keys", "properties"})
 _PROPERTY_OF = {"uniqKey": "UNIQ_KEY", "tags": "TAGS", "keys": "KEYS"}
 
 _TOTALSIZE = struct.Struct(">i")
+_PORT = struct.Struct(">I")
 _MAGIC = np.uint32(MESSAGE_MAGIC_CODE)
 # Two upper-case hex digits per byte value, for offset msgIds.
 _HEX = np.frombuffer(b"".join(f"{i:02X}".encode() for i in range(256)), dtype=np.uint8).reshape(256, 2)
@@ -68,10 +89,10 @@ def record_positions(records: bytes | memoryview) -> np.ndarray:
     unpack = _TOTALSIZE.unpack_from
     pos, end = 0, len(records)
     while pos < end:
-        if end - pos < 4:
+        if end - pos < _TOTALSIZE.size:
             raise RecordLayoutError(f"{end - pos} stray bytes after the last record at position {pos}")
         size = unpack(records, pos)[0]
-        if size < 91 or pos + size > end:
+        if size < MIN_RECORD_LENGTH or pos + size > end:
             raise RecordLayoutError(f"record at position {pos} claims {size} bytes; {end - pos} remain")
         append(pos)
         pos += size
@@ -160,7 +181,7 @@ def _properties(props_u8: np.ndarray, rec_off: np.ndarray, map_type: pa.DataType
 def _hosts(u8: np.ndarray, host_pos: np.ndarray, v6: np.ndarray) -> pa.Array:
     """``ip:port`` strings; formatted once per distinct host (a batch has few)."""
     if not v6.any():
-        packed = _take(u8, host_pos, 8)
+        packed = _take(u8, host_pos, HOST_V4_LENGTH)
         distinct, inverse = np.unique(packed.view(">u8").ravel(), return_inverse=True)
         names = [f"{(h >> 56) & 255}.{(h >> 48) & 255}.{(h >> 40) & 255}.{(h >> 32) & 255}:{h & 0xFFFFFFFF}"
                  for h in distinct.tolist()]
@@ -168,8 +189,8 @@ def _hosts(u8: np.ndarray, host_pos: np.ndarray, v6: np.ndarray) -> pa.Array:
     raw = u8.tobytes()
     out = []
     for p, is6 in zip(host_pos.tolist(), v6.tolist(), strict=True):
-        alen = 16 if is6 else 4
-        out.append(format_host(raw[p:p + alen], _TOTALSIZE.unpack_from(raw, p + alen)[0] & 0xFFFFFFFF))
+        alen = (HOST_V6_LENGTH if is6 else HOST_V4_LENGTH) - HOST_PORT_LENGTH
+        out.append(format_host(raw[p:p + alen], _PORT.unpack_from(raw, p + alen)[0]))
     return pa.array(out, pa.string())
 
 
@@ -178,9 +199,11 @@ def _msg_ids(u8: np.ndarray, store_host_pos: np.ndarray, store_v6: np.ndarray, p
     """Offset msgIds: store address, port and physical offset in upper-case hex (createMessageId)."""
     n = len(phys)
     if not store_v6.any():
-        raw = np.concatenate([_take(u8, store_host_pos, 8), phys.astype(">i8").view(np.uint8).reshape(n, 8)], axis=1)
-        data = _HEX[raw].reshape(n, 32)
-        return _binary(n, np.arange(0, 32 * n + 1, 32, dtype=np.int64), data, pa.string())
+        offsets = phys.astype(">i8").view(np.uint8).reshape(n, 8)
+        raw = np.concatenate([_take(u8, store_host_pos, HOST_V4_LENGTH), offsets], axis=1)
+        chars = 2 * raw.shape[1]  # two hex digits a byte: 32 for an IPv4 store host
+        data = _HEX[raw].reshape(n, chars)
+        return _binary(n, np.arange(0, chars * n + 1, chars, dtype=np.int64), data, pa.string())
     assert hosts is not None
     return pa.array([create_message_id(h, o) for h, o in zip(hosts.to_pylist(), phys.tolist(), strict=True)],
                     pa.string())
@@ -198,24 +221,26 @@ def decode_records(records: bytes, columns: Sequence[str] = COLUMNS, tags: Colle
     u8 = np.frombuffer(records, dtype=np.uint8)
     if len(pos) == 0:
         return empty_batch(schema)
-    magic = _take(u8, pos + 4, 4).view(">u4").ravel()
+    magic = _take(u8, pos + POS_MAGIC, 4).view(">u4").ravel()
     if (magic != _MAGIC).any():
         bad = int(pos[np.flatnonzero(magic != _MAGIC)[0]])
         raise RecordLayoutError(f"record at position {bad} has no message magic code")
 
-    sys_flag = _i32(u8, pos + 36)
+    sys_flag = _i32(u8, pos + POS_SYSFLAG)
     born_v6 = (sys_flag & BORNHOST_V6_FLAG) != 0
     store_v6 = (sys_flag & STOREHOSTADDRESS_V6_FLAG) != 0
-    store_ts_pos = pos + 48 + np.where(born_v6, 20, 8)
-    store_host_pos = store_ts_pos + 8
-    reconsume_pos = store_host_pos + np.where(store_v6, 20, 8)
-    body_len_pos = reconsume_pos + 12
+    # The IPv4 positions of codec.py, moved by each IPv6 host before the field.
+    born_shift = np.where(born_v6, HOST_V6_EXTRA, 0)
+    store_ts_pos = pos + POS_STORETIMESTAMP + born_shift
+    store_host_pos = pos + POS_STOREHOST + born_shift
+    reconsume_pos = store_host_pos + np.where(store_v6, HOST_V6_LENGTH, HOST_V4_LENGTH)
+    body_len_pos = reconsume_pos + RECONSUMETIMES_TO_BODYLEN
     body_len = _i32(u8, body_len_pos).astype(np.int64)
-    body_start = body_len_pos + 4
+    body_start = body_len_pos + BODYLEN_LENGTH
     topic_len_pos = body_start + body_len
     topic_len = u8[topic_len_pos].astype(np.int64)
-    props_len_pos = topic_len_pos + 1 + topic_len
-    props_start = props_len_pos + 2
+    props_len_pos = topic_len_pos + TOPICLEN_LENGTH + topic_len
+    props_start = props_len_pos + PROPERTIESLEN_LENGTH
     wanted = set(columns)
 
     props = None
@@ -252,17 +277,17 @@ def decode_records(records: bytes, columns: Sequence[str] = COLUMNS, tags: Colle
     store_hosts = None
     for column in columns:
         if column == "topic":
-            arrays[column] = _strings(u8, topic_len_pos + 1, topic_len)
+            arrays[column] = _strings(u8, topic_len_pos + TOPICLEN_LENGTH, topic_len)
         elif column == "queueId":
-            arrays[column] = pa.array(_i32(u8, pos + 12))
+            arrays[column] = pa.array(_i32(u8, pos + POS_QUEUEID))
         elif column == "queueOffset":
-            arrays[column] = pa.array(_i64(u8, pos + 20))
+            arrays[column] = pa.array(_i64(u8, pos + POS_QUEUEOFFSET))
         elif column == "commitLogOffset":
-            arrays[column] = pa.array(_i64(u8, pos + 28))
+            arrays[column] = pa.array(_i64(u8, pos + POS_PHYSICALOFFSET))
         elif column == "msgId":
             if store_v6.any() and store_hosts is None:
                 store_hosts = _hosts(u8, store_host_pos, store_v6)
-            arrays[column] = _msg_ids(u8, store_host_pos, store_v6, _i64(u8, pos + 28), store_hosts)
+            arrays[column] = _msg_ids(u8, store_host_pos, store_v6, _i64(u8, pos + POS_PHYSICALOFFSET), store_hosts)
         elif column in _PROPERTY_OF:
             arrays[column] = lookup(column)
         elif column == "body":
@@ -271,11 +296,11 @@ def decode_records(records: bytes, columns: Sequence[str] = COLUMNS, tags: Colle
         elif column == "properties":
             arrays[column] = props
         elif column == "bornTimestamp":
-            arrays[column] = pa.array(_i64(u8, pos + 40) * 1000, type=pa.timestamp("us", tz="UTC"))
+            arrays[column] = pa.array(_i64(u8, pos + POS_BORNTIMESTAMP) * 1000, type=pa.timestamp("us", tz="UTC"))
         elif column == "storeTimestamp":
             arrays[column] = pa.array(_i64(u8, store_ts_pos) * 1000, type=pa.timestamp("us", tz="UTC"))
         elif column == "bornHost":
-            arrays[column] = _hosts(u8, pos + 48, born_v6)
+            arrays[column] = _hosts(u8, pos + POS_BORNHOST, born_v6)
         elif column == "storeHost":
             if store_hosts is None:
                 store_hosts = _hosts(u8, store_host_pos, store_v6)

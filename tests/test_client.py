@@ -263,12 +263,15 @@ class _FakeConnection:
                 outer._g.endpoint = outer.endpoint
                 return _FakeSend(outer._g)
 
+            def GetTopicStats(self, request: pb.GetTopicStatsRequest,  # noqa: N802 - the stub's method name
+                              timeout: float | None = None) -> pb.TopicStats:
+                return pb.TopicStats(topic=pb.TopicInfo(topic=request.topic, read_queue_nums=outer._queues,
+                                                        write_queue_nums=outer._queues, perm=6))
+
         self.gateway = _Stub()
 
-    def call(self, method: str, request: Any, timeout: float | None = None) -> Any:
-        assert method == "GetTopicStats"
-        return pb.TopicStats(topic=pb.TopicInfo(topic=request.topic, read_queue_nums=self._queues,
-                                                write_queue_nums=self._queues, perm=6))
+    def call(self, rpc: Any, request: Any, timeout: float | None = None) -> Any:
+        return rpc(request, timeout=timeout)
 
     def close(self) -> None:
         pass
@@ -830,7 +833,7 @@ def test_every_bad_request_gets_its_specific_error(endpoint: str, error_topics: 
 
     with Connection(endpoint) as conn:
         with pytest.raises(ClientError) as err:
-            conn.call(method, request_message)
+            conn.call(getattr(conn.gateway, method), request_message)
     assert err.value.code == code, f"{name}: {err.value}"
     assert type(err.value) is _ERROR_CLASSES[code]
     assert detail in err.value.detail, f"{name}: {err.value.detail!r} does not mention {detail!r}"

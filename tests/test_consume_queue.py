@@ -300,9 +300,12 @@ def test_truncate_dirty_across_files(tmp_path: Path) -> None:
     assert cq.max_offset_in_queue == 13
     assert names(tmp_path) == [f"{0:020d}", f"{200:020d}"]
     assert cq.max_physic_offset == 13 * MSG
-    # No zeroing: unit 13's bytes are still in the file, only the position moved.
-    assert file_bytes(tmp_path, f"{200:020d}")[60:80] == UNIT.pack(*unit(13))
+    # The units cut off are zeroed: a restart must not take them back into the queue.
+    assert file_bytes(tmp_path, f"{200:020d}")[60:] == bytes(140)
     assert cq.get_unit(13) is None
+    cq.shutdown()
+    cq = reopen(tmp_path)
+    assert cq.max_offset_in_queue == 13 and cq.max_physic_offset == 13 * MSG
 
     put_units(cq, 13, 15)
     assert cq.max_offset_in_queue == 15

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from rocketstore.codec import decode_message
+from rocketstore.statuses import PutMessageStatus, is_disk_full
 from rocketstore.v1 import commitlog_pb2 as pb
 
 RPC_TIMEOUT = 20.0
@@ -97,6 +98,30 @@ def test_zero_filled_tail_after_a_crash_is_cut(commitlog_factory) -> None:
     assert not gone.records[0].found
 
 
+def test_a_truncated_last_file_is_named_with_the_way_out(commitlog_factory) -> None:
+    proc = commitlog_factory()
+    sent = _messages(150, "T")  # ~77 KiB: the second file is the last
+    results = _append(proc.stub, sent)
+    assert all(r.status == pb.PUT_OK for r in results)
+    assert proc.terminate() == 0
+    keep = results[-10]  # the file is cut inside this record: it and the ones after it are lost
+    path, pos = _file_and_pos(proc, keep.wrote_offset)
+    assert path == _file_and_pos(proc, results[-1].wrote_offset)[0]
+    os.truncate(path, pos + 100)
+
+    proc.launch()
+    assert proc.proc.wait(30) == 1, "a store with a damaged file does not start"
+    log = proc.log_text()
+    assert f"{path} is damaged" in log and "shorter than the 65536 bytes" in log
+    assert f"truncate -s 65536 {path}" in log, "the way out is named"
+    assert "set the file size the store was created with" not in log
+
+    os.truncate(path, 65536)  # the way out the message names
+    proc.restart()
+    assert proc.stub.GetOffsets(pb.GetOffsetsRequest(), timeout=RPC_TIMEOUT).max_offset == keep.wrote_offset
+    _assert_intact(proc.stub, sent[:-10], results[:-10])
+
+
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 6 MiB tmpfs: a real file system that fills up (the tests run as root, as CI does)."""
@@ -149,6 +174,9 @@ def test_full_disk_refuses_writes_clearly_and_loses_nothing(small_disk: Path, co
     refused = _wait_for(lambda: (r := _append(proc.stub, _messages(1, "D"))[0]).status
                         == pb.SERVICE_NOT_AVAILABLE and r)
     assert "disk" in refused.reason and "diskSpaceWarningLevelRatio" in refused.reason
+    # RocketMQ answers a full disk and a stopping store alike (SERVICE_NOT_AVAILABLE); the reason tells a
+    # full disk apart, so the gateway answers it RESOURCE_EXHAUSTED (retry later), not UNAVAILABLE.
+    assert is_disk_full(PutMessageStatus(refused.status), refused.reason)
     stats = proc.stub.GetStats(pb.GetStatsRequest(), timeout=RPC_TIMEOUT).stats
     assert stats["writable"] in ("False", "false")
 

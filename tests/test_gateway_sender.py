@@ -53,12 +53,22 @@ def test_encoded_messages_carry_properties_in_their_stored_form_and_the_send_def
     (pb.OutgoingMessage(body=b"x", tags="a|b"), "tags"),
     (pb.OutgoingMessage(body=b"x", tags=" a"), "surrounding spaces"),
     (pb.OutgoingMessage(body=b"x", keys="a\x02"), "keys"),
+    (pb.OutgoingMessage(body=b"x", uniq_key="U\x02TAGS\x01Evil"), "uniq_key"),
+    (pb.OutgoingMessage(body=b"x", properties={"INNER_NUM": "2"}), "'INNER_NUM'"),
+    (pb.OutgoingMessage(body=b"x", properties={"a\x02": "b"}), "property name"),
+    (pb.OutgoingMessage(body=b"x", born_host="somewhere:1"), "born_host"),
+    (pb.OutgoingMessage(body=b"x", keys="k" * 40_000), "32767"),
 ])
 def test_a_bad_message_is_refused_by_its_index(message: pb.OutgoingMessage, needle: str) -> None:
     with pytest.raises(GatewayError) as e:
         encode([pb.OutgoingMessage(body=b"fine", tags="ok"), message])
     assert e.value.code == "INVALID_ARGUMENT"
     assert str(e.value).startswith("messages[1]: ") and needle in str(e.value)
+
+
+def test_a_client_address_that_is_not_ip_port_gives_the_default_born_host() -> None:
+    out = encode_send([pb.OutgoingMessage(body=b"x")], "T", 0, MAX, UniqKeyGenerator(), TagsCache(), "unix:/tmp/s")
+    assert decoded(out).messages[0].born_host == "127.0.0.1:0"
 
 
 def test_tags_cache_checks_each_value_once_and_stays_bounded() -> None:

@@ -16,6 +16,7 @@ from rocketstore.services.index.index_file import (
     INDEX_HEADER_SIZE,
     IndexFile,
     IndexService,
+    IndexWriteError,
     index_file_name,
     index_key_hash,
 )
@@ -416,4 +417,18 @@ def test_query_while_writing(tmp_path: Path) -> None:
     thread.join()
     assert errors == []
     assert svc.query_offset("T", "k", 64, 0, 2**62)[0][0] == 7 * 999
+    svc.shutdown()
+
+
+def test_a_file_that_cannot_be_created_raises_and_the_retry_indexes_the_message(tmp_path: Path) -> None:
+    blocker = tmp_path / "index"
+    blocker.write_bytes(b"")  # the directory cannot be made: every file creation fails
+    svc = _service(tmp_path)
+    with pytest.raises(IndexWriteError, match="cannot create an IndexFile"):
+        svc.build_index("T", "k1", "U1", 100, 10, T0, 0)
+    assert svc.index_file_error and svc.files == []
+    blocker.unlink()  # space (here: the directory) comes back; the caller retries the same message
+    assert svc.build_index("T", "k1", "U1", 100, 10, T0, 0) == 2
+    assert not svc.index_file_error
+    assert svc.query_offset("T", "k1", 10, 0, T0 + 1)[0] == [100]
     svc.shutdown()

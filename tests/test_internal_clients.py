@@ -24,6 +24,7 @@ from rocketstore.errors import (
     InvalidArgument,
     NotFound,
     OutOfRange,
+    PermissionDenied,
     Refused,
     Unavailable,
 )
@@ -38,7 +39,7 @@ STATUSES = [
     ("OUT_OF_RANGE", OutOfRange),
     ("FAILED_PRECONDITION", FailedPrecondition),
     ("INTERNAL", Internal),
-    ("PERMISSION_DENIED", Refused),
+    ("PERMISSION_DENIED", PermissionDenied),
     ("RESOURCE_EXHAUSTED", Refused),
     ("ABORTED", Refused),
     ("UNAVAILABLE", Unavailable),

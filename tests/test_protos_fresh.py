@@ -8,6 +8,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
+
 from rocketstore import protogen
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,3 +44,21 @@ def test_version_stamps_alone_do_not_make_stubs_stale() -> None:
     text = (ROOT / "rocketstore" / "v1" / "commitlog_pb2.py").read_text()
     bumped = text.replace("# Protobuf Python Version: ", "# Protobuf Python Version: 99.")
     assert protogen._normalise(bumped) == protogen._normalise(text)
+
+
+def test_generate_names_the_missing_typing_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Neither beside the interpreter nor on PATH: generation stops before writing, naming what to install.
+    monkeypatch.setattr(protogen.sys, "executable", str(tmp_path / "bin" / "python3"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    out = tmp_path / "out"
+    with pytest.raises(protogen.ProtogenError, match="mypy-protobuf"):
+        protogen.generate(ROOT / "protos", out)
+    assert not (out / "rocketstore").exists()
+
+
+def test_typed_grpc_stubs_are_generated_for_every_proto(tmp_path: Path) -> None:
+    written = protogen.generate(ROOT / "protos", tmp_path)
+    for proto in protogen.proto_files(ROOT / "protos"):
+        pyi = tmp_path / "rocketstore" / "v1" / f"{proto.stem}_pb2_grpc.pyi"
+        assert pyi in written
+        assert "grpc.UnaryUnaryMultiCallable[" in pyi.read_text()

@@ -13,6 +13,7 @@ from typing import Any
 
 import grpc
 from google.protobuf.json_format import MessageToDict
+from google.protobuf.message import Message
 
 from rocketstore.v1 import gateway_pb2 as pb
 
@@ -23,7 +24,7 @@ from .messages import ReceivedMessage
 __all__ = ["Admin", "to_dict"]
 
 
-def to_dict(message: Any) -> dict[str, Any]:
+def to_dict(message: Message) -> dict[str, Any]:
     """A response as a plain dict with the proto's camelCase names and every field, zeros included."""
     return MessageToDict(message, always_print_fields_with_no_presence=True)
 
@@ -49,7 +50,7 @@ class Admin:
     def create_topic(self, topic: str, *, read_queue_nums: int = 0, write_queue_nums: int = 0, perm: int = 0,
                      order: bool = False) -> pb.TopicInfo:
         """updateTopic: create ``topic``, or change an existing one (0: the broker's default)."""
-        return self._conn.call("CreateTopic", pb.CreateTopicRequest(
+        return self._conn.call(self._conn.gateway.CreateTopic, pb.CreateTopicRequest(
             topic=topic, read_queue_nums=read_queue_nums, write_queue_nums=write_queue_nums, perm=perm, order=order))
 
     def update_topic(self, topic: str, *, read_queue_nums: int | None = None, write_queue_nums: int | None = None,
@@ -64,36 +65,38 @@ class Admin:
             order=current.order if order is None else order)
 
     def delete_topic(self, topic: str) -> None:
-        self._conn.call("DeleteTopic", pb.DeleteTopicRequest(topic=topic))
+        self._conn.call(self._conn.gateway.DeleteTopic, pb.DeleteTopicRequest(topic=topic))
 
     def list_topics(self, include_system: bool = False) -> list[pb.TopicInfo]:
-        return list(self._conn.call("ListTopics", pb.ListTopicsRequest(include_system=include_system)).topics)
+        reply = self._conn.call(self._conn.gateway.ListTopics, pb.ListTopicsRequest(include_system=include_system))
+        return list(reply.topics)
 
     def topic_stats(self, topic: str) -> pb.TopicStats:
         """topicStatus: the topic's configuration and each queue's min/max offset and last store time."""
-        return self._conn.call("GetTopicStats", pb.GetTopicStatsRequest(topic=topic))
+        return self._conn.call(self._conn.gateway.GetTopicStats, pb.GetTopicStatsRequest(topic=topic))
 
     # --- broker ----------------------------------------------------------------------------
     def broker_status(self) -> pb.BrokerStatus:
-        return self._conn.call("GetBrokerStatus", pb.GetBrokerStatusRequest())
+        return self._conn.call(self._conn.gateway.GetBrokerStatus, pb.GetBrokerStatusRequest())
 
     # --- consumer groups -------------------------------------------------------------------
     def list_groups(self) -> list[pb.GroupInfo]:
         """consumerConnection for every group: members, subscriptions, version."""
-        return list(self._conn.call("ListGroups", pb.ListGroupsRequest()).groups)
+        return list(self._conn.call(self._conn.gateway.ListGroups, pb.ListGroupsRequest()).groups)
 
     def consumer_progress(self, group: str, topic: str = "") -> pb.ConsumerProgress:
         """consumerProgress: per queue broker offset, consumer offset and lag."""
-        return self._conn.call("GetConsumerProgress",
+        return self._conn.call(self._conn.gateway.GetConsumerProgress,
                                pb.GetConsumerProgressRequest(consumer_group=group, topic=topic))
 
     def committed_offsets(self, group: str, topic: str) -> dict[int, int]:
-        reply = self._conn.call("QueryOffsets", pb.QueryOffsetsRequest(consumer_group=group, topic=topic))
+        reply = self._conn.call(self._conn.gateway.QueryOffsets,
+                                pb.QueryOffsetsRequest(consumer_group=group, topic=topic))
         return {e.queue_id: e.offset for e in reply.offsets}
 
     def commit_offsets(self, group: str, topic: str, offsets: Mapping[int, int]) -> None:
         """Set the group's offsets of ``topic`` (queue id → next offset to consume)."""
-        self._conn.call("CommitOffsets", pb.CommitOffsetsRequest(consumer_group=group, offsets=[
+        self._conn.call(self._conn.gateway.CommitOffsets, pb.CommitOffsetsRequest(consumer_group=group, offsets=[
             pb.OffsetEntry(topic=topic, queue_id=q, offset=o) for q, o in sorted(offsets.items())]))
 
     def reset_offset_by_time(self, group: str, topic: str, timestamp_ms: int) -> dict[int, int]:
@@ -144,7 +147,7 @@ class Admin:
             request.key = key
             if not end_timestamp:
                 request.end_timestamp = int(time.time() * 1000) + 60_000
-        else:
-            request.queue_offset = int(queue_offset)  # type: ignore[arg-type]
-        reply = self._conn.call("QueryMessage", request)
+        elif queue_offset is not None:
+            request.queue_offset = int(queue_offset)
+        reply = self._conn.call(self._conn.gateway.QueryMessage, request)
         return [ReceivedMessage.from_proto(m) for m in reply.messages]

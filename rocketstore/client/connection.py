@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypeVar
 
 import grpc
+from google.protobuf.message import Message
 
 from rocketstore.channel import open_channel
 from rocketstore.v1 import gateway_pb2_grpc
@@ -12,6 +13,9 @@ from rocketstore.v1 import gateway_pb2_grpc
 from .errors import from_rpc_error
 
 __all__ = ["DEFAULT_TIMEOUT", "Connection", "split_endpoints"]
+
+_Request = TypeVar("_Request", bound=Message)
+_Response = TypeVar("_Response", bound=Message)
 
 DEFAULT_TIMEOUT = 10.0
 """Seconds an administrative or query call may take."""
@@ -36,10 +40,12 @@ class Connection:
         self.gateway = gateway_pb2_grpc.GatewayStub(self.channel)
         self.batch_read = gateway_pb2_grpc.BatchReadStub(self.channel)
 
-    def call(self, method: str, request: Any, timeout: float | None = None) -> Any:
-        """``Gateway.<method>(request)``; raises the ClientError subclass of the status on failure."""
+    def call(self, rpc: grpc.UnaryUnaryMultiCallable[_Request, _Response], request: _Request,
+             timeout: float | None = None) -> _Response:
+        """``rpc(request)`` (e.g. ``conn.call(conn.gateway.Pull, request)``) with the connection's deadline;
+        raises the ClientError subclass of the status on failure."""
         try:
-            return getattr(self.gateway, method)(request, timeout=self.timeout if timeout is None else timeout)
+            return rpc(request, timeout=self.timeout if timeout is None else timeout)
         except grpc.RpcError as e:
             raise from_rpc_error(e, self.endpoint) from None
 

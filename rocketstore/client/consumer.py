@@ -38,7 +38,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import StrEnum
 from itertools import islice
-from typing import Any
 
 import grpc
 
@@ -103,7 +102,7 @@ class ConsumeContext:
     suspend_current_queue_time: float = 1.0
 
 
-MessageListener = Callable[[list[ReceivedMessage], ConsumeContext], Any]
+MessageListener = Callable[[list[ReceivedMessage], ConsumeContext], ConsumeStatus | ConsumeOrderlyStatus | None]
 """``listener(messages, context)`` returns a ConsumeStatus (concurrent) or ConsumeOrderlyStatus (orderly);
 None counts as success and an exception as "consume later"."""
 
@@ -117,7 +116,7 @@ def _client_id() -> str:
     return f"{ip}@{os.getpid()}@{uuid.uuid4().hex[:8]}"
 
 
-def _queue_args(queue: MessageQueue | tuple[str, int], queue_id: int | None) -> tuple[str, int]:
+def _queue_args(queue: MessageQueue | tuple[str, int] | str, queue_id: int | None) -> tuple[str, int]:
     if isinstance(queue, MessageQueue):
         return queue.topic, queue.queue_id
     if isinstance(queue, tuple):
@@ -149,14 +148,14 @@ class PullConsumer:
 
     def queues(self, topic: str) -> list[MessageQueue]:
         """The readable queues of ``topic`` (fetchSubscribeMessageQueues)."""
-        stats = self._conn.call("GetTopicStats", pb.GetTopicStatsRequest(topic=topic))
+        stats = self._conn.call(self._conn.gateway.GetTopicStats, pb.GetTopicStatsRequest(topic=topic))
         if not stats.topic.perm & 4:  # PermName.PERM_READ
             return []
         return [MessageQueue(topic, self.endpoint, q) for q in range(stats.topic.read_queue_nums)]
 
     def offsets(self, topic: str) -> dict[int, tuple[int, int]]:
         """``{queue_id: (min_offset, max_offset)}`` of ``topic``."""
-        stats = self._conn.call("GetTopicStats", pb.GetTopicStatsRequest(topic=topic))
+        stats = self._conn.call(self._conn.gateway.GetTopicStats, pb.GetTopicStatsRequest(topic=topic))
         return {q.queue_id: (q.min_offset, q.max_offset) for q in stats.queues}
 
     def search_offset(self, topic: str, timestamp_ms: int) -> dict[int, int]:
@@ -179,7 +178,7 @@ class PullConsumer:
                                  poll_timeout_ms=int(poll_timeout * 1000), raw_records=raw)
         if commit_offset is not None:
             request.commit_offset = commit_offset
-        reply = self._conn.call("Pull", request, timeout=self._conn.timeout + poll_timeout)
+        reply = self._conn.call(self._conn.gateway.Pull, request, timeout=self._conn.timeout + poll_timeout)
         return PullResult.from_proto(reply)
 
     def commit(self, offsets: Mapping[MessageQueue | tuple[str, int], int]) -> None:
@@ -188,11 +187,13 @@ class PullConsumer:
         for queue, offset in offsets.items():
             topic, qid = _queue_args(queue, None)
             entries.append(pb.OffsetEntry(topic=topic, queue_id=qid, offset=offset))
-        self._conn.call("CommitOffsets", pb.CommitOffsetsRequest(consumer_group=self.group, offsets=entries))
+        self._conn.call(self._conn.gateway.CommitOffsets,
+                        pb.CommitOffsetsRequest(consumer_group=self.group, offsets=entries))
 
     def committed(self, topic: str) -> dict[int, int]:
         """``{queue_id: committed offset}`` of the group on ``topic`` (-1: none)."""
-        reply = self._conn.call("QueryOffsets", pb.QueryOffsetsRequest(consumer_group=self.group, topic=topic))
+        reply = self._conn.call(self._conn.gateway.QueryOffsets,
+                                pb.QueryOffsetsRequest(consumer_group=self.group, topic=topic))
         return {e.queue_id: e.offset for e in reply.offsets}
 
 
@@ -216,7 +217,7 @@ class _ProcessQueue:
         self.consumed_offset = next_offset  # what to commit
         self.committed_offset = -1  # what the broker holds, as far as we know
         self.dropped = False
-        self.call: grpc.Future | None = None
+        self.call: grpc.Future[pb.PullResponse] | None = None
         self.orderly_task_running = False
 
     @property
@@ -501,7 +502,8 @@ class PushConsumer:
         if self.message_model == MessageModel.CLUSTERING:
             for conn in self._conns.values():
                 try:
-                    conn.call("Unregister", pb.UnregisterRequest(client_id=self.client_id, consumer_group=self.group),
+                    conn.call(conn.gateway.Unregister,
+                              pb.UnregisterRequest(client_id=self.client_id, consumer_group=self.group),
                               timeout=min(self._timeout, 5.0))
                 except ClientError as e:
                     _log.warning("unregister failed", group=self.group, endpoint=conn.endpoint, error=str(e))
@@ -539,7 +541,7 @@ class PushConsumer:
         subs = [pb.SubscriptionEntry(topic=s.topic, expression=s.expression) for s in self._subscriptions.values()]
         changed = False
         for endpoint, conn in self._conns.items():
-            reply = conn.call("Heartbeat", pb.HeartbeatRequest(
+            reply = conn.call(conn.gateway.Heartbeat, pb.HeartbeatRequest(
                 client_id=self.client_id, consumer_group=self.group, subscriptions=subs,
                 consume_type="CONSUME_PASSIVELY", message_model=self.message_model.value))
             if self._versions.get(endpoint) != reply.group_version:
@@ -553,10 +555,10 @@ class PushConsumer:
         for sub in list(self._subscriptions.values()):
             for endpoint, conn in self._conns.items():
                 if self.message_model == MessageModel.BROADCASTING:
-                    stats = conn.call("GetTopicStats", pb.GetTopicStatsRequest(topic=sub.topic))
+                    stats = conn.call(conn.gateway.GetTopicStats, pb.GetTopicStatsRequest(topic=sub.topic))
                     ids: Iterable[int] = range(stats.topic.read_queue_nums)
                 else:
-                    reply = conn.call("GetAssignment", pb.GetAssignmentRequest(
+                    reply = conn.call(conn.gateway.GetAssignment, pb.GetAssignmentRequest(
                         consumer_group=self.group, client_id=self.client_id, topic=sub.topic))
                     ids = reply.queue_ids
                 for qid in ids:
@@ -598,20 +600,21 @@ class PushConsumer:
             conn = self._conns[endpoint]
             committed: dict[int, int] = {}
             if self.message_model == MessageModel.CLUSTERING:
-                reply = conn.call("QueryOffsets", pb.QueryOffsetsRequest(consumer_group=self.group, topic=topic))
+                reply = conn.call(conn.gateway.QueryOffsets,
+                                  pb.QueryOffsetsRequest(consumer_group=self.group, topic=topic))
                 committed = {e.queue_id: e.offset for e in reply.offsets}
             missing = [mq for mq in mqs if committed.get(mq.queue_id, -1) < 0]
             fallback: dict[int, int] = {}
             if missing:
                 if self.consume_from_where == ConsumeFromWhere.CONSUME_FROM_TIMESTAMP:
                     try:
-                        reply = conn.batch_read.ListQueues(pb.ListQueuesRequest(
+                        ranges = conn.batch_read.ListQueues(pb.ListQueuesRequest(
                             topics=[topic], start_timestamp=max(self.consume_timestamp, 1)), timeout=self._timeout)
                     except grpc.RpcError as e:
                         raise from_rpc_error(e, endpoint) from None
-                    fallback = {q.queue_id: q.start_offset_by_time for q in reply.queues}
+                    fallback = {q.queue_id: q.start_offset_by_time for q in ranges.queues}
                 else:
-                    stats = conn.call("GetTopicStats", pb.GetTopicStatsRequest(topic=topic))
+                    stats = conn.call(conn.gateway.GetTopicStats, pb.GetTopicStatsRequest(topic=topic))
                     first = self.consume_from_where == ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
                     fallback = {q.queue_id: q.min_offset if first else q.max_offset for q in stats.queues}
             for mq in mqs:
@@ -629,7 +632,8 @@ class PushConsumer:
             if offset > pq.committed_offset:
                 by_endpoint.setdefault(pq.mq.broker, []).append((pq, offset))
         for endpoint, items in by_endpoint.items():
-            self._conns[endpoint].call("CommitOffsets", pb.CommitOffsetsRequest(
+            conn = self._conns[endpoint]
+            conn.call(conn.gateway.CommitOffsets, pb.CommitOffsetsRequest(
                 consumer_group=self.group,
                 offsets=[pb.OffsetEntry(topic=pq.mq.topic, queue_id=pq.mq.queue_id, offset=o) for pq, o in items]))
             for pq, offset in items:
@@ -666,7 +670,8 @@ class PushConsumer:
         pq.call = call
         call.add_done_callback(lambda f: self._pulled(pq, sub, f, committing))
 
-    def _pulled(self, pq: _ProcessQueue, sub: _Subscription, f: grpc.Future, committing: int) -> None:
+    def _pulled(self, pq: _ProcessQueue, sub: _Subscription, f: grpc.Future[pb.PullResponse],
+                committing: int) -> None:
         pq.call = None
         if f.cancelled() or pq.dropped or self._stopping.is_set():
             return
@@ -714,7 +719,8 @@ class PushConsumer:
         except RuntimeError:  # the executor is shut down: we are stopping
             pass
 
-    def _call_listener(self, pq: _ProcessQueue, messages: list[ReceivedMessage], context: ConsumeContext) -> Any:
+    def _call_listener(self, pq: _ProcessQueue, messages: list[ReceivedMessage], context: ConsumeContext) -> object:
+        """The listener's status, or _FAILED when it raised."""
         assert self._listener is not None
         try:
             return self._listener(messages, context)

@@ -14,7 +14,14 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from rocketstore.codec import MESSAGE_MAGIC_CODE, decode_message
+from rocketstore.codec import (
+    MESSAGE_MAGIC_CODE,
+    MIN_RECORD_LENGTH,
+    PROPERTIESLEN_LENGTH,
+    RECORD_V4_FIXED,
+    TOPICLEN_LENGTH,
+    decode_message,
+)
 from rocketstore.message import (
     BORNHOST_V6_FLAG,
     PROPERTY_KEYS,
@@ -230,8 +237,8 @@ class PullResult:
 
 # --- raw record decoding --------------------------------------------------------------------
 
-# TOTALSIZE .. BODYLEN for IPv4 born and store hosts: 88 bytes, the body follows.
-_V4 = struct.Struct(">iIIiiqqiq4sIq4sIiqi")
+# TOTALSIZE .. BODYLEN for IPv4 born and store hosts (the body follows).
+_V4 = RECORD_V4_FIXED
 _V4_SIZE = _V4.size
 _SHORT = struct.Struct(">h")
 _V6_FLAGS = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
@@ -278,7 +285,7 @@ def decode_records(records: bytes | memoryview, queue_offsets: Sequence[int] | I
             raise ValueError(f"truncated record at byte {pos} of {limit}")
         (total, magic, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts, born_addr, born_port, store_ts,
          store_addr, store_port, reconsume, _prepared, body_len) = unpack(buf, pos)
-        if magic != MESSAGE_MAGIC_CODE or total < _V4_SIZE or pos + total > limit:
+        if magic != MESSAGE_MAGIC_CODE or total < MIN_RECORD_LENGTH or pos + total > limit:
             raise ValueError(f"no message record at byte {pos} (size {total}, magic {magic:#x})")
         if sys_flag & _V6_FLAGS:
             m = decode_message(buf, pos)
@@ -291,10 +298,12 @@ def decode_records(records: bytes | memoryview, queue_offsets: Sequence[int] | I
             body = buf[p:p + body_len]
             p += body_len
             topic_len = buf[p]
-            topic = buf[p + 1:p + 1 + topic_len].decode()
-            p += 1 + topic_len
+            p += TOPICLEN_LENGTH
+            topic = buf[p:p + topic_len].decode()
+            p += topic_len
             props_len = _SHORT.unpack_from(buf, p)[0]
-            props = string_to_properties(buf[p + 2:p + 2 + props_len].decode()) if props_len else {}
+            p += PROPERTIESLEN_LENGTH
+            props = string_to_properties(buf[p:p + props_len].decode()) if props_len else {}
             offset_msg_id = f"{_id_prefix(store_addr, store_port)}{phys:016X}"
             msg = ReceivedMessage(topic, queue_id, queue_offset, phys,
                                   props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or offset_msg_id, offset_msg_id,

@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TypeVar
 
 import grpc
 
@@ -44,6 +45,9 @@ DEFAULT_PRODUCER_GROUP = "DEFAULT_PRODUCER"
 
 SendCallback = Callable[[SendResult | list[SendResult] | None, BaseException | None], None]
 """``callback(result, None)`` on success (a list for a batch), ``callback(None, error)`` on failure."""
+
+_Result = TypeVar("_Result", bound=SendResult | list[SendResult])
+"""What an async send's future resolves to: one SendResult (send_async) or the batch's list."""
 
 _log = get_logger("rocketstore.client.producer")
 
@@ -122,6 +126,14 @@ class _SendPlan:
                           self.last_error.endpoint if self.last_error else "")
 
 
+def _only_result(results: list[SendResult]) -> SendResult:
+    return results[0]
+
+
+def _all_results(results: list[SendResult]) -> list[SendResult]:
+    return results
+
+
 class Producer:
     """Sends messages through one or more gateways (``"host:port"``, a list, or ``"h1:p1;h2:p2"``).
 
@@ -157,7 +169,7 @@ class Producer:
         self._ids = UniqKeyGenerator(client_ip)
         self._max_in_flight = max_in_flight
         self._in_flight = threading.BoundedSemaphore(max_in_flight)
-        self._pending: set[grpc.Future] = set()
+        self._pending: set[grpc.Future[pb.SendResponse]] = set()
         self._pending_lock = threading.Lock()
         self._idle = threading.Condition(self._pending_lock)
         self._callbacks = ThreadPoolExecutor(max_workers=4, thread_name_prefix="producer-callback")
@@ -207,8 +219,9 @@ class Producer:
         queues: list[MessageQueue] = []
         for endpoint in self.endpoints:
             try:
-                stats = self._connection(endpoint).call("GetTopicStats", pb.GetTopicStatsRequest(topic=topic),
-                                                        timeout=self.send_timeout)
+                conn = self._connection(endpoint)
+                stats = conn.call(conn.gateway.GetTopicStats, pb.GetTopicStatsRequest(topic=topic),
+                                  timeout=self.send_timeout)
             except NotFoundError:
                 continue
             except ClientError as e:
@@ -318,7 +331,8 @@ class Producer:
                    arg: object = None, timeout: float | None = None) -> Future[SendResult]:
         """Send without waiting: the future resolves to the SendResult (or the error); ``callback``, when
         given, is called with ``(result, None)`` or ``(None, error)`` on the producer's callback threads."""
-        return self._send_async([message], callback, queue_id, broker, selector, arg, sharding_key, timeout, True)
+        return self._send_async([message], callback, queue_id, broker, selector, arg, sharding_key, timeout,
+                                _only_result)
 
     def send_batch_async(self, messages: Sequence[Message], callback: SendCallback | None = None, *,
                          queue_id: int | None = None, broker: str | None = None, sharding_key: object = None,
@@ -326,7 +340,7 @@ class Producer:
                          timeout: float | None = None) -> Future[list[SendResult]]:
         """``send_batch`` without waiting: the future resolves to the list of results."""
         return self._send_async(list(messages), callback, queue_id, broker, selector, arg, sharding_key, timeout,
-                                False)
+                                _all_results)
 
     def _acquire(self, timeout: float) -> None:
         if not self._in_flight.acquire(timeout=max(timeout, 0.0)):
@@ -334,11 +348,11 @@ class Producer:
                                          f"finished within {timeout:.1f} s; slow down or raise max_in_flight",
                                          grpc.StatusCode.RESOURCE_EXHAUSTED)
 
-    def _track(self, call: grpc.Future) -> None:
+    def _track(self, call: grpc.Future[pb.SendResponse]) -> None:
         with self._pending_lock:
             self._pending.add(call)
 
-    def _untrack(self, call: grpc.Future) -> None:
+    def _untrack(self, call: grpc.Future[pb.SendResponse]) -> None:
         with self._idle:
             self._pending.discard(call)
             if not self._pending:
@@ -346,18 +360,18 @@ class Producer:
 
     def _send_async(self, messages: list[Message], callback: SendCallback | None, queue_id: int | None,
                     broker: str | None, selector: QueueSelector | None, arg: object, sharding_key: object,
-                    timeout: float | None, single: bool) -> Future:  # type: ignore[type-arg]
+                    timeout: float | None, shape: Callable[[list[SendResult]], _Result]) -> Future[_Result]:
         plan = self._plan(messages, queue_id, broker, selector, arg, sharding_key, timeout,
                           self.retry_times_when_send_async_failed)
-        future: Future = Future()  # type: ignore[type-arg]
+        future: Future[_Result] = Future()
         self._acquire(plan.deadline - time.monotonic())
         future.add_done_callback(lambda _f: self._in_flight.release())
         if callback is not None:
             future.add_done_callback(lambda f: self._run_callback(callback, f))
-        self._try_async(plan, future, single)
+        self._try_async(plan, future, shape)
         return future
 
-    def _run_callback(self, callback: SendCallback, future: Future) -> None:  # type: ignore[type-arg]
+    def _run_callback(self, callback: SendCallback, future: Future[_Result]) -> None:
         error = future.exception()
 
         def run() -> None:
@@ -371,7 +385,8 @@ class Producer:
         except RuntimeError:  # shut down: run it here rather than lose it
             run()
 
-    def _try_async(self, plan: _SendPlan, future: Future, single: bool) -> None:  # type: ignore[type-arg]
+    def _try_async(self, plan: _SendPlan, future: Future[_Result],
+                   shape: Callable[[list[SendResult]], _Result]) -> None:
         try:
             attempt = plan.next_try()
         except ClientError as e:
@@ -384,14 +399,14 @@ class Producer:
         call = conn.gateway.Send.future(request, timeout=remaining)
         self._track(call)
 
-        def done(f: grpc.Future) -> None:
+        def done(f: grpc.Future[pb.SendResponse]) -> None:
             self._untrack(f)
             try:
                 response = f.result()
             except grpc.RpcError as e:
                 if plan.failed(from_rpc_error(e, conn.endpoint)):
                     # Not on grpc's completion thread: choosing the next queue may call the gateway.
-                    self._retry_later(plan, future, single)
+                    self._retry_later(plan, future, shape)
                 else:
                     future.set_exception(plan.give_up())
                 return
@@ -400,15 +415,16 @@ class Producer:
                 return
             results = self._results(plan, conn.endpoint, response)
             if self._not_stored_retry(plan, results):
-                self._retry_later(plan, future, single)
+                self._retry_later(plan, future, shape)
             else:
-                future.set_result(results[0] if single else results)
+                future.set_result(shape(results))
 
         call.add_done_callback(done)
 
-    def _retry_later(self, plan: _SendPlan, future: Future, single: bool) -> None:  # type: ignore[type-arg]
+    def _retry_later(self, plan: _SendPlan, future: Future[_Result],
+                     shape: Callable[[list[SendResult]], _Result]) -> None:
         try:
-            self._callbacks.submit(self._try_async, plan, future, single)
+            self._callbacks.submit(self._try_async, plan, future, shape)
         except RuntimeError:
             future.set_exception(plan.give_up())
 
@@ -425,7 +441,7 @@ class Producer:
         call = conn.gateway.Send.future(request, timeout=remaining)
         self._track(call)
 
-        def done(f: grpc.Future) -> None:
+        def done(f: grpc.Future[pb.SendResponse]) -> None:
             self._untrack(f)
             self._in_flight.release()
             if f.cancelled() or f.exception() is not None:

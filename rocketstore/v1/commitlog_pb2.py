@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1erocketstore/v1/commitlog.proto\x12\x0erocketstore.v1\"\xca\x02\n\x07Message\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08queue_id\x18\x02 \x01(\x05\x12\x0c\n\x04\x66lag\x18\x03 \x01(\x05\x12\x0c\n\x04\x62ody\x18\x04 \x01(\x0c\x12;\n\nproperties\x18\x05 \x03(\x0b\x32\'.rocketstore.v1.Message.PropertiesEntry\x12\x10\n\x08sys_flag\x18\x06 \x01(\x05\x12\x16\n\x0e\x62orn_timestamp\x18\x07 \x01(\x03\x12\x11\n\tborn_host\x18\x08 \x01(\t\x12\x17\n\x0freconsume_times\x18\t \x01(\x05\x12#\n\x1bprepared_transaction_offset\x18\n \x01(\x03\x12\x17\n\x0fproperties_text\x18\x0b \x01(\t\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"Q\n\x12\x41ppendBatchRequest\x12)\n\x08messages\x18\x01 \x03(\x0b\x32\x17.rocketstore.v1.Message\x12\x10\n\x08\x63olumnar\x18\x02 \x01(\x08\"\xba\x01\n\x0c\x41ppendResult\x12\x30\n\x06status\x18\x01 \x01(\x0e\x32 .rocketstore.v1.PutMessageStatus\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x0e\n\x06msg_id\x18\x03 \x01(\t\x12\x14\n\x0cwrote_offset\x18\x04 \x01(\x03\x12\x13\n\x0bwrote_bytes\x18\x05 \x01(\x05\x12\x14\n\x0cqueue_offset\x18\x06 \x01(\x03\x12\x17\n\x0fstore_timestamp\x18\x07 \x01(\x03\"\xc7\x01\n\rAppendColumns\x12\x32\n\x08statuses\x18\x01 \x03(\x0e\x32 .rocketstore.v1.PutMessageStatus\x12\x0f\n\x07reasons\x18\x02 \x03(\t\x12\x15\n\rwrote_offsets\x18\x03 \x03(\x03\x12\x13\n\x0bwrote_bytes\x18\x04 \x03(\x05\x12\x15\n\rqueue_offsets\x18\x05 \x03(\x03\x12\x17\n\x0fstore_timestamp\x18\x06 \x01(\x03\x12\x15\n\rmsg_id_prefix\x18\x07 \x01(\t\"t\n\x13\x41ppendBatchResponse\x12-\n\x07results\x18\x01 \x03(\x0b\x32\x1c.rocketstore.v1.AppendResult\x12.\n\x07\x63olumns\x18\x02 \x01(\x0b\x32\x1d.rocketstore.v1.AppendColumns\"%\n\x05Range\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0c\n\x04size\x18\x02 \x01(\x05\";\n\x12ReadRecordsRequest\x12%\n\x06ranges\x18\x01 \x03(\x0b\x32\x15.rocketstore.v1.Range\"5\n\x06Record\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\r\n\x05\x66ound\x18\x03 \x01(\x08\">\n\x13ReadRecordsResponse\x12\'\n\x07records\x18\x01 \x03(\x0b\x32\x16.rocketstore.v1.Record\"I\n\x0eReadRawRequest\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x11\n\tmax_bytes\x18\x02 \x01(\x05\x12\x14\n\x0c\x66lushed_only\x18\x03 \x01(\x08\"C\n\x0fReadRawResponse\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x12\n\nmax_offset\x18\x03 \x01(\x03\"Q\n\x0bTailRequest\x12\x13\n\x0b\x66rom_offset\x18\x01 \x01(\x03\x12\x17\n\x0fmax_chunk_bytes\x18\x02 \x01(\x05\x12\x14\n\x0c\x66lushed_only\x18\x03 \x01(\x08\"9\n\x05\x43hunk\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x12\n\nmax_offset\x18\x03 \x01(\x03\"\x13\n\x11GetOffsetsRequest\"\x92\x01\n\x07Offsets\x12\x12\n\nmin_offset\x18\x01 \x01(\x03\x12\x12\n\nmax_offset\x18\x02 \x01(\x03\x12\x16\n\x0e\x66lushed_offset\x18\x03 \x01(\x03\x12\x18\n\x10\x63ommitted_offset\x18\x04 \x01(\x03\x12\x18\n\x10recovered_offset\x18\x05 \x01(\x03\x12\x13\n\x0binstance_id\x18\x06 \x01(\t\"\x0e\n\x0c\x46lushRequest\"*\n\x19\x44\x65leteExpiredFilesRequest\x12\r\n\x05\x66orce\x18\x01 \x01(\x08\"G\n\x1a\x44\x65leteExpiredFilesResponse\x12\x15\n\rdeleted_files\x18\x01 \x01(\x05\x12\x12\n\nmin_offset\x18\x02 \x01(\x03\"\x11\n\x0fGetStatsRequest\"\xa6\x01\n\x10GetStatsResponse\x12:\n\x05stats\x18\x01 \x03(\x0b\x32+.rocketstore.v1.GetStatsResponse.StatsEntry\x12(\n\x07offsets\x18\x02 \x01(\x0b\x32\x17.rocketstore.v1.Offsets\x1a,\n\nStatsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01*\xfd\x01\n\x10PutMessageStatus\x12\n\n\x06PUT_OK\x10\x00\x12\x16\n\x12\x46LUSH_DISK_TIMEOUT\x10\x01\x12\x17\n\x13\x46LUSH_SLAVE_TIMEOUT\x10\x02\x12\x17\n\x13SLAVE_NOT_AVAILABLE\x10\x03\x12\x19\n\x15SERVICE_NOT_AVAILABLE\x10\x04\x12\x1b\n\x17\x43REATE_MAPEDFILE_FAILED\x10\x05\x12\x13\n\x0fMESSAGE_ILLEGAL\x10\x06\x12\x1c\n\x18PROPERTIES_SIZE_EXCEEDED\x10\x07\x12\x15\n\x11OS_PAGECACHE_BUSY\x10\x08\x12\x11\n\rUNKNOWN_ERROR\x10\t2\xe8\x05\n\tCommitLog\x12V\n\x0b\x41ppendBatch\x12\".rocketstore.v1.AppendBatchRequest\x1a#.rocketstore.v1.AppendBatchResponse\x12[\n\x0c\x41ppendStream\x12\".rocketstore.v1.AppendBatchRequest\x1a#.rocketstore.v1.AppendBatchResponse(\x01\x30\x01\x12V\n\x0bReadRecords\x12\".rocketstore.v1.ReadRecordsRequest\x1a#.rocketstore.v1.ReadRecordsResponse\x12J\n\x07ReadRaw\x12\x1e.rocketstore.v1.ReadRawRequest\x1a\x1f.rocketstore.v1.ReadRawResponse\x12<\n\x04Tail\x12\x1b.rocketstore.v1.TailRequest\x1a\x15.rocketstore.v1.Chunk0\x01\x12H\n\nGetOffsets\x12!.rocketstore.v1.GetOffsetsRequest\x1a\x17.rocketstore.v1.Offsets\x12>\n\x05\x46lush\x12\x1c.rocketstore.v1.FlushRequest\x1a\x17.rocketstore.v1.Offsets\x12k\n\x12\x44\x65leteExpiredFiles\x12).rocketstore.v1.DeleteExpiredFilesRequest\x1a*.rocketstore.v1.DeleteExpiredFilesResponse\x12M\n\x08GetStats\x12\x1f.rocketstore.v1.GetStatsRequest\x1a .rocketstore.v1.GetStatsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1erocketstore/v1/commitlog.proto\x12\x0erocketstore.v1\"\xca\x02\n\x07Message\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08queue_id\x18\x02 \x01(\x05\x12\x0c\n\x04\x66lag\x18\x03 \x01(\x05\x12\x0c\n\x04\x62ody\x18\x04 \x01(\x0c\x12;\n\nproperties\x18\x05 \x03(\x0b\x32\'.rocketstore.v1.Message.PropertiesEntry\x12\x10\n\x08sys_flag\x18\x06 \x01(\x05\x12\x16\n\x0e\x62orn_timestamp\x18\x07 \x01(\x03\x12\x11\n\tborn_host\x18\x08 \x01(\t\x12\x17\n\x0freconsume_times\x18\t \x01(\x05\x12#\n\x1bprepared_transaction_offset\x18\n \x01(\x03\x12\x17\n\x0fproperties_text\x18\x0b \x01(\t\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"Q\n\x12\x41ppendBatchRequest\x12)\n\x08messages\x18\x01 \x03(\x0b\x32\x17.rocketstore.v1.Message\x12\x10\n\x08\x63olumnar\x18\x02 \x01(\x08\"\xba\x01\n\x0c\x41ppendResult\x12\x30\n\x06status\x18\x01 \x01(\x0e\x32 .rocketstore.v1.PutMessageStatus\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x0e\n\x06msg_id\x18\x03 \x01(\t\x12\x14\n\x0cwrote_offset\x18\x04 \x01(\x03\x12\x13\n\x0bwrote_bytes\x18\x05 \x01(\x05\x12\x14\n\x0cqueue_offset\x18\x06 \x01(\x03\x12\x17\n\x0fstore_timestamp\x18\x07 \x01(\x03\"\xc7\x01\n\rAppendColumns\x12\x32\n\x08statuses\x18\x01 \x03(\x0e\x32 .rocketstore.v1.PutMessageStatus\x12\x0f\n\x07reasons\x18\x02 \x03(\t\x12\x15\n\rwrote_offsets\x18\x03 \x03(\x03\x12\x13\n\x0bwrote_bytes\x18\x04 \x03(\x05\x12\x15\n\rqueue_offsets\x18\x05 \x03(\x03\x12\x17\n\x0fstore_timestamp\x18\x06 \x01(\x03\x12\x15\n\rmsg_id_prefix\x18\x07 \x01(\t\"t\n\x13\x41ppendBatchResponse\x12-\n\x07results\x18\x01 \x03(\x0b\x32\x1c.rocketstore.v1.AppendResult\x12.\n\x07\x63olumns\x18\x02 \x01(\x0b\x32\x1d.rocketstore.v1.AppendColumns\"%\n\x05Range\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0c\n\x04size\x18\x02 \x01(\x05\";\n\x12ReadRecordsRequest\x12%\n\x06ranges\x18\x01 \x03(\x0b\x32\x15.rocketstore.v1.Range\"e\n\x06Record\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\r\n\x05\x66ound\x18\x03 \x01(\x08\x12.\n\x07\x63orrupt\x18\x04 \x03(\x0b\x32\x1d.rocketstore.v1.CorruptRecord\"=\n\rCorruptRecord\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0c\n\x04size\x18\x02 \x01(\x05\x12\x0e\n\x06reason\x18\x03 \x01(\t\">\n\x13ReadRecordsResponse\x12\'\n\x07records\x18\x01 \x03(\x0b\x32\x16.rocketstore.v1.Record\"I\n\x0eReadRawRequest\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x11\n\tmax_bytes\x18\x02 \x01(\x05\x12\x14\n\x0c\x66lushed_only\x18\x03 \x01(\x08\"C\n\x0fReadRawResponse\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x12\n\nmax_offset\x18\x03 \x01(\x03\"Q\n\x0bTailRequest\x12\x13\n\x0b\x66rom_offset\x18\x01 \x01(\x03\x12\x17\n\x0fmax_chunk_bytes\x18\x02 \x01(\x05\x12\x14\n\x0c\x66lushed_only\x18\x03 \x01(\x08\"9\n\x05\x43hunk\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x12\n\nmax_offset\x18\x03 \x01(\x03\"\x13\n\x11GetOffsetsRequest\"\x92\x01\n\x07Offsets\x12\x12\n\nmin_offset\x18\x01 \x01(\x03\x12\x12\n\nmax_offset\x18\x02 \x01(\x03\x12\x16\n\x0e\x66lushed_offset\x18\x03 \x01(\x03\x12\x18\n\x10\x63ommitted_offset\x18\x04 \x01(\x03\x12\x18\n\x10recovered_offset\x18\x05 \x01(\x03\x12\x13\n\x0binstance_id\x18\x06 \x01(\t\"\x0e\n\x0c\x46lushRequest\"*\n\x19\x44\x65leteExpiredFilesRequest\x12\r\n\x05\x66orce\x18\x01 \x01(\x08\"G\n\x1a\x44\x65leteExpiredFilesResponse\x12\x15\n\rdeleted_files\x18\x01 \x01(\x05\x12\x12\n\nmin_offset\x18\x02 \x01(\x03\"\x11\n\x0fGetStatsRequest\"\xa6\x01\n\x10GetStatsResponse\x12:\n\x05stats\x18\x01 \x03(\x0b\x32+.rocketstore.v1.GetStatsResponse.StatsEntry\x12(\n\x07offsets\x18\x02 \x01(\x0b\x32\x17.rocketstore.v1.Offsets\x1a,\n\nStatsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"L\n\x11\x41ppendDataRequest\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x19\n\x11master_max_offset\x18\x03 \x01(\x03\"(\n\x12\x41ppendDataResponse\x12\x12\n\nmax_offset\x18\x01 \x01(\x03\"a\n\x08SlaveAck\x12\x15\n\rconnection_id\x18\x01 \x01(\t\x12\x15\n\rslave_address\x18\x02 \x01(\t\x12\x14\n\x0c\x61\x63ked_offset\x18\x03 \x01(\x03\x12\x11\n\tconnected\x18\x04 \x01(\x08\"\x19\n\x17ReportSlaveAcksResponse*\xfd\x01\n\x10PutMessageStatus\x12\n\n\x06PUT_OK\x10\x00\x12\x16\n\x12\x46LUSH_DISK_TIMEOUT\x10\x01\x12\x17\n\x13\x46LUSH_SLAVE_TIMEOUT\x10\x02\x12\x17\n\x13SLAVE_NOT_AVAILABLE\x10\x03\x12\x19\n\x15SERVICE_NOT_AVAILABLE\x10\x04\x12\x1b\n\x17\x43REATE_MAPEDFILE_FAILED\x10\x05\x12\x13\n\x0fMESSAGE_ILLEGAL\x10\x06\x12\x1c\n\x18PROPERTIES_SIZE_EXCEEDED\x10\x07\x12\x15\n\x11OS_PAGECACHE_BUSY\x10\x08\x12\x11\n\rUNKNOWN_ERROR\x10\t2\x95\x07\n\tCommitLog\x12V\n\x0b\x41ppendBatch\x12\".rocketstore.v1.AppendBatchRequest\x1a#.rocketstore.v1.AppendBatchResponse\x12[\n\x0c\x41ppendStream\x12\".rocketstore.v1.AppendBatchRequest\x1a#.rocketstore.v1.AppendBatchResponse(\x01\x30\x01\x12V\n\x0bReadRecords\x12\".rocketstore.v1.ReadRecordsRequest\x1a#.rocketstore.v1.ReadRecordsResponse\x12J\n\x07ReadRaw\x12\x1e.rocketstore.v1.ReadRawRequest\x1a\x1f.rocketstore.v1.ReadRawResponse\x12<\n\x04Tail\x12\x1b.rocketstore.v1.TailRequest\x1a\x15.rocketstore.v1.Chunk0\x01\x12H\n\nGetOffsets\x12!.rocketstore.v1.GetOffsetsRequest\x1a\x17.rocketstore.v1.Offsets\x12>\n\x05\x46lush\x12\x1c.rocketstore.v1.FlushRequest\x1a\x17.rocketstore.v1.Offsets\x12k\n\x12\x44\x65leteExpiredFiles\x12).rocketstore.v1.DeleteExpiredFilesRequest\x1a*.rocketstore.v1.DeleteExpiredFilesResponse\x12M\n\x08GetStats\x12\x1f.rocketstore.v1.GetStatsRequest\x1a .rocketstore.v1.GetStatsResponse\x12S\n\nAppendData\x12!.rocketstore.v1.AppendDataRequest\x1a\".rocketstore.v1.AppendDataResponse\x12V\n\x0fReportSlaveAcks\x12\x18.rocketstore.v1.SlaveAck\x1a\'.rocketstore.v1.ReportSlaveAcksResponse(\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,8 +35,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_MESSAGE_PROPERTIESENTRY']._serialized_options = b'8\001'
   _globals['_GETSTATSRESPONSE_STATSENTRY']._loaded_options = None
   _globals['_GETSTATSRESPONSE_STATSENTRY']._serialized_options = b'8\001'
-  _globals['_PUTMESSAGESTATUS']._serialized_start=1972
-  _globals['_PUTMESSAGESTATUS']._serialized_end=2225
+  _globals['_PUTMESSAGESTATUS']._serialized_start=2329
+  _globals['_PUTMESSAGESTATUS']._serialized_end=2582
   _globals['_MESSAGE']._serialized_start=51
   _globals['_MESSAGE']._serialized_end=381
   _globals['_MESSAGE_PROPERTIESENTRY']._serialized_start=332
@@ -54,33 +54,43 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_READRECORDSREQUEST']._serialized_start=1014
   _globals['_READRECORDSREQUEST']._serialized_end=1073
   _globals['_RECORD']._serialized_start=1075
-  _globals['_RECORD']._serialized_end=1128
-  _globals['_READRECORDSRESPONSE']._serialized_start=1130
-  _globals['_READRECORDSRESPONSE']._serialized_end=1192
-  _globals['_READRAWREQUEST']._serialized_start=1194
-  _globals['_READRAWREQUEST']._serialized_end=1267
-  _globals['_READRAWRESPONSE']._serialized_start=1269
-  _globals['_READRAWRESPONSE']._serialized_end=1336
-  _globals['_TAILREQUEST']._serialized_start=1338
-  _globals['_TAILREQUEST']._serialized_end=1419
-  _globals['_CHUNK']._serialized_start=1421
-  _globals['_CHUNK']._serialized_end=1478
-  _globals['_GETOFFSETSREQUEST']._serialized_start=1480
-  _globals['_GETOFFSETSREQUEST']._serialized_end=1499
-  _globals['_OFFSETS']._serialized_start=1502
-  _globals['_OFFSETS']._serialized_end=1648
-  _globals['_FLUSHREQUEST']._serialized_start=1650
-  _globals['_FLUSHREQUEST']._serialized_end=1664
-  _globals['_DELETEEXPIREDFILESREQUEST']._serialized_start=1666
-  _globals['_DELETEEXPIREDFILESREQUEST']._serialized_end=1708
-  _globals['_DELETEEXPIREDFILESRESPONSE']._serialized_start=1710
-  _globals['_DELETEEXPIREDFILESRESPONSE']._serialized_end=1781
-  _globals['_GETSTATSREQUEST']._serialized_start=1783
-  _globals['_GETSTATSREQUEST']._serialized_end=1800
-  _globals['_GETSTATSRESPONSE']._serialized_start=1803
-  _globals['_GETSTATSRESPONSE']._serialized_end=1969
-  _globals['_GETSTATSRESPONSE_STATSENTRY']._serialized_start=1925
-  _globals['_GETSTATSRESPONSE_STATSENTRY']._serialized_end=1969
-  _globals['_COMMITLOG']._serialized_start=2228
-  _globals['_COMMITLOG']._serialized_end=2972
+  _globals['_RECORD']._serialized_end=1176
+  _globals['_CORRUPTRECORD']._serialized_start=1178
+  _globals['_CORRUPTRECORD']._serialized_end=1239
+  _globals['_READRECORDSRESPONSE']._serialized_start=1241
+  _globals['_READRECORDSRESPONSE']._serialized_end=1303
+  _globals['_READRAWREQUEST']._serialized_start=1305
+  _globals['_READRAWREQUEST']._serialized_end=1378
+  _globals['_READRAWRESPONSE']._serialized_start=1380
+  _globals['_READRAWRESPONSE']._serialized_end=1447
+  _globals['_TAILREQUEST']._serialized_start=1449
+  _globals['_TAILREQUEST']._serialized_end=1530
+  _globals['_CHUNK']._serialized_start=1532
+  _globals['_CHUNK']._serialized_end=1589
+  _globals['_GETOFFSETSREQUEST']._serialized_start=1591
+  _globals['_GETOFFSETSREQUEST']._serialized_end=1610
+  _globals['_OFFSETS']._serialized_start=1613
+  _globals['_OFFSETS']._serialized_end=1759
+  _globals['_FLUSHREQUEST']._serialized_start=1761
+  _globals['_FLUSHREQUEST']._serialized_end=1775
+  _globals['_DELETEEXPIREDFILESREQUEST']._serialized_start=1777
+  _globals['_DELETEEXPIREDFILESREQUEST']._serialized_end=1819
+  _globals['_DELETEEXPIREDFILESRESPONSE']._serialized_start=1821
+  _globals['_DELETEEXPIREDFILESRESPONSE']._serialized_end=1892
+  _globals['_GETSTATSREQUEST']._serialized_start=1894
+  _globals['_GETSTATSREQUEST']._serialized_end=1911
+  _globals['_GETSTATSRESPONSE']._serialized_start=1914
+  _globals['_GETSTATSRESPONSE']._serialized_end=2080
+  _globals['_GETSTATSRESPONSE_STATSENTRY']._serialized_start=2036
+  _globals['_GETSTATSRESPONSE_STATSENTRY']._serialized_end=2080
+  _globals['_APPENDDATAREQUEST']._serialized_start=2082
+  _globals['_APPENDDATAREQUEST']._serialized_end=2158
+  _globals['_APPENDDATARESPONSE']._serialized_start=2160
+  _globals['_APPENDDATARESPONSE']._serialized_end=2200
+  _globals['_SLAVEACK']._serialized_start=2202
+  _globals['_SLAVEACK']._serialized_end=2299
+  _globals['_REPORTSLAVEACKSRESPONSE']._serialized_start=2301
+  _globals['_REPORTSLAVEACKSRESPONSE']._serialized_end=2326
+  _globals['_COMMITLOG']._serialized_start=2585
+  _globals['_COMMITLOG']._serialized_end=3502
 # @@protoc_insertion_point(module_scope)

@@ -130,14 +130,26 @@ class ReadRecordsRequest(_message.Message):
     def __init__(self, ranges: _Optional[_Iterable[_Union[Range, _Mapping]]] = ...) -> None: ...
 
 class Record(_message.Message):
-    __slots__ = ("offset", "data", "found")
+    __slots__ = ("offset", "data", "found", "corrupt")
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     FOUND_FIELD_NUMBER: _ClassVar[int]
+    CORRUPT_FIELD_NUMBER: _ClassVar[int]
     offset: int
     data: bytes
     found: bool
-    def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ..., found: _Optional[bool] = ...) -> None: ...
+    corrupt: _containers.RepeatedCompositeFieldContainer[CorruptRecord]
+    def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ..., found: _Optional[bool] = ..., corrupt: _Optional[_Iterable[_Union[CorruptRecord, _Mapping]]] = ...) -> None: ...
+
+class CorruptRecord(_message.Message):
+    __slots__ = ("offset", "size", "reason")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    size: int
+    reason: str
+    def __init__(self, offset: _Optional[int] = ..., size: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class ReadRecordsResponse(_message.Message):
     __slots__ = ("records",)
@@ -241,3 +253,35 @@ class GetStatsResponse(_message.Message):
     stats: _containers.ScalarMap[str, str]
     offsets: Offsets
     def __init__(self, stats: _Optional[_Mapping[str, str]] = ..., offsets: _Optional[_Union[Offsets, _Mapping]] = ...) -> None: ...
+
+class AppendDataRequest(_message.Message):
+    __slots__ = ("offset", "data", "master_max_offset")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    MASTER_MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    data: bytes
+    master_max_offset: int
+    def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ..., master_max_offset: _Optional[int] = ...) -> None: ...
+
+class AppendDataResponse(_message.Message):
+    __slots__ = ("max_offset",)
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    max_offset: int
+    def __init__(self, max_offset: _Optional[int] = ...) -> None: ...
+
+class SlaveAck(_message.Message):
+    __slots__ = ("connection_id", "slave_address", "acked_offset", "connected")
+    CONNECTION_ID_FIELD_NUMBER: _ClassVar[int]
+    SLAVE_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    ACKED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    CONNECTED_FIELD_NUMBER: _ClassVar[int]
+    connection_id: str
+    slave_address: str
+    acked_offset: int
+    connected: bool
+    def __init__(self, connection_id: _Optional[str] = ..., slave_address: _Optional[str] = ..., acked_offset: _Optional[int] = ..., connected: _Optional[bool] = ...) -> None: ...
+
+class ReportSlaveAcksResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

@@ -80,6 +80,16 @@ class CommitLogStub:
                 request_serializer=rocketstore_dot_v1_dot_commitlog__pb2.GetStatsRequest.SerializeToString,
                 response_deserializer=rocketstore_dot_v1_dot_commitlog__pb2.GetStatsResponse.FromString,
                 _registered_method=True)
+        self.AppendData = channel.unary_unary(
+                '/rocketstore.v1.CommitLog/AppendData',
+                request_serializer=rocketstore_dot_v1_dot_commitlog__pb2.AppendDataRequest.SerializeToString,
+                response_deserializer=rocketstore_dot_v1_dot_commitlog__pb2.AppendDataResponse.FromString,
+                _registered_method=True)
+        self.ReportSlaveAcks = channel.stream_unary(
+                '/rocketstore.v1.CommitLog/ReportSlaveAcks',
+                request_serializer=rocketstore_dot_v1_dot_commitlog__pb2.SlaveAck.SerializeToString,
+                response_deserializer=rocketstore_dot_v1_dot_commitlog__pb2.ReportSlaveAcksResponse.FromString,
+                _registered_method=True)
 
 
 class CommitLogServicer:
@@ -88,8 +98,10 @@ class CommitLogServicer:
 
     def AppendBatch(self, request, context):
         """Append a batch of messages in one append, in the order given. The answer holds one
-        AppendResult per message, in the same order. A refused message (bad topic, too large,
-        ...) gets its own status and reason; the others of the batch are still stored.
+        AppendResult per message, in the same order. A refused message (empty or too long topic,
+        too large, ...) gets its own status and reason; the others of the batch are still stored.
+        A request the gateway would never send (a topic with characters outside ^[%|a-zA-Z0-9_-]+$,
+        a queue id outside 0..1023, malformed properties) is refused whole with INVALID_ARGUMENT.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -106,6 +118,9 @@ class CommitLogServicer:
 
     def ReadRecords(self, request, context):
         """Read many whole records by (offset, size), e.g. the (offset, size) pairs of ConsumeQueue units.
+        Every record read is checked (magic, size, its own offset, body CRC): a record that fails is
+        never answered as found (see Record.corrupt), and is counted (corruptRecords in GetStats, the
+        rocketstore_commitlog_corrupt_records metric) and logged as a warning naming its offset.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -143,8 +158,8 @@ class CommitLogServicer:
 
     def DeleteExpiredFiles(self, request, context):
         """Delete the CommitLog files older than fileReservedTime now, without waiting for the
-        deleteWhen hour; with force, as RocketMQ's forced clean-up does when the disk is full.
-        The file being written is never deleted.
+        deleteWhen hour; with force, as RocketMQ's forced clean-up does when the disk is full
+        (force needs the operator token). The file being written is never deleted.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -152,6 +167,25 @@ class CommitLogServicer:
 
     def GetStats(self, request, context):
         """Counters and gauges of the store (put count and bytes, flushes, disk ratio, ...).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AppendData(self, request, context):
+        """SLAVE only (RocketMQ's appendData): write replicated CommitLog bytes at exactly `offset`,
+        which must be the slave's max offset (any file start when its log is empty). The queue
+        offsets of the records it completes advance as if they had been appended here.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReportSlaveAcks(self, request_iterator, context):
+        """Masters only: the HA service reports how far each connected slave has acknowledged,
+        one message per change on one long-lived stream. A SYNC_MASTER answers its waiting
+        appends from these acknowledgements; when the stream ends, every slave it reported
+        counts as disconnected.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -204,6 +238,16 @@ def add_CommitLogServicer_to_server(servicer, server):
                     servicer.GetStats,
                     request_deserializer=rocketstore_dot_v1_dot_commitlog__pb2.GetStatsRequest.FromString,
                     response_serializer=rocketstore_dot_v1_dot_commitlog__pb2.GetStatsResponse.SerializeToString,
+            ),
+            'AppendData': grpc.unary_unary_rpc_method_handler(
+                    servicer.AppendData,
+                    request_deserializer=rocketstore_dot_v1_dot_commitlog__pb2.AppendDataRequest.FromString,
+                    response_serializer=rocketstore_dot_v1_dot_commitlog__pb2.AppendDataResponse.SerializeToString,
+            ),
+            'ReportSlaveAcks': grpc.stream_unary_rpc_method_handler(
+                    servicer.ReportSlaveAcks,
+                    request_deserializer=rocketstore_dot_v1_dot_commitlog__pb2.SlaveAck.FromString,
+                    response_serializer=rocketstore_dot_v1_dot_commitlog__pb2.ReportSlaveAcksResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -450,6 +494,60 @@ class CommitLog:
             '/rocketstore.v1.CommitLog/GetStats',
             rocketstore_dot_v1_dot_commitlog__pb2.GetStatsRequest.SerializeToString,
             rocketstore_dot_v1_dot_commitlog__pb2.GetStatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AppendData(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketstore.v1.CommitLog/AppendData',
+            rocketstore_dot_v1_dot_commitlog__pb2.AppendDataRequest.SerializeToString,
+            rocketstore_dot_v1_dot_commitlog__pb2.AppendDataResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportSlaveAcks(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/rocketstore.v1.CommitLog/ReportSlaveAcks',
+            rocketstore_dot_v1_dot_commitlog__pb2.SlaveAck.SerializeToString,
+            rocketstore_dot_v1_dot_commitlog__pb2.ReportSlaveAcksResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -4,19 +4,25 @@ CleanCommitLogService).
 Files unchanged for fileReservedTime hours are deleted at the deleteWhen hours, or at any
 hour once the disk is fuller than diskMaxUsedSpaceRatio. Past diskSpaceCleanForciblyRatio
 files go even if not expired; past diskSpaceWarningLevelRatio the store stops taking writes
-until space comes back. The file being written is never deleted.
+until space comes back. The file being written is never deleted. Messages a deletion takes before
+their consumer groups consumed them are counted and reported (``dropped_messages``).
 """
 
 from __future__ import annotations
 
 import os
+import struct
 import threading
 import time
 from collections.abc import Callable
 
 from rocketstore.log import get_logger
+from rocketstore.mapped_file import MappedFile
 from rocketstore.mapped_file_queue import MappedFileQueue
 from rocketstore.settings import Settings
+from rocketstore.statuses import DISK_FULL_REASON_PREFIX
+
+from .dropped_messages import DroppedMessages, FileMessages, count_file_messages, unconsumed
 
 log = get_logger(__name__)
 
@@ -58,6 +64,7 @@ class CleanCommitLogService:
         self._thread = threading.Thread(target=self._run, name="CleanCommitLogService", daemon=True)
         self.last_disk_ratio = 0.0
         self.deleted_files = 0
+        self.dropped = DroppedMessages(os.path.join(settings.store_path_root_dir, "config"))
 
     def start(self) -> None:
         self._thread.start()
@@ -90,7 +97,7 @@ class CleanCommitLogService:
                           warning_level=s.disk_space_warning_level_ratio)
             self.flags.disk_full = True
             self.flags.disk_full_reason = (
-                f"the disk holding {s.store_path_commit_log} is {ratio:.0%} full, above "
+                f"{DISK_FULL_REASON_PREFIX} the disk holding {s.store_path_commit_log} is {ratio:.0%} full, above "
                 f"diskSpaceWarningLevelRatio={s.disk_space_warning_level_ratio}%; writes resume once "
                 "expired files are deleted or space is freed"
             )
@@ -119,17 +126,54 @@ class CleanCommitLogService:
             self._manual_requests = 0
         if not (self.is_time_to_delete() or space_to_delete or manual):
             return 0
-        clean_at_once = clean_at_once or (disk_wants_clean and s.clean_file_forcibly_enable)
+        forced_by_disk = disk_wants_clean and s.clean_file_forcibly_enable
+        requested = clean_at_once
+        clean_at_once = clean_at_once or forced_by_disk
+        counted: list[FileMessages] = []
+        names: list[str] = []
+        expired_before = time.time() * 1000 - s.file_reserved_time * 3600 * 1000
+        unexpired = [False]
+
+        def count(mf: MappedFile) -> None:
+            names.append(mf.file_name)
+            unexpired[0] = unexpired[0] or mf.last_modified() * 1000 > expired_before
+            try:
+                counted.append(count_file_messages(mf.mm, mf.wrote_position))
+            except (ValueError, IndexError, struct.error) as e:  # a damaged file: say so, delete it all the same
+                log.warning("cannot count the messages of a CommitLog file before deleting it", file=mf.file_name,
+                            error=str(e))
+
         deleted = self.queue.delete_expired_file_by_time(
             s.file_reserved_time * 3600 * 1000,
             s.delete_commit_log_files_interval,
             s.destroy_mapped_file_interval_forcibly,
             clean_at_once,
+            before_delete=count,
         )
         if deleted:
             self.deleted_files += deleted
-            log.info("deleted expired CommitLog files", files=deleted, min_offset=self.queue.get_min_offset(),
+            log.info("deleted CommitLog files", files=deleted, min_offset=self.queue.get_min_offset(),
                      clean_at_once=clean_at_once)
+            self._account(counted, names, self._why(requested and unexpired[0], forced_by_disk and unexpired[0]))
             if self.flags.disk_full:
                 self.check_disk()
         return deleted
+
+    def _why(self, requested: bool, forced_by_disk: bool) -> str:
+        s = self.settings
+        if requested:
+            return "deleted before expiry on an operator's request (DeleteExpiredFiles force)"
+        if forced_by_disk:
+            return (f"deleted before expiry at {self.last_disk_ratio:.0%} disk use, above "
+                    f"diskSpaceCleanForciblyRatio={s.disk_space_clean_forcibly_ratio} with "
+                    "cleanFileForciblyEnable=true (set it to false to refuse writes instead)")
+        return f"expired (fileReservedTime={s.file_reserved_time} h)"
+
+    def _account(self, counted: list[FileMessages], names: list[str], why: str) -> None:
+        offsets = self.dropped.consumer_offsets()
+        per_topic: dict[str, tuple[int, int]] = {}
+        for messages in counted:
+            for topic, (n, left) in unconsumed(messages, offsets).items():
+                total, not_consumed = per_topic.get(topic, (0, 0))
+                per_topic[topic] = (total + n, not_consumed + left)
+        self.dropped.record(per_topic, names, why)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import grpc
@@ -94,7 +94,37 @@ def _ranges_request(ranges: Sequence[tuple[int, int]]) -> pb.ReadRecordsRequest:
 
 
 def _records(response: pb.ReadRecordsResponse) -> list[bytes | None]:
-    return [r.data if r.found else None for r in response.records]
+    """None for a record not held or found corrupt; a run of several records with corrupt ones
+    among them comes back as a ``RunWithCorruptRecords``, so its good records are still served."""
+    out: list[bytes | None] = []
+    for r in response.records:
+        if r.found:
+            out.append(r.data)
+        elif r.corrupt and r.data and sum(c.size for c in r.corrupt) < len(r.data):
+            out.append(RunWithCorruptRecords(r.data, [(c.offset - r.offset, c.size) for c in r.corrupt]))
+        else:
+            out.append(None)
+    return out
+
+
+class RunWithCorruptRecords(bytes):
+    """The bytes of a run of adjacent records some of which the CommitLog found corrupt (their bytes
+    zeroed). Readers cut a run into its records by slicing it; a slice that touches a corrupt record
+    is None, as for a record that is gone, so it is skipped and never served."""
+
+    corrupt: list[tuple[int, int]]
+
+    def __new__(cls, data: bytes, corrupt: list[tuple[int, int]]) -> RunWithCorruptRecords:
+        run = super().__new__(cls, data)
+        run.corrupt = corrupt
+        return run
+
+    def __getitem__(self, key):  # type: ignore[no-untyped-def]  # bytes' overloads, plus None for a corrupt slice
+        if isinstance(key, slice):
+            start, stop, _ = key.indices(len(self))
+            if any(start < at + size and at < stop for at, size in self.corrupt):
+                return None
+        return super().__getitem__(key)
 
 
 def _chunk(c: pb.Chunk) -> TailChunk:
@@ -165,10 +195,31 @@ class CommitLogClient:
     def flush(self, *, timeout: float = ADMIN_TIMEOUT) -> Offsets:
         return Offsets.from_proto(self._calls.call(self._stub.Flush, pb.FlushRequest(), retry=False, timeout=timeout))
 
-    def delete_expired_files(self, *, force: bool = False, timeout: float = ADMIN_TIMEOUT) -> DeletedFiles:
+    def delete_expired_files(self, *, force: bool = False, timeout: float = ADMIN_TIMEOUT,
+                             metadata: Sequence[tuple[str, str]] = ()) -> DeletedFiles:
+        """``force`` needs the operator token in ``metadata`` (rocketstore.operator_token.call_metadata)."""
         r = self._calls.call(self._stub.DeleteExpiredFiles, pb.DeleteExpiredFilesRequest(force=force), retry=False,
-                             timeout=timeout)
+                             timeout=timeout, metadata=metadata)
         return DeletedFiles(r.deleted_files, r.min_offset)
+
+    # --- replication (the HA service) --------------------------------------------------------
+    def append_data(self, offset: int, data: bytes, master_max_offset: int = -1, *,
+                    timeout: float | None = None) -> int:
+        """SLAVE: write replicated bytes at exactly ``offset``; the new max offset. Never retried (it
+        may have been written); a wrong offset fails with a ``Refused`` of code ABORTED. Empty ``data``
+        only reports the master's max offset."""
+        request = pb.AppendDataRequest(offset=offset, data=data, master_max_offset=master_max_offset)
+        return self._calls.call(self._stub.AppendData, request, retry=False, timeout=timeout).max_offset
+
+    def report_slave_acks(self, acks: Iterator[tuple[str, str, int, bool]]) -> None:
+        """Masters: stream (connection id, slave address, acked offset, connected) until ``acks`` ends;
+        the service drops every connection of the stream when it ends."""
+        messages = (pb.SlaveAck(connection_id=c, slave_address=a, acked_offset=o, connected=up)
+                    for c, a, o, up in acks)
+        try:
+            self._stub.ReportSlaveAcks(messages, wait_for_ready=True)
+        except grpc.RpcError as e:
+            raise translate(SERVICE, "ReportSlaveAcks", e) from None
 
     def close(self) -> None:
         if self._own_channel:

@@ -17,17 +17,19 @@ from dataclasses import dataclass
 from rocketstore.codec import (
     END_FILE_MIN_BLANK_LENGTH,
     MESSAGE_MAGIC_CODE,
+    MIN_RECORD_LENGTH,
     POS_QUEUEOFFSET,
     POS_SYSFLAG,
+    RECORD_PREFIX,
     MessageRefused,
     encode_unplaced,
+    store_timestamp_position,
     write_blank,
 )
 from rocketstore.log import get_logger
 from rocketstore.mapped_file import MappedFile
 from rocketstore.mapped_file_queue import AllocateMappedFileService, MappedFileQueue, TransientStorePool
 from rocketstore.message import (
-    BORNHOST_V6_FLAG,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     Message,
@@ -44,8 +46,7 @@ log = get_logger(__name__)
 WARM_FLUSH_PAGES = 4096
 _OFFSETS = struct.Struct(">qq")  # QUEUEOFFSET, PHYSICALOFFSET
 _LONG = struct.Struct(">q")
-_SIZE_MAGIC = struct.Struct(">iI")
-MIN_RECORD_SIZE = 91  # a V1 record with empty body, topic and properties and IPv4 hosts
+_SYSFLAG_LOW_BYTE = POS_SYSFLAG + struct.calcsize(">i") - 1  # big-endian: the last byte holds the low bits
 
 
 @dataclass(slots=True)
@@ -131,7 +132,8 @@ class CommitLog:
             warm_flush_pages=WARM_FLUSH_PAGES if settings.flush_disk_type is FlushDiskType.SYNC_FLUSH else 0,
             pool=pool,
         )
-        self.mapped_file_queue = MappedFileQueue(settings.store_path_commit_log, self.file_size, self.allocator, pool)
+        self.mapped_file_queue = MappedFileQueue(settings.store_path_commit_log, self.file_size, self.allocator, pool,
+                                                 size_setting="mapedFileSizeCommitLog")
         # "topic-queueId" -> the next queue offset; rebuilt by recovery.
         self.topic_queue_table: dict[tuple[str, int], int] = {}
         self.put_lock = threading.Lock()
@@ -166,12 +168,12 @@ class CommitLog:
                 results.set_status(index, PutMessageStatus.MESSAGE_ILLEGAL,
                                    f"message record is {len(rec)} bytes; a CommitLog file holds {self.file_size}")
                 continue
-            flags = rec[POS_SYSFLAG + 3]  # the low byte of SYSFLAG holds the host and transaction bits
+            flags = rec[_SYSFLAG_LOW_BYTE]  # the host and transaction bits
             tx = flags & TRANSACTION_ROLLBACK_TYPE
             # Prepared and rolled-back transaction records take queue offset 0 and do not advance it.
             takes = tx != TRANSACTION_PREPARED_TYPE and tx != TRANSACTION_ROLLBACK_TYPE
             records.append((index, rec, len(rec), (msg.topic, msg.queue_id), takes,
-                            68 if flags & BORNHOST_V6_FLAG else 56))
+                            store_timestamp_position(flags)))
         return records, results
 
     def append(self, records: list[tuple], results: PutResults) -> int:
@@ -349,8 +351,8 @@ class CommitLog:
             head = mf.select(pos, 8)
             if head is None:
                 return None
-            size, magic = _SIZE_MAGIC.unpack(head)
-            if magic != MESSAGE_MAGIC_CODE or size < MIN_RECORD_SIZE:
+            size, magic = RECORD_PREFIX.unpack(head)
+            if magic != MESSAGE_MAGIC_CODE or size < MIN_RECORD_LENGTH:
                 return None
         return mf.select(pos, size)
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from rocketstore.codec import RECORD_SIZE_SLACK
 from rocketstore.log import configure_logging, get_logger
+from rocketstore.operator_token import ensure_token, token_path
 from rocketstore.server import GrpcServer, run_until_signal, start_metrics_server
 from rocketstore.v1 import commitlog_pb2_grpc
 
@@ -68,6 +69,12 @@ def serve(
         _log.error("commitlog store cannot start", error=str(e),
                    store_path_root_dir=settings.store_path_root_dir)
         return 1
+    try:
+        ensure_token(settings.store_path_root_dir)  # the credential of destructive admin calls
+    except OSError as e:
+        store.shutdown()
+        _log.error("cannot create the operator token", error=str(e), path=token_path(settings.store_path_root_dir))
+        return 1
     metrics = _Metrics(store) if metrics_port is not None else None
     servicer = CommitLogServicer(
         store,
@@ -78,7 +85,7 @@ def serve(
         server = GrpcServer(host, port, max_workers=MAX_WORKERS)
         server.add(commitlog_pb2_grpc.add_CommitLogServicer_to_server, servicer, SERVICE_NAME)
         server.start()
-        bound_metrics = start_metrics_server(metrics_port) if metrics_port is not None else None
+        bound_metrics = start_metrics_server(metrics_port, host) if metrics_port is not None else None
     except BaseException:
         store.shutdown()
         raise
@@ -174,7 +181,19 @@ class _StoreCollector:
         except Exception:  # noqa: BLE001 - a scrape during shutdown must not fail the exporter
             return
         yield offsets
+        yield CounterMetricFamily("rocketstore_commitlog_corrupt_records",
+                                  "Distinct CommitLog records found corrupt on read (never served).",
+                                  value=float(stats.get("corruptRecords", 0)))
+        dropped = CounterMetricFamily(
+            "rocketstore_commitlog_dropped_unconsumed_messages",
+            "Messages deleted with their CommitLog file before every consumer group of their topic consumed "
+            "them (forced clean-up on a full disk, or retention), by topic.", labels=["topic"])
+        for topic, count in sorted(store.clean_service.dropped.by_topic.items()):
+            dropped.add_metric([topic], float(count))
+        yield dropped
         for name, value in stats.items():
+            if name in _OWN_METRICS:
+                continue
             if not isinstance(value, bool | int | float) or name.endswith("Offset"):
                 continue  # text stats (role, reasons) are not metrics; offsets are above
             metric = f"rocketstore_commitlog_store_{_snake(name)}"
@@ -186,7 +205,9 @@ class _StoreCollector:
 
 
 _STORE_COUNTERS = frozenset({"putMessageCount", "putBytes", "flushCount", "flushSeconds", "flushTimeouts",
-                             "deletedFiles"})
+                             "deletedFiles", "corruptReads"})
+# Stats exported under names of their own (below) rather than rocketstore_commitlog_store_<name>.
+_OWN_METRICS = frozenset({"corruptRecords", "droppedUnconsumedMessages"})
 
 
 def _snake(name: str) -> str:

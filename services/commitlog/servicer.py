@@ -7,7 +7,11 @@ knows nothing of protobuf.
 Errors (always with a detail that says what was wrong):
 
 * INVALID_ARGUMENT: a negative offset, an empty or oversized range, ``max_bytes`` out of bounds;
+* INVALID_ARGUMENT also for an append the gateway would never send (see ``append_checks``);
 * OUT_OF_RANGE: an offset below the store's min offset (its file was deleted);
+* PERMISSION_DENIED: a forced DeleteExpiredFiles without the operator token;
+* FAILED_PRECONDITION: a replication call to a broker of the other role;
+* ABORTED: AppendData at an offset that does not continue the slave's log;
 * UNAVAILABLE: the service is stopping or the store is shut down;
 * INTERNAL: anything unexpected (logged with its traceback).
 
@@ -25,13 +29,23 @@ from typing import TYPE_CHECKING
 import grpc
 
 from rocketstore.codec import RECORD_SIZE_SLACK
-from rocketstore.errors import BrokerError, InvalidArgument, OutOfRange, Unavailable
+from rocketstore.errors import (
+    BrokerError,
+    FailedPrecondition,
+    InvalidArgument,
+    OutOfRange,
+    PermissionDenied,
+    Refused,
+    Unavailable,
+)
 from rocketstore.log import get_logger
+from rocketstore.operator_token import OperatorGuard
 from rocketstore.servicing import rpc_errors
 from rocketstore.v1 import commitlog_pb2 as pb
 from rocketstore.v1 import commitlog_pb2_grpc as pb_grpc
 
-from .store import OffsetNotAvailable
+from .append_checks import BadAppendRequest, check_messages
+from .store import CorruptRange, NotThisRole, OffsetMismatch, OffsetNotAvailable
 
 if TYPE_CHECKING:
     from .store import CommitLogStore, PutResult, PutResults
@@ -76,6 +90,7 @@ class CommitLogServicer(pb_grpc.CommitLogServicer):
         self._on_append = on_append
         self._poll = tail_poll_interval
         self._closed = threading.Event()
+        self._operator = OperatorGuard(store.settings.store_path_root_dir)
 
     # --- lifecycle ------------------------------------------------------------------------
     def close(self) -> None:
@@ -123,6 +138,10 @@ class CommitLogServicer(pb_grpc.CommitLogServicer):
             return response
         # The protobuf messages go to the store as they are: the codec reads Message's attribute names.
         msgs = request.messages
+        try:
+            check_messages(msgs)
+        except BadAppendRequest as e:
+            raise _invalid(str(e)) from None
         started = time.perf_counter()
         results = self._store.put_messages(msgs)
         elapsed = time.perf_counter() - started
@@ -196,6 +215,9 @@ class CommitLogServicer(pb_grpc.CommitLogServicer):
         for (offset, _), data in zip(ranges, datas, strict=True):
             if data is None:
                 add(offset=offset, found=False)
+            elif isinstance(data, CorruptRange):
+                add(offset=offset, data=data.data, found=False,
+                    corrupt=[pb.CorruptRecord(offset=o, size=z, reason=r) for o, z, r in data.records])
             else:
                 add(offset=offset, data=bytes(data), found=True)
         return response
@@ -282,11 +304,47 @@ class CommitLogServicer(pb_grpc.CommitLogServicer):
         self, request: pb.DeleteExpiredFilesRequest, context: _Ctx
     ) -> pb.DeleteExpiredFilesResponse:
         self._check_open()
+        if request.force and (denied := self._operator.denial(context, "a forced DeleteExpiredFiles")):
+            raise PermissionDenied(denied)
         deleted = self._store.delete_expired_files(force=request.force)
         min_offset = self._store.min_offset
         _log.info("expired files deleted on request", force=request.force, deleted_files=deleted,
                   min_offset=min_offset)
         return pb.DeleteExpiredFilesResponse(deleted_files=deleted, min_offset=min_offset)
+
+    # --- replication ------------------------------------------------------------------------
+    @rpc_errors
+    def AppendData(self, request: pb.AppendDataRequest, context: _Ctx) -> pb.AppendDataResponse:
+        self._check_open()
+        if request.offset < 0:
+            raise _invalid(f"offset is {request.offset}; offsets are >= 0")
+        try:
+            end = self._store.append_data(request.offset, request.data, request.master_max_offset)
+            return pb.AppendDataResponse(max_offset=end)
+        except NotThisRole as e:
+            raise FailedPrecondition(str(e)) from e
+        except OffsetMismatch as e:
+            raise Refused("ABORTED", str(e)) from e
+
+    @rpc_errors
+    def ReportSlaveAcks(self, requests: Iterator[pb.SlaveAck], context: _Ctx) -> pb.ReportSlaveAcksResponse:
+        """Feed the store's replica tracker; when the stream ends, its connections count as closed."""
+        self._check_open()
+        seen: dict[str, None] = {}
+        try:
+            for ack in requests:
+                self._store.report_slave(ack.connection_id, ack.slave_address, ack.acked_offset, ack.connected)
+                if ack.connected:
+                    seen[ack.connection_id] = None
+                else:
+                    seen.pop(ack.connection_id, None)
+        except NotThisRole as e:
+            raise FailedPrecondition(str(e)) from e
+        except grpc.RpcError:
+            pass  # the HA service went away: its slaves are dropped below
+        finally:
+            self._store.replica.drop(list(seen))
+        return pb.ReportSlaveAcksResponse()
 
     @rpc_errors
     def GetStats(self, request: pb.GetStatsRequest, context: _Ctx) -> pb.GetStatsResponse:

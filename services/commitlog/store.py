@@ -17,7 +17,9 @@ from rocketstore.services.commitlog.clean_service import CleanCommitLogService, 
 from rocketstore.services.commitlog.commitlog import CommitLog, OffsetNotAvailable, PutResult, PutResults
 from rocketstore.services.commitlog.flush import CommitRealTimeService, FlushRealTimeService
 from rocketstore.services.commitlog.group_commit import GroupCommitRequest, GroupCommitService
-from rocketstore.services.commitlog.replica import NoReplica, ReplicaWaiter
+from rocketstore.services.commitlog.read_checks import CorruptRange, find_corrupt, zero_spans
+from rocketstore.services.commitlog.replica import ReplicaTracker, TransferRequest
+from rocketstore.services.commitlog.slave_append import OffsetMismatch, SlaveAppender
 
 from rocketstore.checkpoint import StoreCheckpoint
 from rocketstore.file_lock import FileLockHeld, lock_file, unlock_file
@@ -26,7 +28,11 @@ from rocketstore.message import Message, wait_store_msg_ok
 from rocketstore.settings import BrokerRole, FlushDiskType, Settings
 from rocketstore.statuses import PutMessageStatus
 
-__all__ = ["CommitLogStore", "OffsetNotAvailable", "PutResult", "PutResults", "StoreStartError"]
+__all__ = ["CommitLogStore", "CorruptRange", "NotThisRole", "OffsetMismatch", "OffsetNotAvailable", "PutResult",
+           "PutResults", "StoreStartError"]
+
+# Corrupt records already warned about (by offset); past this many, the set starts again.
+_CORRUPT_SEEN_LIMIT = 100_000
 
 log = get_logger(__name__)
 
@@ -35,11 +41,20 @@ class StoreStartError(RuntimeError):
     """The store cannot start: another process holds it, or its files are inconsistent."""
 
 
+class NotThisRole(RuntimeError):
+    """A replication call made to a broker of the other role (AppendData on a master, slave
+    acknowledgements on a slave)."""
+
+
 class CommitLogStore:
-    def __init__(self, settings: Settings, replica: ReplicaWaiter | None = None) -> None:
+    def __init__(self, settings: Settings, replica: ReplicaTracker | None = None) -> None:
         self.settings = settings
         self.store_host = f"{settings.broker_ip1}:{settings.listen_port}"
-        self.replica: ReplicaWaiter = replica or NoReplica()
+        self.replica = replica or ReplicaTracker(settings.ha_slave_fallbehind_max)
+        self._slave_appender: SlaveAppender | None = None
+        self._master_max = -1  # a slave: its master's max offset as last heard, and when
+        self._master_heard_at = 0.0
+        self._behind_since = 0.0  # a slave: when it last fell behind its master (0: caught up)
         self.commitlog = CommitLog(settings, self.store_host)
         self.flags = RunningFlags()
         self.clean_service = CleanCommitLogService(settings, self.commitlog.mapped_file_queue, self.flags)
@@ -60,8 +75,14 @@ class CommitLogStore:
         # Only SYNC_FLUSH and a SYNC_MASTER make a put wait after the append.
         self._sync_master = settings.broker_role is BrokerRole.SYNC_MASTER
         self._waits_for_durability = settings.flush_disk_type is FlushDiskType.SYNC_FLUSH or self._sync_master
-        self._slave_timeout = settings.slave_timeout / 1000
+        # The slave wait's timeout is syncFlushTimeout, as the broker's putMessage wait uses it.
+        self._slave_timeout = settings.sync_flush_timeout / 1000
         self.manual_flush_count = 0
+        self._corrupt_lock = threading.Lock()
+        self._corrupt_seen: set[int] = set()
+        self.corrupt_records = 0  # distinct corrupt records found by reads
+        self.corrupt_reads = 0  # reads that met one (and did not serve it)
+        self.last_corrupt_record = ""
 
     # --- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -88,10 +109,14 @@ class CommitLogStore:
         self.commitlog.allocator.start()
         # Have the file the first append needs ready before taking puts (creating and
         # zero-filling a 1 GiB file takes seconds); a failure here is left to the first put.
-        try:
-            self.commitlog.mapped_file_queue.get_last_mapped_file(0)
-        except OSError as e:
-            log.warning("could not create the first CommitLog file yet", error=str(e))
+        # An empty slave's first file is the master's, created when its first bytes arrive.
+        if s.broker_role is not BrokerRole.SLAVE or self.commitlog.mapped_file_queue.files:
+            try:
+                self.commitlog.mapped_file_queue.get_last_mapped_file(0)
+            except OSError as e:
+                log.warning("could not create the first CommitLog file yet", error=str(e))
+        if s.broker_role is BrokerRole.SLAVE:
+            self._slave_appender = SlaveAppender(self.commitlog)
         self._start_flush_services()
         self.clean_service.start()
         self._snapshot_thread = threading.Thread(target=self._snapshot_loop, name="QueueOffsetSnapshot",
@@ -208,10 +233,11 @@ class CommitLogStore:
         if not self.running:
             return PutMessageStatus.SERVICE_NOT_AVAILABLE, "the store is shut down"
         if self.settings.broker_role is BrokerRole.SLAVE:
-            return PutMessageStatus.SERVICE_NOT_AVAILABLE, "this broker is a SLAVE; send to its master"
+            master = self.settings.ha_master_address or "(haMasterAddress is not set)"
+            return PutMessageStatus.SERVICE_NOT_AVAILABLE, f"this broker is a SLAVE of {master}; send to its master"
         if not self.flags.writable:
-            reason = self.flags.not_writable_reason()
-            return PutMessageStatus.SERVICE_NOT_AVAILABLE, f"the store is not writable: {reason}"
+            # The reason begins with DISK_FULL_REASON_PREFIX, which tells a full disk from a shutdown.
+            return PutMessageStatus.SERVICE_NOT_AVAILABLE, self.flags.not_writable_reason()
         if self.commitlog.is_os_page_cache_busy():
             return (PutMessageStatus.OS_PAGECACHE_BUSY,
                     "the previous put has held the put lock longer than osPageCacheBusyTimeOutMills="
@@ -227,12 +253,13 @@ class CommitLogStore:
         Returns once the messages are as durable as flushDiskType and brokerRole ask."""
         results, end, waiting = self._append(msgs)
         if waiting:
+            # Both waits run at once: each deadline starts now, as 4.9's combined futures do.
             request = self._flush_request(end)
+            in_sync, transfer = self._transfer_request(end)
             if request is not None and not request.wait():
                 self._flush_timed_out(end, waiting, results)
             if self._sync_master:
-                in_sync = self.replica.is_slave_ok(end)
-                acked = in_sync and self.replica.wait_for_slave(end, self._slave_timeout)
+                acked = transfer is not None and transfer.wait()
                 self._replica_outcome(in_sync, acked, waiting, results)
         return results
 
@@ -242,14 +269,23 @@ class CommitLogStore:
         thread of their own."""
         results, end, waiting = self._append(msgs)
         if waiting:
-            request = self._flush_request(end, asyncio.get_running_loop())
+            loop = asyncio.get_running_loop()
+            request = self._flush_request(end, loop)
+            in_sync, transfer = self._transfer_request(end, loop)
             if request is not None and not await request.wait_async():
                 self._flush_timed_out(end, waiting, results)
             if self._sync_master:
-                in_sync = self.replica.is_slave_ok(end)
-                acked = in_sync and await asyncio.to_thread(self.replica.wait_for_slave, end, self._slave_timeout)
+                acked = transfer is not None and await transfer.wait_async()
                 self._replica_outcome(in_sync, acked, waiting, results)
         return results
+
+    def _transfer_request(self, end: int, loop: asyncio.AbstractEventLoop | None = None,
+                          ) -> tuple[bool, TransferRequest | None]:
+        """Under SYNC_MASTER, whether a slave is in sync for ``end`` and, if one is, the wait
+        for its acknowledgement (none when no slave is: SLAVE_NOT_AVAILABLE at once)."""
+        if not self._sync_master or not self.replica.is_slave_ok(end):
+            return False, None
+        return True, self.replica.request(end, self._slave_timeout, loop)
 
     def _append(self, msgs: Sequence[Message]) -> tuple[PutResults, int, list[int]]:
         """Check, encode and append; returns the results, the log end after the batch (0 when
@@ -309,17 +345,76 @@ class CommitLogStore:
             return
         if in_sync:
             status = PutMessageStatus.FLUSH_SLAVE_TIMEOUT
-            reason = f"stored, but no slave acknowledged it within slaveTimeout={self.settings.slave_timeout} ms"
+            reason = ("stored, but no slave acknowledged it within "
+                      f"syncFlushTimeout={self.settings.sync_flush_timeout} ms")
         else:
             status = PutMessageStatus.SLAVE_NOT_AVAILABLE
-            reason = "stored on the master, but no slave is connected (or it is too far behind)"
+            reason = ("stored on the master, but no slave is connected or the slave is more than "
+                      f"haSlaveFallbehindMax={self.settings.ha_slave_fallbehind_max} bytes behind")
         for i in waiting:
             results.set_status(i, status, reason)
 
+    # --- replication -----------------------------------------------------------------------
+    def append_data(self, offset: int, data: bytes | memoryview, master_max_offset: int = -1) -> int:
+        """SLAVE: write replicated bytes at exactly ``offset``; returns the new max offset. Empty
+        ``data`` only records ``master_max_offset`` (the master was heard from). Raises OffsetMismatch
+        when the bytes do not continue the log, NotThisRole on a master."""
+        appender = self._slave_appender
+        if appender is None or not self.running:
+            if not self.running:
+                raise NotThisRole("the store is shut down")
+            raise NotThisRole(f"this broker is a {self.settings.broker_role.value}; only a SLAVE takes "
+                              "replicated bytes")
+        end = appender.append(offset, data) if len(data) else self.max_offset
+        if master_max_offset >= 0:
+            now = time.monotonic()
+            self._master_max, self._master_heard_at = master_max_offset, now
+            if end >= master_max_offset:
+                self._behind_since = 0.0
+            elif not self._behind_since:
+                self._behind_since = now
+        return end
+
+    def report_slave(self, connection_id: str, address: str, acked_offset: int, connected: bool) -> None:
+        """A master's HA service reports a slave connection's acknowledged offset (or its end)."""
+        if self.settings.broker_role is BrokerRole.SLAVE:
+            raise NotThisRole(f"this broker is a SLAVE of {self.settings.ha_master_address or '(unset)'}; "
+                              "slave acknowledgements go to a master")
+        self.replica.update(connection_id, address, acked_offset, connected, self.max_offset)
+
     # --- reads and admin -------------------------------------------------------------------
-    def read_records(self, ranges: Sequence[tuple[int, int]]) -> list[bytes | None]:
+    def read_records(self, ranges: Sequence[tuple[int, int]]) -> list[bytes | CorruptRange | None]:
+        """The bytes of each (offset, size) range, None where there are none, and a CorruptRange
+        where a record of the range fails its check (magic, sizes, own offset, body CRC)."""
         get = self.commitlog.get_data
-        return [get(offset, size) for offset, size in ranges]
+        out: list[bytes | CorruptRange | None] = []
+        for offset, size in ranges:
+            data = get(offset, size)
+            if data is not None:
+                bad = find_corrupt(data, offset)
+                if bad:
+                    self._note_corrupt(bad)
+                    data = CorruptRange(zero_spans(data, offset, bad), bad)
+            out.append(data)
+        return out
+
+    def _note_corrupt(self, records: list[tuple[int, int, str]]) -> None:
+        """Count and report corrupt records: a warning the first time each one is met."""
+        q = self.commitlog.mapped_file_queue
+        with self._corrupt_lock:
+            self.corrupt_reads += 1
+            for offset, size, reason in records:
+                if offset in self._corrupt_seen:
+                    continue
+                if len(self._corrupt_seen) >= _CORRUPT_SEEN_LIMIT:
+                    self._corrupt_seen.clear()
+                self._corrupt_seen.add(offset)
+                self.corrupt_records += 1
+                mf = q.find_mapped_file_by_offset(offset)
+                where = mf.path if mf is not None else "?"
+                self.last_corrupt_record = f"offset {offset} ({size} bytes) in {where}: {reason}"
+                log.warning("corrupt CommitLog record: not served", offset=offset, size=size, file=where,
+                            reason=reason)
 
     def read_raw(self, offset: int, max_bytes: int, flushed_only: bool = False) -> bytes:
         return self.commitlog.read_raw(offset, max_bytes, flushed_only)
@@ -379,10 +474,36 @@ class CommitLogStore:
             "writable": self.flags.writable,
             "notWritableReason": self.flags.not_writable_reason(),
             "deletedFiles": self.clean_service.deleted_files,
+            "droppedUnconsumedMessages": self.clean_service.dropped.total,
+            "droppedUnconsumed": self.clean_service.dropped.status_line(),
+            "corruptRecords": self.corrupt_records,
+            "corruptReads": self.corrupt_reads,
+            "lastCorruptRecord": self.last_corrupt_record,
             "flushDiskType": self.settings.flush_disk_type.value,
             "brokerRole": self.settings.broker_role.value,
             "lastExitOk": self.last_exit_ok,
+            **self._replica_stats(),
         }
+
+    def _replica_stats(self) -> dict[str, object]:
+        """The HA side of the status: a slave's master and its lag, a master's best slave and its lag
+        (-1 where there is nothing to measure)."""
+        now = time.monotonic()
+        if self.settings.broker_role is BrokerRole.SLAVE:
+            heard = self._master_max >= 0
+            return {"haMasterAddress": self.settings.ha_master_address,
+                    "haMasterMaxOffset": self._master_max,
+                    "haMasterHeardMillisAgo": int((now - self._master_heard_at) * 1000) if heard else -1,
+                    "slaveLagBytes": max(0, self._master_max - self.max_offset) if heard else -1,
+                    "slaveLagMillis": int((now - self._behind_since) * 1000) if self._behind_since else 0}
+        slaves = self.replica.slaves()
+        best = max(slaves, key=lambda s: s.acked_offset, default=None)
+        return {"slaveConnections": len(slaves),
+                "slaveAddresses": ",".join(s.address for s in slaves),
+                "slaveAckedOffset": best.acked_offset if best else -1,
+                "slaveLagBytes": max(0, self.max_offset - best.acked_offset) if best else -1,
+                "slaveLagMillis": int((now - best.behind_since) * 1000) if best and best.behind_since else
+                (0 if best else -1)}
 
 
 def _write_file(path: str, text: str) -> None:

@@ -12,15 +12,27 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-from rocketstore.codec import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, check_record
-from rocketstore.message import BORNHOST_V6_FLAG, STOREHOSTADDRESS_V6_FLAG, java_string_hash, property_value
+from rocketstore.codec import (
+    BLANK_MAGIC_CODE,
+    BODYLEN_LENGTH,
+    BODYLEN_POSITIONS,
+    END_FILE_MIN_BLANK_LENGTH,
+    HOST_FLAGS_SHIFT,
+    MESSAGE_MAGIC_CODE,
+    MIN_RECORD_LENGTH,
+    PROPERTIESLEN_LENGTH,
+    RECORD_HEAD,
+    RECORD_PREFIX,
+    STORETIMESTAMP_POSITIONS,
+    TOPICLEN_LENGTH,
+    check_record,
+)
+from rocketstore.message import java_string_hash, property_value
 
 __all__ = ["SCHEDULE_TOPIC", "CorruptRecord", "DispatchColumns", "DispatchDecoder", "tags_code_of"]
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 
-_HEAD = struct.Struct(">iIIiiqqiq")  # TOTALSIZE .. BORNTIMESTAMP
-_SIZE_MAGIC = struct.Struct(">iI")
 _LONG = struct.Struct(">q")
 _INT = struct.Struct(">i")
 _SHORT = struct.Struct(">h")
@@ -125,11 +137,17 @@ class DispatchDecoder:
         topics, queue_ids, queue_offsets, phys = out.topic, out.queue_id, out.queue_offset, out.physical_offset
         sizes, codes, stamps, flags = out.size, out.tags_code, out.store_timestamp, out.sys_flag
         keys_col, uniq_col = out.keys, out.uniq_key
-        while limit - pos >= 8:
-            total, magic = _SIZE_MAGIC.unpack_from(buf, pos)
+        # The layout, bound to locals for the loop (codec.py names it once).
+        unpack_head, unpack_prefix = RECORD_HEAD.unpack_from, RECORD_PREFIX.unpack_from
+        unpack_long, unpack_int, unpack_short = _LONG.unpack_from, _INT.unpack_from, _SHORT.unpack_from
+        ts_at, body_len_at, shift = STORETIMESTAMP_POSITIONS, BODYLEN_POSITIONS, HOST_FLAGS_SHIFT
+        min_blank, min_record = END_FILE_MIN_BLANK_LENGTH, MIN_RECORD_LENGTH
+        body_len_size, topic_len_size, props_len_size = BODYLEN_LENGTH, TOPICLEN_LENGTH, PROPERTIESLEN_LENGTH
+        while limit - pos >= min_blank:
+            total, magic = unpack_prefix(buf, pos)
             if magic == BLANK_MAGIC_CODE:
                 # END_OF_FILE: the rest of this file is filler; the next record starts after it.
-                if total < 8:
+                if total < min_blank:
                     raise CorruptRecord(base + pos, f"blank record of size {total}")
                 if pos + total > limit:
                     # The filler runs on into the next chunk: skip it there, and until then report the
@@ -140,31 +158,32 @@ class DispatchDecoder:
                     return limit
                 pos += total
                 continue
-            if magic != MESSAGE_MAGIC_CODE or total < 91:
+            if magic != MESSAGE_MAGIC_CODE or total < min_record:
                 raise CorruptRecord(base + pos, f"magic 0x{magic:08X}, size {total}")
             if pos + total > limit:
                 break  # the rest of the record is in the next chunk
             # One parse both reads the fields and checks them (checkMessageAndReturnSize without
             # the body): the lengths must add up to TOTALSIZE and the record must carry its own offset.
-            _, _, _, queue_id, _, queue_offset, physical, sys_flag, _ = _HEAD.unpack_from(buf, pos)
-            born = 8 if not sys_flag & BORNHOST_V6_FLAG else 20
-            p = pos + 48 + born
-            store_ts = _LONG.unpack_from(buf, p)[0]
-            p += 8 + (8 if not sys_flag & STOREHOSTADDRESS_V6_FLAG else 20) + 12
-            body_len = _INT.unpack_from(buf, p)[0]
-            p += 4 + body_len
+            _, _, _, queue_id, _, queue_offset, physical, sys_flag, _ = unpack_head(buf, pos)
+            hosts = (sys_flag >> shift) & 3
+            store_ts = unpack_long(buf, pos + ts_at[hosts])[0]
+            p = pos + body_len_at[hosts]
+            body_len = unpack_int(buf, p)[0]
+            p += body_len_size + body_len
             end = pos + total
-            if body_len < 0 or p + 3 > end or physical != base + pos:
+            if body_len < 0 or p + topic_len_size + props_len_size > end or physical != base + pos:
                 raise CorruptRecord(base + pos, f"body length {body_len} or offset {physical} disagree with the record")
             topic_len = buf[p]
-            topic = buf[p + 1:p + 1 + topic_len].decode()
-            p += 1 + topic_len
-            props_len = _SHORT.unpack_from(buf, p)[0] if p + 2 <= end else -1
-            if props_len < 0 or p + 2 + props_len != end:
+            p += topic_len_size
+            topic = buf[p:p + topic_len].decode()
+            p += topic_len
+            props_len = unpack_short(buf, p)[0] if p + props_len_size <= end else -1
+            p += props_len_size
+            if props_len < 0 or p + props_len != end:
                 raise CorruptRecord(base + pos, "topic and properties lengths disagree with TOTALSIZE")
             if check_crc and check_record(buf, pos, limit, physical, True) != total:
                 raise CorruptRecord(base + pos, "wrong body CRC")
-            props = buf[p + 2:end].decode() if props_len else ""
+            props = buf[p:end].decode() if props_len else ""
             topics.append(topic)
             queue_ids.append(queue_id)
             queue_offsets.append(queue_offset)

@@ -25,6 +25,7 @@ from rocketstore.services.index.client import IndexClient, Position
 
 from rocketstore.errors import BrokerError
 from rocketstore.log import get_logger
+from rocketstore.operator_token import call_metadata
 from rocketstore.rpc_client import Stream
 from rocketstore.v1 import index_pb2 as ix_pb
 
@@ -59,8 +60,9 @@ class DispatchStatus:
 class Dispatcher:
     def __init__(self, commitlog_endpoint: str, index_endpoint: str, delay_levels: tuple[int, ...],
                  *, flushed_only: bool, check_crc: bool = False, retry_seconds: float = 0.5,
-                 chunk_bytes: int = CHUNK_BYTES) -> None:
+                 chunk_bytes: int = CHUNK_BYTES, store_root: str = "") -> None:
         self._commitlog_endpoint = commitlog_endpoint
+        self._store_root = store_root  # where the operator token that Index.Truncate needs is read
         self._index_endpoint = index_endpoint
         self._delay_levels = delay_levels
         self._flushed_only = flushed_only
@@ -203,7 +205,8 @@ class Dispatcher:
         if where.commitlog_instance_id != offsets.instance_id and built_end > offsets.recovered_offset:
             _log.warning("the CommitLog restarted with a shorter log; truncating the index",
                          index_position=position, built_end=built_end, recovered_offset=offsets.recovered_offset)
-            where = index.truncate(offsets.recovered_offset, offsets.instance_id)
+            where = index.truncate(offsets.recovered_offset, offsets.instance_id,
+                                   metadata=call_metadata(self._store_root))
             position = where.position
         if position < offsets.min_offset:
             # The files below were deleted before being dispatched: nothing to rebuild there.

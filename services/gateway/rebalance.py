@@ -25,6 +25,7 @@ __all__ = [
     "CLUSTERING",
     "CONSUME_ACTIVELY",
     "CONSUME_PASSIVELY",
+    "MAX_CLIENT_ID_LENGTH",
     "ConsumerGroupRegistry",
     "ConsumerInfo",
     "allocate_averagely",
@@ -33,6 +34,10 @@ __all__ = [
 _log = get_logger("rocketstore.gateway.rebalance")
 
 CHANNEL_EXPIRED_TIMEOUT_MS = 120_000  # ClientHousekeepingService: a silent client is dropped after 120 s
+# RocketMQ's Validators.CHARACTER_MAX_LENGTH, its bound on group names: a client id ("ip@instance") is far
+# shorter. Every member's id goes back to every member in each assignment, so one huge id would make the
+# group's answers too large for its clients.
+MAX_CLIENT_ID_LENGTH = 255
 CONSUME_ACTIVELY = "CONSUME_ACTIVELY"  # ConsumeType: pull consumer
 CONSUME_PASSIVELY = "CONSUME_PASSIVELY"  # ConsumeType: push consumer
 CLUSTERING = "CLUSTERING"  # MessageModel: the group shares the queues
@@ -122,6 +127,8 @@ class ConsumerGroupRegistry:
         moved), as ConsumerManager.registerConsumer reports a change."""
         _check_name("group", group)
         _check_name("client id", client_id)
+        if len(client_id) > MAX_CLIENT_ID_LENGTH:
+            raise ValueError(f"client_id is {len(client_id)} characters; at most {MAX_CLIENT_ID_LENGTH} are accepted")
         if consume_type not in _CONSUME_TYPES:
             raise ValueError(f"consume type {consume_type!r} is invalid: expected one of {', '.join(_CONSUME_TYPES)}")
         if message_model not in _MESSAGE_MODELS:

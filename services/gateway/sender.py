@@ -16,11 +16,14 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from rocketstore.codec import MAX_PROPERTIES_LENGTH
 from rocketstore.log import get_logger
 from rocketstore.message import (
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    SYSTEM_PROPERTY_NAMES,
+    parse_host,
 )
 from rocketstore.message_id import UniqKeyGenerator
 from rocketstore.v1 import commitlog_pb2 as cl_pb
@@ -33,20 +36,16 @@ __all__ = ["APPENDS_IN_FLIGHT", "RESERVED_PROPERTIES", "AppendedColumns", "Encod
 
 _log = get_logger("rocketstore.gateway")
 
-# RocketMQ's MessageConst.STRING_HASH_SET: names a user property may not take.
-RESERVED_PROPERTIES = frozenset({
-    "TRACE_ON", "MSG_REGION", "KEYS", "TAGS", "WAIT", "DELAY", "RETRY_TOPIC", "REAL_TOPIC", "REAL_QID",
-    "TRAN_MSG", "PGROUP", "MIN_OFFSET", "MAX_OFFSET", "BUYER_ID", "ORIGIN_MESSAGE_ID", "TRANSFER_FLAG",
-    "CORRECTION_FLAG", "MQ2_FLAG", "RECONSUME_TIME", "UNIQ_KEY", "MAX_RECONSUME_TIMES", "CONSUME_START_TIME",
-    "TRAN_PREPARED_QUEUE_OFFSET", "TRANSACTION_CHECK_TIMES", "CHECK_IMMUNITY_TIME_IN_SECONDS",
-    "SHARDING_KEY", "__transactionId__", "INSTANCE_ID", "CLUSTER",
-})
+# Names a user property may not take: the broker's own (RocketMQ's MessageConst.STRING_HASH_SET and more).
+RESERVED_PROPERTIES = SYSTEM_PROPERTY_NAMES
 MAX_BATCH_MESSAGES = 4096  # one append carries at most this many messages ...
 MAX_BATCH_BYTES = 16 << 20  # ... or about this many body bytes
 # Appends to the CommitLog running at once: two let one batch be written while the previous one waits
 # for its flush; more only make smaller batches (more internal calls) out of the same concurrent sends.
 APPENDS_IN_FLIGHT = 2
 _UNIQ = f"{PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX}\x01"
+_SHORT_PROPERTIES = MAX_PROPERTIES_LENGTH // 4  # UTF-8 takes at most 4 bytes a character
+_PEER_FALLBACK = "127.0.0.1:0"  # the born host when the client's address is not an IP:PORT (a unix socket)
 
 
 class TagsCache:
@@ -62,8 +61,8 @@ class TagsCache:
         text = self._texts.get(tags)
         if text is None:
             if "|" in tags or "\x01" in tags or "\x02" in tags or tags.strip() != tags:
-                raise GatewayError("INVALID_ARGUMENT", f"messages[{index}]: tags {tags!r} may not contain '|', control "
-                                                    "characters or surrounding spaces")
+                raise GatewayError("INVALID_ARGUMENT", f"messages[{index}]: tags {tags!r} may not contain '|', the "
+                                                    "characters \\x01 or \\x02, or surrounding spaces")
             if len(self._texts) >= self.LIMIT:
                 self._texts.clear()
             text = self._texts[tags] = f"{PROPERTY_TAGS}\x01{tags}\x02"
@@ -79,6 +78,11 @@ class EncodedSend:
     body_bytes: int
 
 
+def _separators(text: str) -> bool:
+    """Whether ``text`` holds a character of the stored properties' syntax (name\\x01value\\x02)."""
+    return "\x01" in text or "\x02" in text
+
+
 def _user_properties(m: pb.OutgoingMessage, index: int) -> str:
     parts = []
     for name, value in m.properties.items():
@@ -86,26 +90,58 @@ def _user_properties(m: pb.OutgoingMessage, index: int) -> str:
             raise GatewayError("INVALID_ARGUMENT", f"messages[{index}]: property {name!r} is used by the system; "
                                                 "choose another name (tags, keys and the unique key have their "
                                                 "own fields)")
-        if not name or "\x01" in name or "\x02" in name or "\x01" in value or "\x02" in value:
-            raise GatewayError("INVALID_ARGUMENT", f"messages[{index}]: property names must be non-empty and names "
-                                                "and values must not contain the characters \\x01 or \\x02")
+        if not name or _separators(name):
+            raise GatewayError("INVALID_ARGUMENT", f"messages[{index}]: property name {name!r} must be non-empty and "
+                                                "must not contain the characters \\x01 or \\x02")
+        if _separators(value):
+            raise GatewayError("INVALID_ARGUMENT", f"messages[{index}]: the value of property {name!r} must not "
+                                                "contain the characters \\x01 or \\x02")
         parts.append(f"{name}\x01{value}\x02")
     return "".join(parts)
 
 
 def _keys_text(keys: str, index: int) -> str:
-    if "\x01" in keys or "\x02" in keys:
-        raise GatewayError("INVALID_ARGUMENT", f"messages[{index}]: keys may not contain control characters")
+    if _separators(keys):
+        raise GatewayError("INVALID_ARGUMENT", f"messages[{index}]: keys must not contain the characters \\x01 or "
+                                            "\\x02")
     return f"{PROPERTY_KEYS}\x01{keys}\x02"
+
+
+def _refuse_uniq_key(index: int) -> None:
+    raise GatewayError("INVALID_ARGUMENT", f"messages[{index}]: uniq_key must not contain the characters \\x01 "
+                                        "or \\x02 (it would add or override other properties)")
+
+
+def _check_born_host(host: str, index: int) -> None:
+    try:
+        parse_host(host)
+    except ValueError:
+        raise GatewayError("INVALID_ARGUMENT", f"messages[{index}]: born_host {host!r} is not an address; expected "
+                                            "IP:PORT or [IPv6]:PORT, or leave it empty for the client's "
+                                            "address") from None
+
+
+def _check_properties_size(text: str, index: int) -> None:
+    if len(text.encode()) > MAX_PROPERTIES_LENGTH:
+        raise GatewayError("INVALID_ARGUMENT", f"messages[{index}]: tags, keys, uniq_key and properties take "
+                                            f"{len(text.encode())} bytes stored; at most {MAX_PROPERTIES_LENGTH} "
+                                            "are allowed")
 
 
 def encode_send(messages: Sequence[pb.OutgoingMessage], topic: str, queue_id: int, max_message_size: int,
                 uniq_keys: UniqKeyGenerator, tags: TagsCache, peer_host: str,
                 now_ms: int = 0) -> EncodedSend:
     """Check each client message (RocketMQ's Validators.checkMessage) and encode what the CommitLog
-    stores, properties already in their stored form; a refusal names the message by its index."""
+    stores, properties already in their stored form; a refusal names the message by its index and the field.
+
+    Every message is checked for everything the CommitLog would refuse it for before any is sent, so a
+    send is stored whole or not at all: a refusal here leaves nothing appended."""
     request = cl_pb.AppendBatchRequest(columnar=True)
     add = request.messages.add
+    try:
+        parse_host(peer_host)
+    except ValueError:
+        peer_host = _PEER_FALLBACK
     # Fields every message of the send shares are copied from one template (cheaper than setting each).
     template = cl_pb.Message(topic=topic, queue_id=queue_id, born_host=peer_host,
                              born_timestamp=now_ms or int(time.time() * 1000))
@@ -124,18 +160,27 @@ def encode_send(messages: Sequence[pb.OutgoingMessage], topic: str, queue_id: in
             text += tags.text(t, index)
         if k := m.keys:
             text += _keys_text(k, index)
-        uniq = m.uniq_key or uniq_keys.next()
+        if uniq := m.uniq_key:
+            if "\x01" in uniq or "\x02" in uniq:
+                _refuse_uniq_key(index)
+        else:
+            uniq = uniq_keys.next()
+        text = f"{text}{_UNIQ}{uniq}\x02"
+        if len(text) > _SHORT_PROPERTIES:  # only a long text needs encoding to be measured
+            _check_properties_size(text, index)
+        if born_host := m.born_host:
+            _check_born_host(born_host, index)
         keys_out.append(uniq)
         out = add()
         out.CopyFrom(template)
         out.body = body
-        out.properties_text = f"{text}{_UNIQ}{uniq}\x02"
+        out.properties_text = text
         if m.flag:
             out.flag = m.flag
         if m.born_timestamp:
             out.born_timestamp = m.born_timestamp
-        if m.born_host:
-            out.born_host = m.born_host
+        if born_host:
+            out.born_host = born_host
         size += len(body)
     return EncodedSend(request.SerializeToString(), keys_out, size)
 

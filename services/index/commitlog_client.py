@@ -17,7 +17,8 @@ class RemoteCommitLog:
         self.client = CommitLogClient(endpoint)
 
     def read_records(self, ranges: Sequence[tuple[int, int]]) -> list[bytes | None]:
-        """One ReadRecords call; None for a record the CommitLog no longer (or not yet) holds."""
+        """One ReadRecords call; None for a record the CommitLog no longer (or not yet) holds, or
+        found corrupt (a run with corrupt records among good ones is a ``RunWithCorruptRecords``)."""
         return self.client.read_records(ranges)
 
     def min_offset(self) -> int:

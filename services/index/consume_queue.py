@@ -19,7 +19,10 @@ Where this differs from RocketMQ, on purpose:
   than only the first (or one chosen) file; with store times and offsets increasing along the
   queue, as the writer makes them, the answers are RocketMQ's (develop, BoundaryType.LOWER);
 - the only file of a queue, still empty and not covering the offset being put, is replaced by one
-  that does (RocketMQ would write the unit at the wrong index).
+  that does (RocketMQ would write the unit at the wrong index);
+- ``truncate_dirty`` zeroes (durably) the units it cuts off (RocketMQ only moves the positions):
+  they are valid-looking units of records the CommitLog no longer holds, and the next recovery
+  would take them back into the queue.
 """
 
 from __future__ import annotations
@@ -120,6 +123,7 @@ class ConsumeQueue:
         self._writing: MappedFile | None = None  # the last file, cached for the put fast path
         self._lock = threading.RLock()
         self._closed = False
+        self.last_error = ""  # why the last put failed (a file could not be created), "" after a success
 
     # --- files -----------------------------------------------------------------------------
     @property
@@ -176,6 +180,21 @@ class ConsumeQueue:
             self._mfq.flushed_where = self._mfq.committed_where = process_offset
             self._truncate_files(process_offset)
             self.min_logic_offset = self._first_non_blank_offset()
+
+    def _clear_stale_tail(self, mf: MappedFile, pos: int) -> None:
+        """Zero (durably) whatever is written in ``mf`` after ``pos``, the queue's end: such units are
+        stale, and new units written up to them would make them part of the queue again."""
+        try:
+            tail = mf.mm[pos:mf.file_size]
+        except ValueError:
+            return
+        end = pos + len(tail.rstrip(b"\0"))
+        if end <= pos:
+            return
+        mf.mm[pos:end] = bytes(end - pos)
+        mf.sync()
+        log.info("stale consume queue units cleared", topic=self.topic, queue_id=self.queue_id, file=mf.file_name,
+                 from_position=pos, to_position=end)
 
     def _truncate_files(self, offset: int) -> None:
         """MappedFileQueue.truncateDirtyFiles without zeroing: the file holding ``offset`` ends
@@ -242,9 +261,11 @@ class ConsumeQueue:
             try:
                 mf = self._file_for(expected)
             except OSError as e:
+                self.last_error = f"cannot create a file of ConsumeQueue {self.topic}/{self.queue_id}: {e}"
                 log.error("cannot create a consume queue file", topic=self.topic, queue_id=self.queue_id,
                           error=str(e))
                 return False
+            self.last_error = ""
             self._writing = mf
             if queue_offset != 0 and mf.wrote_position == 0 and mf is self._mfq.files[0]:
                 self._fill_pre_blank(mf, expected)
@@ -458,6 +479,7 @@ class ConsumeQueue:
                     continue
                 keep = lo * CQ_STORE_UNIT_SIZE
                 mf.set_positions(keep)
+                self._clear_stale_tail(mf, keep)
                 phy, unit_size = _HEAD.unpack_from(buf, keep - CQ_STORE_UNIT_SIZE)
                 if not _is_blank(phy, unit_size):
                     self.max_physic_offset = phy + unit_size
@@ -622,6 +644,10 @@ class ConsumeQueueStore:
         for cq in list(self._queues.values()):
             done = cq.flush(least_pages) and done
         return done
+
+    def all(self) -> list[ConsumeQueue]:
+        """Every queue (a snapshot)."""
+        return list(self._queues.values())
 
     def queues_of(self, topic: str) -> dict[int, ConsumeQueue]:
         return {qid: cq for (t, qid), cq in self._queues.items() if t == topic}

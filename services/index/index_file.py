@@ -34,6 +34,7 @@ __all__ = [
     "INDEX_SIZE",
     "IndexFile",
     "IndexService",
+    "IndexWriteError",
     "index_file_name",
     "index_key_hash",
 ]
@@ -45,7 +46,6 @@ HASH_SLOT_SIZE = 4
 INDEX_SIZE = 20
 _INVALID_INDEX = 0
 _INT_MAX = 0x7FFFFFFF
-MAX_TRY_INDEX_CREATE = 3  # IndexService.MAX_TRY_IDX_CREATE
 
 _HEADER = struct.Struct(">qqqqii")
 _ENTRY = struct.Struct(">iqii")
@@ -55,6 +55,11 @@ _pack_entry = _ENTRY.pack_into
 _unpack_entry = _ENTRY.unpack_from
 _pack_int = _INT.pack_into
 _unpack_int = _INT.unpack_from
+
+
+class IndexWriteError(OSError):
+    """A key could not be indexed: no IndexFile could be created (the disk is full, most often).
+    The caller keeps its dispatch position before the message and tries again later."""
 
 
 # Hashes of key heads. A key is "topic#" + a UNIQ_KEY whose first 20 characters are the same for
@@ -343,15 +348,15 @@ class IndexService:
     def build_index(self, topic: str, keys: str | None, uniq_key: str | None, phy_offset: int, size: int,
                     store_timestamp: int, sys_flag: int) -> int:
         """Index one dispatched message; returns how many keys were put. ``size`` is unused
-        (RocketMQ's DispatchRequest carries it; the index stores no sizes)."""
+        (RocketMQ's DispatchRequest carries it; the index stores no sizes). Raises IndexWriteError
+        when no file can take the keys: RocketMQ drops them with an error log, here the caller
+        stops and retries, so no acknowledged message goes unindexed."""
         if not self.message_index_enable:
             return 0
         files = self._files
         f = files[-1] if files else None
         if f is None or f.is_write_full():
-            f = self._retry_get_and_create_last_file()
-            if f is None:
-                return 0
+            f = self._last_file_with_room()
         # '<': the message at exactly endPhyOffset is indexed again after abnormal recovery.
         if phy_offset < f.end_phy_offset:
             return 0
@@ -360,45 +365,38 @@ class IndexService:
         put = 0
         if uniq_key is not None:
             f = self._put_key(f, f"{topic}#{uniq_key}", phy_offset, store_timestamp)
-            if f is None:
-                return put
             put += 1
         if keys:
             for key in keys.split(" "):
                 if key:
                     f = self._put_key(f, f"{topic}#{key}", phy_offset, store_timestamp)
-                    if f is None:
-                        return put
                     put += 1
         return put
 
-    def _put_key(self, f: IndexFile, key: str, phy_offset: int, store_timestamp: int) -> IndexFile | None:
+    def _put_key(self, f: IndexFile, key: str, phy_offset: int, store_timestamp: int) -> IndexFile:
         while not f.put_key(key, phy_offset, store_timestamp):
             log.warning("index_file_full", file=f.file_name)
-            g = self._retry_get_and_create_last_file()
-            if g is None:
-                log.error("index_put_key_failed", phy_offset=phy_offset, key=key)
-                return None
-            f = g
+            f = self._last_file_with_room()
         return f
 
-    def _retry_get_and_create_last_file(self) -> IndexFile | None:
-        for attempt in range(MAX_TRY_INDEX_CREATE):
-            f = self._get_and_create_last_file()
-            if f is not None:
-                return f
-            if attempt + 1 < MAX_TRY_INDEX_CREATE:
-                time.sleep(1.0)
+    def _last_file_with_room(self) -> IndexFile:
+        """The newest file with room, or IndexWriteError. One attempt: the caller's back-off is the
+        retry (RocketMQ sleeps a second between three attempts, in the dispatching thread)."""
+        f, error = self._get_and_create_last_file()
+        if f is not None:
+            if self.index_file_error:
+                log.info("index_file_created_again")
+            self.index_file_error = False
+            return f
         self.index_file_error = True
-        log.error("index_file_create_failed_stop_building")
-        return None
+        raise IndexWriteError(f"cannot create an IndexFile in {self.store_path}: {error}")
 
-    def _get_and_create_last_file(self) -> IndexFile | None:
+    def _get_and_create_last_file(self) -> tuple[IndexFile | None, str]:
         """The newest file if it has room, else a new one seeded with the full file's end values."""
         files = self._files
         prev = files[-1] if files else None
         if prev is not None and not prev.is_write_full():
-            return prev
+            return prev, ""
         end_phy = prev.end_phy_offset if prev is not None else 0
         end_ts = prev.end_timestamp if prev is not None else 0
         try:
@@ -406,13 +404,13 @@ class IndexService:
             f = IndexFile(self._new_file_path(), self.hash_slot_num, self.index_num, end_phy, end_ts)
         except OSError as exc:
             log.error("index_file_create_failed", error=str(exc))
-            return None
+            return None, str(exc)
         with self._lock:
             self._files = [*self._files, f]  # a new list, so readers iterate a stable snapshot
         if prev is not None:
             prev.publish_header()
             self._flush_in_background(prev)
-        return f
+        return f, ""
 
     def _new_file_path(self) -> str:
         """A name from the current time; bumped by a millisecond if taken (small files can fill

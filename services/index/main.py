@@ -49,7 +49,7 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int | None = None, 
                             interceptors=latency)
         server.add(index_pb2_grpc.add_IndexServicer_to_server, servicer, SERVICE_NAME)
         server.start()
-        bound_metrics = start_metrics_server(metrics_port) if metrics_port is not None else None
+        bound_metrics = start_metrics_server(metrics_port, host) if metrics_port is not None else None
         if bound_metrics is not None:
             _register_metrics(store)
     except BaseException:
@@ -89,6 +89,13 @@ def _register_metrics(store: IndexStore) -> None:
                                     ("dispatchBehindMillis", "Age of the oldest undispatched message (ms)."),
                                     ("dispatchPosition", "CommitLog offset dispatching has reached."),
                                     ("dispatchedEntries", "Dispatch requests applied since the start."),
+                                    ("dispatchStalled", "1 while dispatch makes no progress and the CommitLog "
+                                                        "holds more (the reason is in the index stats)."),
+                                    ("dispatchStalledMillis", "How long dispatch has been stalled (ms)."),
+                                    ("writable", "0 while a ConsumeQueue or IndexFile write fails."),
+                                    ("refusedBatches", "Dispatch batches refused (gap, malformed, not writable)."),
+                                    ("quarantinedEntries", "Records no ConsumeQueue can hold, skipped."),
+                                    ("consumeQueuesRebuilt", "ConsumeQueues found short at start and rebuilt."),
                                     ("consumeQueues", "ConsumeQueues held."),
                                     ("indexFiles", "IndexFiles held.")):
                 yield GaugeMetricFamily(f"rocketstore_index_{_snake(name)}", help_text, value=float(stats[name]))

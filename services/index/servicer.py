@@ -13,14 +13,22 @@ from typing import TypeVar
 
 import grpc
 
-from rocketstore.errors import BrokerError, FailedPrecondition, InvalidArgument, Unavailable
+from rocketstore.errors import (
+    BrokerError,
+    FailedPrecondition,
+    InvalidArgument,
+    PermissionDenied,
+    Refused,
+    Unavailable,
+)
 from rocketstore.log import get_logger
+from rocketstore.operator_token import OperatorGuard
 from rocketstore.servicing import rpc_errors
 from rocketstore.subscription import Subscription, SubscriptionError, parse_expression
 from rocketstore.v1 import index_pb2 as pb
 from rocketstore.v1 import index_pb2_grpc as pb_grpc
 
-from .store import DispatchGap, IndexStore
+from .store import DispatchGap, DispatchRefused, IndexStore, StoreNotWritable
 
 __all__ = ["SERVICE_NAME", "IndexServicer"]
 
@@ -73,6 +81,7 @@ class IndexServicer(pb_grpc.IndexServicer):
         self._closed = threading.Event()
         self._watchers = _Watchers()
         store.add_listener(self._watchers.publish)
+        self._operator = OperatorGuard(store.settings.store_path_root_dir)
 
     def close(self) -> None:
         self._closed.set()
@@ -82,13 +91,12 @@ class IndexServicer(pb_grpc.IndexServicer):
     def Dispatch(self, request_iterator: Iterator[pb.DispatchBatch], context: _Ctx) -> Iterator[pb.DispatchAck]:
         store = self._store
         _log.info("dispatch stream opened", position=store.position, peer=context.peer())
+        first = True
         for batch in request_iterator:
             if self._closed.is_set():
                 raise Unavailable("the index service is stopping")
-            try:
-                position = store.apply(batch)
-            except DispatchGap as e:
-                raise FailedPrecondition(str(e)) from None
+            position = _apply(store, batch, context.peer(), verify=first)
+            first = False
             yield pb.DispatchAck(position=position)
 
     @rpc_errors
@@ -102,6 +110,8 @@ class IndexServicer(pb_grpc.IndexServicer):
 
     @rpc_errors
     def Truncate(self, request: pb.TruncateRequest, context: _Ctx) -> pb.Position:
+        if denied := self._operator.denial(context, "Truncate"):
+            raise PermissionDenied(denied)
         if request.physical_offset < 0:
             raise InvalidArgument(f"physical_offset is {request.physical_offset}; offsets are >= 0")
         self._store.truncate(request.physical_offset, request.commitlog_instance_id)
@@ -199,6 +209,24 @@ class IndexServicer(pb_grpc.IndexServicer):
     @rpc_errors
     def GetStats(self, request: pb.IndexStatsRequest, context: _Ctx) -> pb.IndexStatsResponse:
         return pb.IndexStatsResponse(stats={k: _text(v) for k, v in self._store.stats().items()})
+
+
+def _apply(store: IndexStore, batch: pb.DispatchBatch, peer: str, verify: bool) -> int:
+    """One batch, its refusals as errors: the stream ends and the dispatcher resumes from GetPosition.
+    The first batch of a stream is always checked against the CommitLog (``verify``)."""
+    try:
+        return store.apply(batch, verify=verify)
+    except DispatchGap as e:
+        raise FailedPrecondition(str(e)) from None
+    except DispatchRefused as e:
+        _log.warning("dispatch batch refused", reason=str(e), peer=peer, from_offset=batch.from_offset,
+                     next_offset=batch.next_offset)
+        raise InvalidArgument(f"dispatch batch refused: {e}") from None
+    except StoreNotWritable as e:
+        # The disk is full, as the proto's RESOURCE_EXHAUSTED means; the dispatcher retries.
+        raise Refused("RESOURCE_EXHAUSTED", f"the index store is not writable: {e}") from None
+    except BrokerError as e:
+        raise _commitlog_unavailable(e) from None
 
 
 def _text(value: object) -> str:

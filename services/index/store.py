@@ -10,11 +10,20 @@ What it holds and where:
 - ``config/dispatchPosition.json``: where dispatching resumes. It is written only after the
   ConsumeQueues and IndexFiles below it are flushed, so it is always a safe lower bound: after any
   crash dispatching resumes there, and whatever the files already hold beyond it is skipped entry
-  by entry (``putMessagePositionInfo``'s "already built" rule; the IndexFile's ``endPhyOffset`` rule);
+  by entry (``putMessagePositionInfo``'s "already built" rule; the IndexFile's ``endPhyOffset`` rule).
+  With it, the max offset each ConsumeQueue had reached (flushed too): a queue found shorter at the
+  next start was damaged, and dispatching resumes where its last good unit's record ends, so the
+  CommitLog rebuilds it;
 - ``index.abort``: present while the service runs; found at start, the last stop was a crash.
 
 Message bytes are read from the CommitLog service through ``CommitLogReader`` (one batched
 ReadRecords per answer). One thread applies dispatch batches; reads run on any thread.
+
+A batch is checked before it changes anything (``dispatch_check``): malformed or not matching the
+CommitLog, it is refused whole. A ConsumeQueue or IndexFile write that fails (a full disk) stops
+the position before that message; the store then reports itself not writable and takes batches
+again, with back-off, until the write succeeds. A record no ConsumeQueue can hold is quarantined
+and dispatching goes on after it. ``DispatchHealth`` watches that dispatching keeps up.
 """
 
 from __future__ import annotations
@@ -28,7 +37,14 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from rocketstore.checkpoint import StoreCheckpoint
-from rocketstore.codec import store_timestamp_position
+from rocketstore.codec import (
+    BLANK_MAGIC_CODE,
+    MESSAGE_MAGIC_CODE,
+    MIN_RECORD_LENGTH,
+    POS_SYSFLAG,
+    read_record_info,
+    store_timestamp_position,
+)
 from rocketstore.config_file import ConfigFileError, load_json, persist_json
 from rocketstore.file_lock import FileLockHeld, lock_file, unlock_file
 from rocketstore.log import get_logger
@@ -44,15 +60,19 @@ from rocketstore.settings import FlushDiskType, Settings
 from rocketstore.subscription import ALL, Subscription
 
 from .consume_queue import ConsumeQueue, ConsumeQueueStore
+from .dispatch_check import BLANK_HEAD_BYTES, DispatchRefused, check_batch, placement_problem, record_mismatch
+from .dispatch_health import DispatchHealth
 from .get_message import CQ_UNIT, GetMessageResult, Limits, get_message
-from .index_file import IndexService
+from .index_file import IndexService, IndexWriteError
 
-__all__ = ["CommitLogReader", "DispatchGap", "IndexStore", "QueueInfo"]
+__all__ = ["CommitLogReader", "DispatchGap", "DispatchRefused", "IndexStore", "QueueInfo", "StoreNotWritable"]
 
 _log = get_logger("rocketstore.index")
 _UNIT = struct.Struct(">qiq")
 _INT = struct.Struct(">i")
 _LONG = struct.Struct(">q")
+_BLANK_MAGIC = struct.unpack(">i", struct.pack(">I", BLANK_MAGIC_CODE))[0]
+_MESSAGE_MAGIC = struct.unpack(">i", struct.pack(">I", MESSAGE_MAGIC_CODE))[0]
 POSITION_FILE = "dispatchPosition.json"
 ABORT_FILE = "index.abort"
 LOCK_FILE = "index.lock"
@@ -60,6 +80,10 @@ READ_BATCH_BYTES = 16 << 20  # one ReadRecords call carries at most this much
 # A merged run stays within one record's read limit on the CommitLog side (maxMessageSize + 64 KiB
 # by default); a run crossing a CommitLog file end is not readable as one range, so runs stop there too.
 MAX_RUN_BYTES = 4 << 20
+WATCH_INTERVAL = 0.5  # seconds between two checks of the dispatch progress
+VERIFY_INTERVAL = 0.1  # seconds between two CommitLog checks of batches that need none of their own
+MIN_WRITE_BACKOFF = 0.25  # seconds before a failed ConsumeQueue/IndexFile write is tried again, doubling
+MAX_WRITE_BACKOFF = 4.0
 
 
 class CommitLogReader(Protocol):
@@ -74,6 +98,15 @@ class CommitLogReader(Protocol):
 
 class DispatchGap(Exception):
     """A dispatch batch starts beyond the index's position: entries in between would be lost."""
+
+
+class StoreNotWritable(Exception):
+    """A ConsumeQueue or IndexFile write failed (or is waiting for its retry): the position stays
+    before the message that could not be written."""
+
+
+_REFUSAL_NAMES: dict[type, str] = {DispatchGap: "batch does not continue the position",
+                                    DispatchRefused: "batch refused", StoreNotWritable: "store not writable"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +148,17 @@ class IndexStore:
         self._save_lock = threading.Lock()
         self._generation = 0  # bumped by truncate: a flush that started before must not save its position
         self._listeners: list[Callable[[dict[tuple[str, int], int]], None]] = []
+        self._saved_queues: dict[str, dict[str, int]] = {}  # the queue table saved with the position
+        self.health = DispatchHealth()
+        self._watch_thread: threading.Thread | None = None
+        self._write_error = ""  # why the store is not writable ("" when it is)
+        self._write_retry_at = 0.0
+        self._write_backoff = 0.0
+        self._verified_at = 0.0
+        self.refused_batches = 0
+        self.quarantined = 0
+        self.last_quarantined = ""
+        self.queues_rebuilt = 0
 
     # --- life cycle ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -133,12 +177,18 @@ class IndexStore:
         saved = self._load_position()
         self.position = saved.get("position", 0)
         self.commitlog_instance_id = saved.get("commitlogInstanceId", "")
+        self._saved_queues = _queue_table_of(saved)
+        self._saved = (self.position, self.commitlog_instance_id)
+        self._rebuild_short_queues()
         if len(self.index.files) < before:
             # Crash: IndexFiles newer than the checkpoint were dropped; rebuild them from where the index ends.
             self.position = min(self.position, self.index.end_phy_offset)
         _write_text(self._abort_path, str(os.getpid()))
         self._flush_thread = threading.Thread(target=self._flush_loop, name="FlushConsumeQueueService", daemon=True)
         self._flush_thread.start()
+        self.health.advanced(self.position)
+        self._watch_thread = threading.Thread(target=self._watch_loop, name="DispatchWatch", daemon=True)
+        self._watch_thread.start()
         _log.info("index store started", root=self._root, last_exit_ok=self.last_exit_ok, position=self.position,
                   queues=self._queue_count(), index_files=len(self.index.files),
                   consume_queue_max_physical_offset=self.consume_queues.max_physic_offset())
@@ -149,6 +199,8 @@ class IndexStore:
         self._stopped.set()
         if self._flush_thread is not None:
             self._flush_thread.join(10)
+        if self._watch_thread is not None:
+            self._watch_thread.join(10)
         with self._apply_lock:
             self._flush_all(thorough=True)
             self.consume_queues.shutdown()
@@ -183,9 +235,35 @@ class IndexStore:
             _log.warning("dispatch position unreadable; rebuilding from the CommitLog's start", error=str(e))
             return {}
 
-    def _save_position(self, position: int, instance_id: str) -> None:
-        persist_json(self._position_path, {"position": position, "commitlogInstanceId": instance_id})
+    def _save_position(self, position: int, instance_id: str, queues: dict[str, dict[str, int]]) -> None:
+        persist_json(self._position_path, {"position": position, "commitlogInstanceId": instance_id,
+                                           "queues": queues})
         self._saved = (position, instance_id)
+        self._saved_queues = queues
+
+    def _queue_table(self) -> dict[str, dict[str, int]]:
+        """{topic: {queue id: max offset}} of every ConsumeQueue (taken before a flush, it is what the
+        flushed files hold at least)."""
+        table: dict[str, dict[str, int]] = {}
+        for cq in self.consume_queues.all():
+            table.setdefault(cq.topic, {})[str(cq.queue_id)] = cq.max_offset_in_queue
+        return table
+
+    def _rebuild_short_queues(self) -> None:
+        """A ConsumeQueue that recovered shorter than it was when the position was saved lost units
+        (damage: the files held them, flushed): resume dispatching where its last good unit's record
+        ends, so the CommitLog rebuilds what is missing. Entries other queues hold are skipped."""
+        for topic, queues in self._saved_queues.items():
+            for qid_text, saved_max in queues.items():
+                cq = self.consume_queues.find(topic, int(qid_text))
+                if cq is None or cq.max_offset_in_queue >= saved_max:
+                    continue  # deleted with its topic, or whole
+                resume = max(0, cq.max_physic_offset)
+                _log.warning("consume queue shorter than what was dispatched to it; rebuilding it from the CommitLog",
+                             topic=topic, queue_id=int(qid_text), held=cq.max_offset_in_queue, dispatched=saved_max,
+                             from_physical_offset=resume)
+                self.queues_rebuilt += 1
+                self.position = min(self.position, resume)
 
     def resume_info(self) -> tuple[int, int, int, str]:
         """(position, CQ max physical end, IndexFile end, CommitLog instance id)."""
@@ -198,45 +276,147 @@ class IndexStore:
         """Called with {(topic, queue id): new max offset} after each batch that advanced queues."""
         self._listeners.append(listener)
 
-    def apply(self, batch) -> int:  # type: ignore[no-untyped-def]
-        """Apply one DispatchBatch (rocketstore.v1.DispatchBatch or anything with its fields);
-        returns the new position. Raises DispatchGap for a batch that does not continue the log."""
+    def apply(self, batch, verify: bool = True) -> int:  # type: ignore[no-untyped-def]
+        """Apply one DispatchBatch (rocketstore.v1.DispatchBatch or anything with its fields); returns
+        the new position. Raises DispatchGap for a batch that does not continue the log,
+        DispatchRefused for one that is not what the CommitLog holds, StoreNotWritable when a
+        ConsumeQueue or IndexFile write failed (what came before it in the batch is applied).
+
+        Every batch gets the checks that cost nothing (``check_batch``). Its last record is read back
+        from the CommitLog when ``verify`` (the first batch of a stream), when it claims a blank or
+        a jump, and otherwise at most every VERIFY_INTERVAL: one CommitLog call per batch would
+        bound dispatching by its round trip (measured: visibility at 5,000 msg/s went from 1.5 ms to
+        390 ms at the median)."""
         assert self.index is not None
-        with self._apply_lock:
-            if batch.from_offset > self.position:
-                raise DispatchGap(f"batch starts at {batch.from_offset} but the index is at {self.position}; "
-                                  "resume from the index's position")
-            put = self.consume_queues.put
-            build = self.index.build_index if self.settings.message_index_enable else None
-            advanced: dict[tuple[str, int], int] = {}
-            last_ts = 0
+        advanced: dict[tuple[str, int], int] = {}
+        try:
+            with self._apply_lock:
+                try:
+                    position = self._apply(batch, advanced, verify)
+                except (DispatchGap, DispatchRefused, StoreNotWritable) as e:
+                    self.refused_batches += 1
+                    self.health.refused(f"{_REFUSAL_NAMES[type(e)]}: {e}")
+                    raise
+            self.health.advanced(position)
+            return position
+        finally:
+            if advanced:
+                for listener in list(self._listeners):
+                    listener(advanced)
+
+    def _apply(self, batch, advanced: dict[tuple[str, int], int], verify: bool) -> int:  # type: ignore[no-untyped-def]
+        assert self.index is not None
+        blanks = check_batch(batch, self.settings.mapped_file_size_commit_log)
+        if batch.from_offset > self.position:
+            self._accept_jump(batch.from_offset)
+            verify = True
+        if self._write_error and time.monotonic() < self._write_retry_at:
+            raise StoreNotWritable(self._write_error)
+        start = self.position
+        now = time.monotonic()
+        if batch.next_offset > start and (verify or blanks or now - self._verified_at >= VERIFY_INTERVAL):
+            self._verify(batch, blanks)
+            self._verified_at = now
+        put = self.consume_queues.put
+        build = self.index.build_index if self.settings.message_index_enable else None
+        last_ts = 0
+        applied = 0
+        try:
             for topic, qid, qoff, phy, size, code, ts, flag, keys, uniq in zip(
                     batch.topic, batch.queue_id, batch.queue_offset, batch.physical_offset, batch.size,
                     batch.tags_code, batch.store_timestamp, batch.sys_flag, batch.keys, batch.uniq_key, strict=True):
+                problem = placement_problem(topic, qid, qoff)
+                if problem:
+                    if phy >= start:
+                        self._quarantine(phy, size, topic, qid, problem)
+                    continue
                 tx = flag & TRANSACTION_ROLLBACK_TYPE
-                if tx == TRANSACTION_NOT_TYPE or tx == TRANSACTION_COMMIT_TYPE:
-                    put(topic, qid, qoff, phy, size, code)
-                    advanced[(topic, qid)] = qoff + 1
-                    last_ts = ts
-                if build is not None and (keys or uniq):
-                    build(topic, keys, uniq or None, phy, size, ts, flag)
+                try:
+                    if tx == TRANSACTION_NOT_TYPE or tx == TRANSACTION_COMMIT_TYPE:
+                        if not put(topic, qid, qoff, phy, size, code):
+                            cq = self.consume_queues.find(topic, qid)
+                            raise StoreNotWritable((cq.last_error if cq is not None else "")
+                                                   or f"ConsumeQueue {topic}/{qid} did not take the unit")
+                        advanced[(topic, qid)] = qoff + 1
+                        last_ts = ts
+                    if build is not None and (keys or uniq):
+                        build(topic, keys, uniq or None, phy, size, ts, flag)
+                except (StoreNotWritable, IndexWriteError) as e:
+                    self._write_failed(phy, str(e))
+                    raise StoreNotWritable(self._write_error) from None
+                applied += 1
+        finally:
             if build is not None:
                 self.index.publish()
-            n = len(batch.topic)
-            self.dispatched += n
+            self.dispatched += applied
             if last_ts:
                 self.last_logic_timestamp = last_ts
-            if batch.next_offset > self.position:
-                self.position = batch.next_offset
             if batch.commitlog_instance_id:
                 self.commitlog_instance_id = batch.commitlog_instance_id
             self.commitlog_max_offset = max(self.commitlog_max_offset, batch.commitlog_max_offset)
             self.lag_millis = batch.lag_millis
-            position = self.position
-        if advanced:
-            for listener in list(self._listeners):
-                listener(advanced)
-        return position
+        if batch.next_offset > self.position:
+            self.position = batch.next_offset
+        if self._write_error:
+            _log.info("ConsumeQueue and IndexFile writes succeed again; dispatching goes on", position=self.position)
+            self._write_error, self._write_backoff = "", 0.0
+        return self.position
+
+    def _accept_jump(self, from_offset: int) -> None:
+        """A batch may start beyond the position only where the CommitLog begins: the records in
+        between were deleted before being dispatched (a rebuild after retention), nothing is lost."""
+        gap = (f"batch starts at {from_offset} but the index is at {self.position}; "
+               "resume from the index's position")
+        try:
+            min_offset = self.commitlog.min_offset()
+        except Exception as e:  # noqa: BLE001 - cannot check: refuse, the dispatcher retries
+            raise DispatchGap(f"{gap} (the CommitLog's min offset cannot be read: {e})") from None
+        if from_offset > min_offset:
+            raise DispatchGap(gap)
+        _log.warning("dispatching continues at the CommitLog's min offset; the records below it were deleted "
+                     "before being dispatched", position=self.position, from_offset=from_offset,
+                     commitlog_min_offset=min_offset)
+        self.position = from_offset
+
+    def _verify(self, batch, blanks: list[int]) -> None:  # type: ignore[no-untyped-def]
+        """One ReadRecords: the END_OF_FILE blanks the batch claims are blanks, and its last entry is
+        the CommitLog's record (so the batch ends inside the CommitLog, at a record's end)."""
+        ranges = [(offset, BLANK_HEAD_BYTES) for offset in blanks]
+        if batch.topic:
+            ranges.append((batch.physical_offset[-1], batch.size[-1]))
+        if not ranges:
+            return
+        records = self.commitlog.read_records(ranges)
+        for offset, record in zip(blanks, records, strict=False):
+            if record is None or len(record) < BLANK_HEAD_BYTES or _INT.unpack_from(record, 4)[0] != _BLANK_MAGIC:
+                raise DispatchRefused(f"the batch skips from CommitLog offset {offset} to the next file, but the "
+                                      "CommitLog holds no END_OF_FILE blank there")
+        if batch.topic:
+            flag = batch.sys_flag[-1]
+            tx = flag & TRANSACTION_ROLLBACK_TYPE
+            mismatch = record_mismatch(records[-1], batch.topic[-1], batch.queue_id[-1], batch.queue_offset[-1],
+                                       batch.physical_offset[-1], batch.size[-1], flag,
+                                       tx in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE))
+            if mismatch:
+                raise DispatchRefused(mismatch)
+
+    def _quarantine(self, phy: int, size: int, topic: str, queue_id: int, problem: str) -> None:
+        self.quarantined += 1
+        self.last_quarantined = f"CommitLog offset {phy}: {problem}"
+        _log.warning("record quarantined: no ConsumeQueue can hold it; dispatching goes on after it",
+                     physical_offset=phy, size=size, topic=topic[:200], queue_id=queue_id, reason=problem)
+
+    def _write_failed(self, phy: int, reason: str) -> None:
+        """Hold the position before the message that could not be written and refuse batches until
+        the retry time (doubling up to MAX_WRITE_BACKOFF)."""
+        self.position = max(self.position, phy)
+        first = not self._write_error
+        self._write_backoff = min(MAX_WRITE_BACKOFF, 2 * self._write_backoff or MIN_WRITE_BACKOFF)
+        self._write_retry_at = time.monotonic() + self._write_backoff
+        self._write_error = f"a ConsumeQueue or IndexFile write failed at CommitLog offset {phy}: {reason}"
+        (_log.error if first else _log.debug)(
+            "store not writable: dispatching holds its position and retries", physical_offset=phy, reason=reason,
+            retry_in_seconds=self._write_backoff)
 
     def truncate(self, physical_offset: int, instance_id: str) -> int:
         """Cut every ConsumeQueue unit at or beyond ``physical_offset`` (truncateDirtyLogicFiles), drop
@@ -252,7 +432,7 @@ class IndexStore:
             self.consume_queues.flush(0)
             with self._save_lock:
                 self._generation += 1
-                self._save_position(self.position, instance_id)
+                self._save_position(self.position, instance_id, self._queue_table())
             _log.warning("index truncated", physical_offset=physical_offset, position=self.position)
             return self.position
 
@@ -278,6 +458,7 @@ class IndexStore:
         """Flush ConsumeQueues and IndexFiles, then record the position they cover (FlushConsumeQueueService)."""
         generation = self._generation
         position, instance_id, logic_ts = self.position, self.commitlog_instance_id, self.last_logic_timestamp
+        queues = self._queue_table()
         self.consume_queues.flush(0 if thorough else self.settings.flush_consume_queue_least_pages)
         if self.index is not None:
             self.index.flush()
@@ -286,8 +467,24 @@ class IndexStore:
             if thorough:
                 self.checkpoint.flush()
         with self._save_lock:
-            if generation == self._generation and (position, instance_id) != self._saved:
-                self._save_position(position, instance_id)
+            if generation == self._generation and ((position, instance_id) != self._saved
+                                                   or queues != self._saved_queues):
+                self._save_position(position, instance_id, queues)
+
+    def _watch_loop(self) -> None:
+        while not self._stopped.wait(WATCH_INTERVAL):
+            try:
+                self.health.check(self.position, self._commitlog_end(), self._oldest_pending_ms)
+            except Exception:  # noqa: BLE001 - the watch must outlive any one failure
+                _log.exception("dispatch watch failed")
+
+    def _oldest_pending_ms(self) -> int | None:
+        """Store time of the first record not dispatched yet (None when it cannot be read)."""
+        offset = max(self.position, self.commitlog.min_offset())
+        record = self.commitlog.read_records([(offset, 0)])[0]
+        if record is None or len(record) < 48 or _INT.unpack_from(record, 4)[0] != _MESSAGE_MAGIC:
+            return None
+        return read_record_info(record, 0).store_timestamp
 
     def _delete_expired(self) -> None:
         try:
@@ -405,9 +602,9 @@ class IndexStore:
 
     def store_time_of(self, phy: int, size: int) -> int | None:
         record = self.read_records([(phy, size)])[0]
-        if record is None or len(record) < 48:
+        if record is None or len(record) < MIN_RECORD_LENGTH:
             return None
-        sys_flag = _INT.unpack_from(record, 36)[0]
+        sys_flag = _INT.unpack_from(record, POS_SYSFLAG)[0]
         return _LONG.unpack_from(record, store_timestamp_position(sys_flag))[0]
 
     def offset_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
@@ -421,6 +618,7 @@ class IndexStore:
         store time is in [begin, end]; IndexFile hash collisions are read and dropped here."""
         assert self.index is not None
         phys, _, _ = self.index.query_offset(topic, key, max_num, begin, end)
+        phys = list(dict.fromkeys(phys))  # a key retried after a failed IndexFile write is in twice
         if not phys:
             return []
         records = self.read_records([(phy, 0) for phy in phys])
@@ -437,6 +635,13 @@ class IndexStore:
         with self._apply_lock:
             n = len(self.consume_queues.queues_of(topic))
             self.consume_queues.delete_topic(topic)
+            with self._save_lock:
+                # The saved table must not expect the queues back (they would be "rebuilt").
+                self._generation += 1
+                if topic in self._saved_queues:
+                    position, instance_id = self._saved
+                    self._save_position(max(0, position), instance_id,
+                                        {t: q for t, q in self._saved_queues.items() if t != topic})
             return n
 
     def _commitlog_end(self) -> int:
@@ -454,11 +659,21 @@ class IndexStore:
         assert self.index is not None
         end = self._commitlog_end()
         lag = max(0, end - self.position)
+        health = self.health
         return {
             "dispatchPosition": self.position,
             "commitLogMaxOffset": end,
             "dispatchBehindBytes": lag,
-            "dispatchBehindMillis": self.lag_millis if lag else 0,
+            "dispatchBehindMillis": health.behind_millis(self.lag_millis) if lag else 0,
+            "dispatchStalled": health.stalled,
+            "dispatchStalledMillis": health.stalled_millis(),
+            "dispatchStallReason": health.reason,
+            "writable": not self._write_error,
+            "notWritableReason": self._write_error,
+            "refusedBatches": self.refused_batches,
+            "quarantinedEntries": self.quarantined,
+            "lastQuarantined": self.last_quarantined,
+            "consumeQueuesRebuilt": self.queues_rebuilt,
             "dispatchedEntries": self.dispatched,
             "consumeQueues": self._queue_count(),
             "consumeQueueMaxPhysicalOffset": self.consume_queues.max_physic_offset(),
@@ -488,6 +703,19 @@ def _count_files(path: str) -> int:
         return sum(1 for name in os.listdir(path) if name.isdigit())
     except FileNotFoundError:
         return 0
+
+
+def _queue_table_of(saved: dict) -> dict[str, dict[str, int]]:
+    """The queue table of a saved position; {} when absent or malformed (nothing is checked then)."""
+    queues = saved.get("queues")
+    if not isinstance(queues, dict):
+        return {}
+    out: dict[str, dict[str, int]] = {}
+    for topic, table in queues.items():
+        if isinstance(topic, str) and isinstance(table, dict):
+            out[topic] = {q: v for q, v in table.items()
+                          if isinstance(q, str) and q.isdigit() and isinstance(v, int) and v >= 0}
+    return out
 
 
 def _check_position(data: dict) -> None:

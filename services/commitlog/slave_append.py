@@ -1,0 +1,144 @@
+"""A slave's append of replicated bytes (RocketMQ's CommitLog.appendData).
+
+The master's HA service streams raw CommitLog bytes; the slave writes them at exactly the offset
+they hold on the master, so its files are byte for byte the master's. A chunk may end inside a
+record, and merged chunks may cross a file end (the file's END_OF_FILE blank is in the bytes).
+
+Beyond RocketMQ, the slave keeps its queue offset table current from the records the bytes
+complete, so a slave restarted as a master continues every queue where the old master was
+(RocketMQ's slave only learns them again from its ConsumeQueues).
+"""
+
+from __future__ import annotations
+
+import struct
+
+from rocketstore.services.commitlog.commitlog import CommitLog
+
+from rocketstore.codec import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, POS_BORNHOST, host_length
+from rocketstore.log import get_logger
+from rocketstore.message import (
+    BORNHOST_V6_FLAG,
+    STOREHOSTADDRESS_V6_FLAG,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+)
+
+__all__ = ["OffsetMismatch", "SlaveAppender"]
+
+log = get_logger(__name__)
+
+# TOTALSIZE, MAGICCODE, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET, PHYSICALOFFSET, SYSFLAG
+_HEAD = struct.Struct(">iIIiiqqi")
+_INT = struct.Struct(">i")
+
+
+class OffsetMismatch(ValueError):
+    """The bytes do not continue the slave's log (the HA slave reconnects from its max offset)."""
+
+    def __init__(self, offset: int, max_offset: int, reason: str) -> None:
+        super().__init__(reason)
+        self.offset = offset
+        self.max_offset = max_offset
+
+
+class SlaveAppender:
+    """Writes replicated bytes into a CommitLog and advances its queue offset table."""
+
+    def __init__(self, commitlog: CommitLog) -> None:
+        self._commitlog = commitlog
+        # The table is exact up to here: recovery rebuilt it to the recovered end.
+        self._table_at = commitlog.max_offset
+        self._topics: dict[bytes, str] = {}
+
+    def append(self, offset: int, data: bytes | memoryview) -> int:
+        """Write ``data`` at ``offset``; returns the new max offset. Raises OffsetMismatch when
+        ``offset`` is not the max offset (or, for an empty log, not the start of a file)."""
+        cl = self._commitlog
+        q = cl.mapped_file_queue
+        file_size = cl.file_size
+        view = memoryview(data)
+        with cl.put_lock:
+            empty = not q.files or (cl.max_offset == q.get_min_offset() and q.files[-1].wrote_position == 0
+                                    and len(q.files) == 1)
+            if empty:
+                if offset % file_size:
+                    raise OffsetMismatch(offset, cl.max_offset,
+                                         f"offset {offset} is not the start of a CommitLog file (files are "
+                                         f"{file_size} bytes) and this slave's log is empty")
+                if q.files and q.files[0].file_from_offset != offset:
+                    self._drop_empty_files()
+                self._table_at = offset
+            elif offset != cl.max_offset:
+                raise OffsetMismatch(offset, cl.max_offset,
+                                     f"offset {offset} does not continue this slave's log, whose max offset "
+                                     f"is {cl.max_offset}")
+            done = 0
+            while done < len(view):
+                mf = q.get_last_mapped_file(offset)
+                if mf is None or mf.file_from_offset + mf.wrote_position != offset:
+                    raise OffsetMismatch(offset, cl.max_offset, f"no CommitLog file continues at offset {offset}")
+                n = min(len(view) - done, file_size - mf.wrote_position)
+                mf.write_at(mf.wrote_position, view[done:done + n])
+                mf.wrote_position += n  # published once the bytes are in the file
+                done += n
+                offset += n
+            self._advance_table(offset)
+            cl.put_bytes += len(view)
+        cl.notify_waiters()
+        return offset
+
+    def _drop_empty_files(self) -> None:
+        """An empty log that holds an unwritten file elsewhere: the first replicated file replaces it."""
+        q = self._commitlog.mapped_file_queue
+        for mf in q.files:
+            log.info("dropping an unwritten CommitLog file before the first replicated one", file=mf.file_name)
+            mf.destroy()
+        q.files = []
+
+    def _advance_table(self, end: int) -> None:
+        """Walk the records completed below ``end`` and set their queues' next offsets."""
+        cl = self._commitlog
+        q = cl.mapped_file_queue
+        table = cl.topic_queue_table
+        topics = self._topics
+        at = self._table_at
+        file_size = cl.file_size
+        while at < end:
+            mf = q.find_mapped_file_by_offset(at)
+            if mf is None:
+                break
+            mm, pos = mf.mm, at - mf.file_from_offset
+            limit = min(file_size, end - mf.file_from_offset)
+            advanced = 0
+            while limit - pos >= 8:
+                total, magic = struct.unpack_from(">iI", mm, pos)
+                if magic == BLANK_MAGIC_CODE:
+                    pos = file_size  # the rest of the file is the blank
+                    break
+                if magic != MESSAGE_MAGIC_CODE or total < 91:
+                    log.error("replicated bytes hold no record where one should start; the queue offset "
+                              "table stays where it was", offset=mf.file_from_offset + pos)
+                    self._table_at = end  # do not walk this again; recovery rebuilds it at the next start
+                    return
+                if pos + total > limit:
+                    break  # the rest of the record comes with the next chunk
+                _, _, _, queue_id, _, queue_offset, _, sys_flag = _HEAD.unpack_from(mm, pos)
+                tx = sys_flag & TRANSACTION_ROLLBACK_TYPE
+                if tx != TRANSACTION_PREPARED_TYPE and tx != TRANSACTION_ROLLBACK_TYPE:
+                    p = pos + POS_BORNHOST + host_length(bool(sys_flag & BORNHOST_V6_FLAG)) + 8 \
+                        + host_length(bool(sys_flag & STOREHOSTADDRESS_V6_FLAG)) + 12
+                    p += 4 + _INT.unpack_from(mm, p)[0]
+                    raw = mm[p + 1:p + 1 + mm[p]]
+                    topic = topics.get(raw)
+                    if topic is None:
+                        topic = topics[raw] = raw.decode()
+                    table[(topic, queue_id)] = queue_offset + 1
+                pos += total
+                advanced += 1
+            cl.put_message_count += advanced
+            next_at = mf.file_from_offset + pos
+            if next_at == at:
+                break
+            at = next_at
+        self._table_at = at

@@ -1,0 +1,323 @@
+"""The slave side of replication (RocketMQ's HAClient).
+
+``HASlave`` keeps one stream open to its master's HA service (haMasterAddress). It reports its
+max CommitLog offset when it connects (with a CRC of the bytes just below it, so a master can
+refuse a slave whose tail it never had), after each append and at least every
+haSendHeartbeatInterval. A receiving thread queues the master's chunks; an appending thread
+writes runs of contiguous chunks with one AppendData each (a slave catching up appends megabytes
+at a time) at exactly their offset. A chunk that does not continue the log closes the stream and
+the slave reconnects from its own max offset; so does a master silent for haHousekeepingInterval.
+A slave whose log is ahead of (or differs from) the master's stops replicating and says why.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Protocol
+
+import grpc
+from rocketstore.services.commitlog.client import Offsets
+
+from rocketstore.errors import BrokerError
+from rocketstore.log import get_logger
+from rocketstore.settings import Settings
+
+from .transfer import crc32
+
+__all__ = ["HASlave", "SlaveLink", "SlaveStatus"]
+
+log = get_logger("rocketstore.ha.slave")
+
+CHECK_BYTES = 4096  # the tail the first report's CRC covers
+MAX_APPEND_BYTES = 4 * 1024 * 1024  # most bytes one AppendData carries
+RETRY_S = 1.0
+
+
+class SlaveLink(Protocol):
+    """What the slave side needs of its CommitLog (``CommitLogClient``)."""
+
+    def offsets(self) -> Offsets: ...
+    def read_raw(self, offset: int, max_bytes: int):  # noqa: ANN201 - a RawRead
+        ...
+    def append_data(self, offset: int, data: bytes, master_max_offset: int = -1) -> int: ...
+
+
+class TransferLike(Protocol):
+    offset: int
+    data: bytes
+    master_max_offset: int
+
+
+class ReplicateCall(Protocol):
+    """An open Replicate stream: iterate the master's transfers; ``cancel()`` closes it."""
+
+    def __iter__(self) -> Iterator[TransferLike]: ...
+    def cancel(self) -> bool: ...
+
+
+Connect = Callable[[Iterator[tuple[int, str, int, int, int]]], ReplicateCall]
+"""Opens a Replicate stream sending the given reports (max offset, broker name, broker id, check
+offset, check crc32)."""
+
+
+@dataclass(slots=True)
+class SlaveStatus:
+    master_address: str
+    connected: bool = False
+    max_offset: int = 0
+    master_max_offset: int = 0
+    error: str = ""
+    behind_since: float = 0.0  # monotonic time the slave last stopped being caught up (0: caught up)
+
+    @property
+    def lag_bytes(self) -> int:
+        return max(0, self.master_max_offset - self.max_offset)
+
+    @property
+    def lag_millis(self) -> int:
+        return int((time.monotonic() - self.behind_since) * 1000) if self.behind_since else 0
+
+
+class _Session:
+    """One connection's reports: the first with the tail check, then the max offset after each
+    append and at least every heartbeat interval, until closed."""
+
+    def __init__(self, first: tuple[int, str, int, int, int], heartbeat_s: float) -> None:
+        self._first = first
+        self._heartbeat_s = heartbeat_s
+        self._cond = threading.Condition()
+        self._max = first[0]
+        self._sent = first[0]
+        self.closed = False
+        self.reason = ""
+
+    def reports(self) -> Iterator[tuple[int, str, int, int, int]]:
+        yield self._first
+        while True:
+            with self._cond:
+                if self._max == self._sent and not self.closed:
+                    self._cond.wait(self._heartbeat_s)
+                if self.closed:
+                    return
+                self._sent = self._max
+            yield self._sent, "", 0, 0, 0
+
+    def report(self, max_offset: int) -> None:
+        with self._cond:
+            self._max = max_offset
+            self._cond.notify_all()
+
+    def close(self, reason: str) -> None:
+        with self._cond:
+            if not self.closed:
+                self.closed = True
+                self.reason = reason
+            self._cond.notify_all()
+
+
+class HASlave:
+    def __init__(self, settings: Settings, link: SlaveLink, connect: Connect, *,
+                 heartbeat_s: float | None = None, housekeeping_s: float | None = None,
+                 retry_s: float = RETRY_S) -> None:
+        self.settings = settings
+        self._link = link
+        self._connect = connect
+        self._heartbeat_s = heartbeat_s if heartbeat_s is not None else settings.ha_send_heartbeat_interval / 1000
+        self._housekeeping_s = (housekeeping_s if housekeeping_s is not None
+                                else settings.ha_housekeeping_interval / 1000)
+        self._retry_s = retry_s
+        self.status = SlaveStatus(settings.ha_master_address)
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="HAClient", daemon=True)
+        self._call: ReplicateCall | None = None
+        self.sessions = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        call = self._call
+        if call is not None:
+            call.cancel()
+        self._thread.join(timeout=10)
+
+    # --- the connect loop ----------------------------------------------------------------------
+    def _run(self) -> None:
+        while not self._stopped.is_set():
+            wait = self._retry_s
+            try:
+                self._session()
+            except grpc.RpcError as e:
+                code, details = e.code(), e.details()  # type: ignore[attr-defined]
+                if code is grpc.StatusCode.FAILED_PRECONDITION or code is grpc.StatusCode.OUT_OF_RANGE:
+                    self._refused(details)
+                    wait = max(self._retry_s, self._heartbeat_s)
+                elif not self._stopped.is_set():
+                    log.warning("replication stream ended; reconnecting", master=self.status.master_address,
+                                code=code.name if code else "", details=details)
+            except Exception as e:  # noqa: BLE001 - the local CommitLog is away, a bad chunk, ...
+                if not self._stopped.is_set():
+                    log.warning("replication stopped; reconnecting", master=self.status.master_address, error=str(e))
+            finally:
+                self.status.connected = False
+            self._stopped.wait(wait)
+
+    def _refused(self, details: str) -> None:
+        if self.status.error != details:
+            log.error("the master refuses to replicate to this slave", master=self.status.master_address,
+                      slave_max_offset=self.status.max_offset, reason=details)
+        self.status.error = details
+
+    def _session(self) -> None:
+        offsets = self._link.offsets()
+        st = self.status
+        st.max_offset = offsets.max_offset
+        check_offset, check = self._tail_check(offsets)
+        first = (offsets.max_offset, self.settings.broker_name, self.settings.broker_id, check_offset, check)
+        session = _Session(first, self._heartbeat_s)
+        call = self._connect(session.reports())
+        self._call = call
+        self.sessions += 1
+        chunks: queue.Queue[TransferLike | None] = queue.Queue(256)
+        appender = threading.Thread(target=self._append_loop, args=(session, chunks, call, offsets.max_offset),
+                                    name="HAAppender", daemon=True)
+        watchdog = threading.Thread(target=self._watchdog, args=(session, call), name="HAHousekeeping",
+                                    daemon=True)
+        self._last_read = time.monotonic()
+        appender.start()
+        watchdog.start()
+        try:
+            for transfer in self._received(call, session):
+                self._last_read = time.monotonic()
+                if not st.connected:
+                    st.connected = True
+                    if st.error:
+                        log.info("replication resumed", master=st.master_address)
+                    st.error = ""
+                    log.info("connected to the master", master=st.master_address, max_offset=st.max_offset)
+                self._saw_master_max(transfer.master_max_offset)
+                if not transfer.data:  # a heartbeat: the CommitLog's status learns the master is there
+                    self._link.append_data(st.max_offset, b"", st.master_max_offset)
+                else:
+                    while not session.closed:
+                        try:
+                            chunks.put(transfer, timeout=0.5)
+                            break
+                        except queue.Full:
+                            continue
+                if session.closed:
+                    break
+        finally:
+            session.close(session.reason or "stream ended")
+            call.cancel()
+            try:
+                chunks.put_nowait(None)
+            except queue.Full:
+                pass
+            appender.join(timeout=10)
+            self._call = None
+        if session.reason.startswith("mismatch") or session.reason.startswith("silent"):
+            log.warning("replication stream closed; reconnecting from this slave's max offset",
+                        master=st.master_address, reason=session.reason, max_offset=st.max_offset)
+
+    @staticmethod
+    def _received(call: ReplicateCall, session: _Session) -> Iterable[TransferLike]:
+        try:
+            yield from call
+        except grpc.RpcError as e:
+            if session.closed and e.code() is grpc.StatusCode.CANCELLED:  # type: ignore[attr-defined]
+                return  # we closed it ourselves
+            raise
+
+    def _saw_master_max(self, master_max: int) -> None:
+        st = self.status
+        st.master_max_offset = max(st.master_max_offset, master_max)
+        self._update_behind()
+
+    def _update_behind(self) -> None:
+        st = self.status
+        if st.max_offset >= st.master_max_offset:
+            st.behind_since = 0.0
+        elif not st.behind_since:
+            st.behind_since = time.monotonic()
+
+    def _tail_check(self, offsets: Offsets) -> tuple[int, int]:
+        """The CRC32 of (up to) the last CHECK_BYTES below the max offset, within its file."""
+        end = offsets.max_offset
+        if end <= offsets.min_offset:
+            return end, 0
+        file_size = self.settings.mapped_file_size_commit_log
+        begin = max(offsets.min_offset, end - CHECK_BYTES, (end - 1) - (end - 1) % file_size)
+        data = self._link.read_raw(begin, end - begin).data
+        if len(data) != end - begin:
+            return end, 0  # nothing to check against
+        return begin, crc32(data)
+
+    def _append_loop(self, session: _Session, chunks: queue.Queue[TransferLike | None], call: ReplicateCall,
+                     expected: int) -> None:
+        """Write runs of contiguous chunks; a chunk that does not continue the log ends the session."""
+        st = self.status
+        held: TransferLike | None = None
+        try:
+            while not session.closed:
+                first = held if held is not None else chunks.get()
+                held = None
+                if first is None:
+                    return
+                if expected and first.offset != expected:
+                    self._mismatch(session, call, f"mismatch: the master sent offset {first.offset}, "
+                                                  f"this slave's max offset is {expected}")
+                    return
+                parts, end = [first.data], first.offset + len(first.data)
+                size, master_max = len(first.data), first.master_max_offset
+                while size < MAX_APPEND_BYTES:
+                    try:
+                        nxt = chunks.get_nowait()
+                    except queue.Empty:
+                        break
+                    if nxt is None or nxt.offset != end:
+                        held = nxt
+                        break
+                    parts.append(nxt.data)
+                    master_max = nxt.master_max_offset
+                    end += len(nxt.data)
+                    size += len(nxt.data)
+                data = parts[0] if len(parts) == 1 else b"".join(parts)
+                try:
+                    expected = self._link.append_data(first.offset, data, master_max)
+                except BrokerError as e:
+                    if e.code != "ABORTED":
+                        raise
+                    self._mismatch(session, call, f"mismatch: {e.details or e.message}")
+                    return
+                st.max_offset = expected
+                self._update_behind()
+                session.report(expected)
+                if held is None and session.closed:
+                    return
+        except Exception as e:  # noqa: BLE001 - the local CommitLog failed: reconnect later
+            log.warning("appending replicated bytes failed", error=str(e))
+            session.close(f"append failed: {e}")
+            call.cancel()
+
+    @staticmethod
+    def _mismatch(session: _Session, call: ReplicateCall, reason: str) -> None:
+        session.close(reason)
+        call.cancel()
+
+    def _watchdog(self, session: _Session, call: ReplicateCall) -> None:
+        while not session.closed:
+            with session._cond:
+                session._cond.wait(min(0.5, self._housekeeping_s))
+            if session.closed:
+                return
+            if time.monotonic() - self._last_read > self._housekeeping_s:
+                session.close(f"silent: nothing heard from the master for haHousekeepingInterval="
+                              f"{self._housekeeping_s * 1000:.0f} ms")
+                call.cancel()
+                return

@@ -1,0 +1,69 @@
+"""``rocketstore up --with-slave``: a master broker and a SLAVE broker beside it on one machine, each
+with its ha service; SYNC_MASTER sends are acknowledged by the slave, ``rocketstore status`` on the
+slave's gateway names its role and master, and SIGTERM stops both cleanly."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import grpc
+from test_launcher import UP_SETTINGS, clean_environ, free_port, rocketstore_exe
+
+from rocketstore.v1 import commitlog_pb2 as cl_pb
+from rocketstore.v1 import commitlog_pb2_grpc as cl_grpc
+
+_LINE = re.compile(r"^(master|slave):\s+(\w+)\s+(\S+:\d+)\s+pid (\d+)\s+SERVING")
+
+
+def test_up_with_slave_replicates_and_stops_cleanly(tmp_path: Path) -> None:
+    port = free_port()
+    cmd = [rocketstore_exe(), "up", "--with-slave", "--data-dir", str(tmp_path / "store"), "--port", str(port),
+           "--set", "brokerRole=SYNC_MASTER", "--set", "syncFlushTimeout=5000"]
+    for key, value in UP_SETTINGS.items():
+        cmd += ["--set", f"{key}={value}"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=clean_environ(),
+                            start_new_session=True)
+    lines: list[str] = []
+    ready = threading.Event()
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line.rstrip())
+            if "replicating to the slave" in line:
+                ready.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        assert ready.wait(240), "\n".join(lines)
+        endpoints = {(m.group(1), m.group(2)): m.group(3) for m in map(_LINE.match, lines) if m}
+        assert {name for side, name in endpoints if side == "slave"} == \
+            {"commitlog", "index", "dispatcher", "gateway", "ha"}, lines
+        assert (tmp_path / "store-slave" / "commitlog").is_dir()
+        master = cl_grpc.CommitLogStub(grpc.insecure_channel(endpoints[("master", "commitlog")]))
+        slave = cl_grpc.CommitLogStub(grpc.insecure_channel(endpoints[("slave", "commitlog")]))
+        deadline = time.monotonic() + 30
+        while master.GetStats(cl_pb.GetStatsRequest(), timeout=10).stats["slaveConnections"] != "1":
+            assert time.monotonic() < deadline, "the slave did not connect"
+            time.sleep(0.1)
+        sent = master.AppendBatch(cl_pb.AppendBatchRequest(messages=[
+            cl_pb.Message(topic="WithSlave", body=b"replicated %d" % i) for i in range(10)]), timeout=30)
+        assert {r.status for r in sent.results} == {cl_pb.PUT_OK}
+        end = master.GetOffsets(cl_pb.GetOffsetsRequest(), timeout=10).max_offset
+        assert slave.GetOffsets(cl_pb.GetOffsetsRequest(), timeout=10).max_offset == end
+        status = subprocess.run([rocketstore_exe(), "status", "-e", endpoints[("slave", "gateway")]],
+                                capture_output=True, text=True, timeout=60, env=clean_environ())
+        assert status.returncode == 0, status.stderr
+        assert re.search(r"commitlog\.brokerRole\s+SLAVE", status.stdout), status.stdout
+        assert endpoints[("master", "ha")] in status.stdout
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(120)
+    assert code == 0, "\n".join(lines)
+    stopped = [line for line in lines if "stopped " in line and "exit code 0" in line]
+    assert len(stopped) == 10, "\n".join(lines)

@@ -145,9 +145,11 @@ class BatchReadServicer(pb_grpc.BatchReadServicer):
     async def ListQueues(self, request: pb.ListQueuesRequest, context: _Context) -> pb.ListQueuesResponse:
         return await self._g.batch_read.list_queues(request)
 
+    # grpc.aio takes a coroutine that writes its stream with ``context.write`` (the stubs know only
+    # iterators): a write that fails then ends the call here, where the reader's going away is expected.
     @rpc_errors
     @_facing
-    async def ReadQueue(self, request: pb.BatchReadRequest, context: _Context) -> None:
+    async def ReadQueue(self, request: pb.BatchReadRequest, context: _Context) -> None:  # type: ignore[override]
         # The next batch is read once the previous one was written (``write`` waits for the transport).
         async with contextlib.aclosing(self._g.batch_read.read_queue(request)) as batches:
             async for batch in batches:

@@ -210,7 +210,8 @@ def test_corrupted_bytes_in_any_file_are_refused_or_never_served_as_good(broker_
             assert proc.terminate() == 0
         data = bytearray(victim.read_bytes())
         used = len(data.rstrip(b"\0")) or len(data)
-        for _ in range(rng.randint(1, 8)):
+        flips = rng.randint(1, 8)
+        for _ in range(flips):
             at = rng.randrange(used)
             data[at] = rng.randrange(256) if rng.random() < 0.5 else data[at] ^ (1 << rng.randrange(8))
         victim.write_bytes(bytes(data))
@@ -234,7 +235,7 @@ def test_corrupted_bytes_in_any_file_are_refused_or_never_served_as_good(broker_
                     a = by_key.get((topic, qid, qo))
                     if a is None or (a.body, a.wrote_offset) != (body, phy):
                         served_bad += 1
-        fault_counts.add("corrupted files", **{f"{kind} files": 1, "bytes corrupted": 1,
+        fault_counts.add("corrupted files", **{f"{kind} files": 1, "bytes corrupted": flips,
                                                 "refused to start": int(refusal is not None),
                                                 "damaged records served as good": served_bad})
         assert served_bad == 0, (f"{served_bad} records served that are not what was acknowledged "
@@ -276,7 +277,9 @@ def _fill(disk: Path) -> Path:
 def test_full_disk_under_each_store_path_loses_nothing_acknowledged(broker_factory, tmpfs, tmp_path: Path,
                                                                    path: str) -> None:
     elsewhere = tmp_path / f"disks-{path}"
-    overrides = {"flushDiskType": "SYNC_FLUSH", "cleanResourceInterval": "200"}
+    # cleanFileForciblyEnable=false: the safe setting (the Kubernetes default); with true a full disk deletes
+    # the oldest files, consumed or not, by design (reported as droppedUnconsumed).
+    overrides = {"flushDiskType": "SYNC_FLUSH", "cleanResourceInterval": "200", "cleanFileForciblyEnable": "false"}
     broker: Broker = broker_factory(overrides, start=False)
     if path == "root":  # the checkpoint and the config files; the data files live elsewhere
         disk = tmpfs(broker.data_dir)

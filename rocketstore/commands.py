@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import threading
@@ -929,6 +930,46 @@ def _run_bench_consume(args: argparse.Namespace) -> int:
     return EXIT_OK if meter.count >= total and meter.failed == 0 else EXIT_FAILED
 
 
+# --- doctor -----------------------------------------------------------------------------------
+
+def _add_doctor(commands: _SubParsers) -> None:
+    p = commands.add_parser(
+        "doctor", help="check a stopped store's files (offline) and repair what the CommitLog can rebuild",
+        description="Check every CommitLog record (magic, sizes, own offset, body CRC), every ConsumeQueue unit "
+                    "against the CommitLog, the IndexFiles, the checkpoint and the config JSON files of a stopped "
+                    "store; print what is wrong, where, and what to do. Exit 0 when clean, 1 when something is "
+                    "wrong, 2 when the store cannot be checked (in use by a running broker).")
+    p.add_argument("--data-dir", metavar="DIR", required=True, help="the store root directory (storePathRootDir)")
+    p.add_argument("--config", metavar="FILE", default=None,
+                   help="the broker.properties the store runs with (file sizes, store paths)")
+    p.add_argument("--set", metavar="KEY=VALUE", dest="settings", type=_key_value, action="append", default=[],
+                   help="a setting the store runs with, by its RocketMQ name (maxHashSlotNum=...); repeatable")
+    p.add_argument("--repair", action="store_true",
+                   help="rebuild damaged ConsumeQueues and IndexFiles (and the dispatch position) from the CommitLog, "
+                        "reset a damaged checkpoint, restore config files from their .bak")
+    p.add_argument("--truncate-damaged-tail", action="store_true",
+                   help="with --repair: cut the CommitLog before its first damaged record (every record after it is "
+                        "lost); never done without this option")
+    _add_json(p)
+    p.set_defaults(handler=_run_doctor)
+
+
+def _run_doctor(args: argparse.Namespace) -> int:
+    from rocketstore.doctor import run_doctor
+    from rocketstore.settings import SettingsError, load_settings
+
+    if args.truncate_damaged_tail and not args.repair:
+        print("rocketstore doctor: --truncate-damaged-tail goes with --repair", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        settings = load_settings(args.config, {**dict(args.settings), "storePathRootDir": args.data_dir}, os.environ)
+    except SettingsError as e:
+        print(f"rocketstore doctor: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    return run_doctor(settings, repair=args.repair, truncate_damaged_tail=args.truncate_damaged_tail,
+                      as_json=args.json, out=sys.stdout)
+
+
 # --- registration -----------------------------------------------------------------------------
 
 def add_commands(commands: _SubParsers) -> None:
@@ -941,3 +982,4 @@ def add_commands(commands: _SubParsers) -> None:
     _add_group(commands)
     _add_query(commands)
     _add_bench(commands)
+    _add_doctor(commands)

@@ -365,3 +365,14 @@ def gateway(request: pytest.FixtureRequest, broker_factory: Callable[..., Broker
     """A running broker with its gateway (``broker.gateway.stub`` / ``.batch_read``); indirect
     parametrisation passes a dict of settings overrides."""
     return broker_factory(getattr(request, "param", None) or {}, gateway=True)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The fault suite's counts (cycles, acknowledged, lost, inputs tried), shown even with -q."""
+    import fault_counts
+
+    if fault_counts.COUNTS:
+        terminalreporter.write_sep("=", "fault suite counts")
+        for line in fault_counts.lines():
+            terminalreporter.write_line(line)
+        fault_counts.save()

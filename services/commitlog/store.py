@@ -449,6 +449,13 @@ class CommitLogStore:
         self._on_flushed()
         return q.flushed_where
 
+    def set_logics_error(self, error: bool, reason: str = "") -> None:
+        """The dispatcher's report that the index cannot (or can again) write its files."""
+        if self.flags.set_logics_error(error, reason):
+            (log.error if error else log.info)(
+                "the index cannot write: appends are refused" if error else "the index writes again: appends resume",
+                reason=reason)
+
     def delete_expired_files(self, force: bool = False) -> int:
         """Delete files past fileReservedTime now, whatever the hour of deleteWhen; with ``force``
         delete the oldest files even if not expired (never the file being written)."""
@@ -473,6 +480,7 @@ class CommitLogStore:
             "diskRatio": round(self.clean_service.last_disk_ratio, 4),
             "writable": self.flags.writable,
             "notWritableReason": self.flags.not_writable_reason(),
+            "logicsError": self.flags.logics_error,
             "deletedFiles": self.clean_service.deleted_files,
             "droppedUnconsumedMessages": self.clean_service.dropped.total,
             "droppedUnconsumed": self.clean_service.dropped.status_line(),

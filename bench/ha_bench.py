@@ -258,6 +258,14 @@ def run_lag(pair: Pair, args: argparse.Namespace) -> Result:
     assert pair.slave is not None
     requests = _requests(args.lag_batch)
     rpc = _appender(pair.master, 77)
+    # Warm up: the slave's first CommitLog file is created (and zero-filled) when its first bytes
+    # arrive, and the next one prepared behind it; neither belongs in the steady state measured.
+    for i in range(200):
+        rpc(requests[i % len(requests)], timeout=60)
+    deadline = time.monotonic() + 60
+    while pair.slave.offsets().max_offset < pair.master.offsets().max_offset and time.monotonic() < deadline:
+        time.sleep(0.01)
+    pair.wait_idle()
     start = pair.slave.offsets().max_offset
     seen_t: list[float] = []
     seen_end: list[int] = []

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import struct
 import threading
+import time
 
 from rocketstore.services.commitlog.commitlog import CommitLog
 
@@ -36,7 +37,8 @@ log = get_logger(__name__)
 # TOTALSIZE, MAGICCODE, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET, PHYSICALOFFSET, SYSFLAG
 _HEAD = struct.Struct(">iIIiiqqi")
 _INT = struct.Struct(">i")
-TABLE_INTERVAL_S = 0.2  # how often the queue offset walk catches up with the appends
+TABLE_INTERVAL_S = 0.2  # the queue offset walk's pace when no append wakes it
+TABLE_SLICE_BYTES = 256 * 1024  # bytes of records walked between two chances for the appends to run
 
 
 class OffsetMismatch(ValueError):
@@ -79,7 +81,15 @@ class SlaveAppender:
                 return
             self._appended.clear()
             try:
-                self.advance_table()
+                # A slice at a time, giving the interpreter up in between: the appends (and their
+                # acknowledgements) never wait a whole walk for it.
+                while not self._stopped.is_set():
+                    with self._table_lock:
+                        at = self._table_at
+                        self._advance_table(min(self._commitlog.max_offset, at + TABLE_SLICE_BYTES))
+                        if self._table_at == at:
+                            break
+                    time.sleep(0)
             except Exception as e:  # noqa: BLE001 - e.g. a file deleted under the walk; the snapshot says where it is
                 log.warning("the queue offset walk of replicated bytes failed; retrying", error=str(e),
                             table_at=self._table_at)

@@ -25,7 +25,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, TypedDict
 
@@ -433,7 +433,7 @@ def _run_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def replication_status(stats: dict[str, str], max_offset: int) -> dict[str, object]:
+def replication_status(stats: Mapping[str, str], max_offset: int) -> dict[str, object]:
     """The HA rows of a broker's status, from its CommitLog's stats (``commitlog.*``): the role, the
     connection (a master's slaves, a slave's master), both max offsets and the lag in bytes and ms."""
     def num(key: str) -> int:

@@ -9,10 +9,14 @@ once with ASYNC_FLUSH and once with SYNC_FLUSH, and measures with 1 KiB bodies (
 - ``latency``: one producer sending one message at a time at a moderate pace (500 msg/s):
   p50/p99/p999 of a send;
 - ``consume-32``: 4 consumer threads, one queue each, pulling batches of 32 raw records
-  (``raw_records``) and decoding them, until they have read everything produced.
+  (``raw_records``) and decoding them, until they have read everything produced;
+- ``held-0``, ``held-N``: the latency of one send and of one pull that finds a message (one at a
+  time, 300 each), first with no long poll held, then with N (``--held``, 5,000) long-polling pulls
+  held on other queues by an asyncio client (each held pull must cost the gateway no thread).
 
     python bench/gateway_bench.py                    # both flush modes, about 2 minutes
     python bench/gateway_bench.py --flush SYNC_FLUSH --seconds 3
+    python bench/gateway_bench.py --flush ASYNC_FLUSH --held 2000     # --held 0 skips the held-pull rows
 
 The client runs in this process and shares the two cores with the four services; "CPU" is the
 seconds of CPU each process used during the scenario.
@@ -21,6 +25,7 @@ seconds of CPU each process used during the scenario.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import shutil
 import subprocess
@@ -30,6 +35,7 @@ import threading
 import time
 
 import grpc
+import grpc.aio
 
 from rocketstore.codec import decode_message
 from rocketstore.demo import free_port, wait_serving
@@ -164,7 +170,88 @@ def wait_dispatched(broker: Broker, topic: str, expected: int) -> None:
         time.sleep(0.05)
 
 
-def run(flush: str, seconds: float, root: str) -> None:
+class HeldPulls:
+    """``count`` long-polling pulls held on the empty queues of ``topic`` by an asyncio client in a
+    thread of its own, sent in waves and re-sent as they time out, until ``close``."""
+
+    def __init__(self, endpoint: str, topic: str, queues: int, count: int, poll_ms: int = 60_000) -> None:
+        self._endpoint, self._topic, self._queues, self._count, self._poll_ms = endpoint, topic, queues, count, poll_ms
+        self._loop = asyncio.new_event_loop()
+        self._stop: asyncio.Event | None = None
+        self.sent = 0
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._loop.run_until_complete, args=(self._run(),), daemon=True)
+        self._thread.start()
+
+    def wait_held(self, settle: float = 2.0) -> None:
+        self._ready.wait(300)
+        time.sleep(settle)  # the last wave reaches the gateway and is held
+
+    async def _run(self) -> None:
+        self._stop = asyncio.Event()
+        async with grpc.aio.insecure_channel(self._endpoint, options=_OPTIONS) as channel:
+            stub = pb_grpc.GatewayStub(channel)
+
+            async def hold(i: int) -> None:
+                request = pb.PullRequest(consumer_group="idle", topic=self._topic, queue_id=i % self._queues,
+                                         offset=0, max_messages=1, poll_timeout_ms=self._poll_ms)
+                while not self._stop.is_set():  # type: ignore[union-attr]
+                    try:
+                        await stub.Pull(request, timeout=self._poll_ms / 1000 + 30)
+                    except grpc.aio.AioRpcError:
+                        await asyncio.sleep(0.1)
+
+            tasks = []
+            for start in range(0, self._count, 500):
+                tasks += [asyncio.create_task(hold(i)) for i in range(start, min(self._count, start + 500))]
+                self.sent = len(tasks)
+                await asyncio.sleep(0.5)  # a wave at a time, as consumers start
+            self._ready.set()
+            await self._stop.wait()
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    def close(self) -> None:
+        if self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(60)
+
+
+def held(broker: Broker, flush: str, topic: str, count: int) -> None:
+    """Send and pull latency with ``count`` long polls held on other queues, and with none."""
+    stub = broker.stub
+    idle = "BenchIdle"
+    stub.CreateTopic(pb.CreateTopicRequest(topic=idle, read_queue_nums=16, write_queue_nums=16), timeout=30)
+    stub.CreateTopic(pb.CreateTopicRequest(topic=topic, read_queue_nums=1, write_queue_nums=1), timeout=30)
+    message = pb.OutgoingMessage(body=BODY, tags="TagA")
+    next_offset = 0
+    for n in (0, count):
+        holder = HeldPulls(broker.endpoints["gateway"], idle, 16, n) if n else None
+        if holder is not None:
+            holder.wait_held()
+        sends, pulls = [], []
+        for _ in range(300):
+            t0 = time.perf_counter()
+            stub.Send(pb.SendRequest(topic=topic, queue_id=0, messages=[message], columnar_results=True), timeout=60)
+            sends.append(time.perf_counter() - t0)
+        wait_dispatched(broker, topic, next_offset + 300)
+        for _ in range(300):
+            t0 = time.perf_counter()
+            r = stub.Pull(pb.PullRequest(consumer_group="bench", topic=topic, queue_id=0, offset=next_offset,
+                                         max_messages=1, raw_records=True), timeout=60)
+            pulls.append(time.perf_counter() - t0)
+            next_offset = r.next_begin_offset
+        if holder is not None:
+            holder.close()
+        sends.sort()
+        pulls.sort()
+        print(f"{flush:<11} {f'held-{n}':<10} {n:>10,} held   send p50 {percentile(sends, 0.5) * 1e3:7.2f} ms  p99 "
+              f"{percentile(sends, 0.99) * 1e3:7.2f} ms   pull p50 {percentile(pulls, 0.5) * 1e3:7.2f} ms  p99 "
+              f"{percentile(pulls, 0.99) * 1e3:7.2f} ms", flush=True)
+
+
+def run(flush: str, seconds: float, root: str, held_pulls: int = 0) -> None:
     broker = Broker(flush, root)
     try:
         stub = broker.stub
@@ -193,6 +280,8 @@ def run(flush: str, seconds: float, root: str) -> None:
         print(f"{flush:<11} {'consume-32':<10} {r['rate']:>10,.0f} msgs/s   pull p50 {r['p50']:7.2f} ms  p99 "
               f"{r['p99']:7.2f} ms  p999 {r['p999']:7.2f} ms   CPU s {cpu}   ({r['msgs']:,} of {stored:,} read)",
               flush=True)
+        if held_pulls:
+            held(broker, flush, "BenchHeld", held_pulls)
     finally:
         broker.close()
 
@@ -202,12 +291,13 @@ def main() -> None:
     parser.add_argument("--flush", choices=("ASYNC_FLUSH", "SYNC_FLUSH", "both"), default="both")
     parser.add_argument("--seconds", type=float, default=5.0, help="length of each produce scenario")
     parser.add_argument("--dir", default=None, help="scratch directory (default: the temp dir)")
+    parser.add_argument("--held", type=int, default=5000, help="long polls held in the held-N rows (0: no rows)")
     args = parser.parse_args()
     root = args.dir or tempfile.gettempdir()
     print(f"gateway bench: 1 KiB bodies, {QUEUES} queues, {os.cpu_count()} cores, load "
           f"{os.getloadavg()[0]:.2f} at the start", flush=True)
     for flush in (("ASYNC_FLUSH", "SYNC_FLUSH") if args.flush == "both" else (args.flush,)):
-        run(flush, args.seconds, root)
+        run(flush, args.seconds, root, args.held)
 
 
 if __name__ == "__main__":

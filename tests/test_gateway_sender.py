@@ -1,29 +1,19 @@
 """The gateway's send path without the service processes: client messages encoded as AppendBatchRequest
-bytes, refusals naming the message, concurrent sends carried together in one append (each answered with
-its own slice of the columnar results), and appends over reused, replaced and timed-out AppendStreams."""
+bytes, refusals naming the message, and concurrent sends carried together in one append (each answered
+with its own slice of the columnar results). Appends over AppendStream calls are the CommitLog client's
+(tests/test_commitlog_client.py)."""
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Iterator
-from concurrent import futures
+import asyncio
 
-import grpc
 import pytest
-from rocketstore.services.gateway.sender import (
-    AppendStreams,
-    EncodedSend,
-    SendBatcher,
-    SendError,
-    TagsCache,
-    encode_send,
-)
+from rocketstore.services.gateway.errors import GatewayError
+from rocketstore.services.gateway.sender import EncodedSend, SendBatcher, TagsCache, encode_send
 
 from rocketstore.message import string_to_properties
 from rocketstore.message_id import UniqKeyGenerator
 from rocketstore.v1 import commitlog_pb2 as cl_pb
-from rocketstore.v1 import commitlog_pb2_grpc as cl_grpc
 from rocketstore.v1 import gateway_pb2 as pb
 
 MAX = 1024
@@ -70,7 +60,7 @@ def test_encoded_messages_carry_properties_in_their_stored_form_and_the_send_def
     (pb.OutgoingMessage(body=b"x", keys="k" * 40_000), "32767"),
 ])
 def test_a_bad_message_is_refused_by_its_index(message: pb.OutgoingMessage, needle: str) -> None:
-    with pytest.raises(SendError) as e:
+    with pytest.raises(GatewayError) as e:
         encode([pb.OutgoingMessage(body=b"fine", tags="ok"), message])
     assert e.value.code == "INVALID_ARGUMENT"
     assert str(e.value).startswith("messages[1]: ") and needle in str(e.value)
@@ -84,9 +74,9 @@ def test_a_client_address_that_is_not_ip_port_gives_the_default_born_host() -> N
 def test_tags_cache_checks_each_value_once_and_stays_bounded() -> None:
     cache = TagsCache()
     assert cache.text("A", 0) == "TAGS\x01A\x02"
-    with pytest.raises(SendError):
+    with pytest.raises(GatewayError):
         cache.text("A|B", 3)
-    with pytest.raises(SendError):
+    with pytest.raises(GatewayError):
         cache.text("A|B", 3)  # a refused value is never cached
     for i in range(TagsCache.LIMIT + 10):
         cache.text(f"t{i}", 0)
@@ -94,19 +84,20 @@ def test_tags_cache_checks_each_value_once_and_stays_bounded() -> None:
 
 
 class _FakeCommitLog:
-    """Answers each append with columns: offsets counting up from 0, one status per message."""
+    """Answers each append with columns: offsets counting up from 0, one status per message. While
+    ``gate`` is clear, appends wait at it."""
 
-    def __init__(self, refuse: set[int] | None = None) -> None:
+    def __init__(self, refuse: set[bytes] | None = None) -> None:
         self.payloads: list[cl_pb.AppendBatchRequest] = []
         self.next_offset = 0
         self.refuse = refuse or set()
-        self.gate = threading.Event()
+        self.gate = asyncio.Event()
         self.gate.set()
-        self.entered = threading.Event()
+        self.entered = asyncio.Event()
 
-    def append(self, payload: bytes) -> cl_pb.AppendColumns:
+    async def append(self, payload: bytes) -> cl_pb.AppendColumns:
         self.entered.set()
-        self.gate.wait(10)
+        await self.gate.wait()
         request = cl_pb.AppendBatchRequest.FromString(payload)
         self.payloads.append(request)
         c = cl_pb.AppendColumns(msg_id_prefix="PREFIX", store_timestamp=5)
@@ -121,157 +112,154 @@ class _FakeCommitLog:
 
 
 def test_a_lone_send_is_carried_at_once_and_gets_its_results() -> None:
-    fake = _FakeCommitLog()
-    batcher = SendBatcher(fake.append)
-    out = batcher.send(encode([pb.OutgoingMessage(body=b"1"), pb.OutgoingMessage(body=b"2")]), 5)
-    assert out.start == 0 and list(out.columns.wrote_offsets) == [0, 100]
-    assert batcher.appends == 1 and batcher.messages == 2
+    async def run() -> None:
+        fake = _FakeCommitLog()
+        batcher = SendBatcher(fake.append)
+        out = await batcher.send(encode([pb.OutgoingMessage(body=b"1"), pb.OutgoingMessage(body=b"2")]), 5)
+        assert out.start == 0 and list(out.columns.wrote_offsets) == [0, 100]
+        assert batcher.appends == 1 and batcher.messages == 2
+
+    asyncio.run(run())
 
 
-def test_sends_queued_behind_a_running_append_are_carried_together_each_with_its_slice() -> None:
-    fake = _FakeCommitLog()
-    fake.gate.clear()  # the first append hangs until every other send is queued
-    batcher = SendBatcher(fake.append, max_in_flight=1)
-    results: dict[int, object] = {}
+def test_sends_queued_behind_running_appends_are_carried_together_each_with_its_slice() -> None:
+    async def run() -> None:
+        fake = _FakeCommitLog()
+        fake.gate.clear()  # the first append waits until every other send is queued
+        batcher = SendBatcher(fake.append, max_in_flight=1)
 
-    def send(i: int) -> None:
-        results[i] = batcher.send(encode([pb.OutgoingMessage(body=b"%d-%d" % (i, k)) for k in range(i + 1)]), 10)
+        def send(i: int) -> asyncio.Task:  # type: ignore[type-arg]
+            messages = [pb.OutgoingMessage(body=b"%d-%d" % (i, k)) for k in range(i + 1)]
+            return asyncio.create_task(batcher.send(encode(messages), 10))
 
-    threads = [threading.Thread(target=send, args=(i,)) for i in range(4)]
-    threads[0].start()
-    assert fake.entered.wait(10)  # the first send leads; its append waits at the gate
-    for t in threads[1:]:
-        t.start()
-    while batcher.waiting < 3:
-        time.sleep(0.001)
-    fake.gate.set()
-    for t in threads:
-        t.join(10)
-    assert batcher.appends == 2  # the first send alone, then the three queued ones in one append
-    assert [m.body for m in fake.payloads[1].messages] == [b"%d-%d" % (i, k) for i in (1, 2, 3) for k in range(i + 1)]
-    for i in range(1, 4):
-        r = results[i]
-        offsets = list(r.columns.wrote_offsets[r.start:r.start + i + 1])
-        bodies = [m.body for m in fake.payloads[1].messages[r.start:r.start + i + 1]]
-        assert bodies == [b"%d-%d" % (i, k) for k in range(i + 1)]
-        assert offsets == [100 * (1 + r.start + k) for k in range(i + 1)]
+        first = send(0)
+        await asyncio.wait_for(fake.entered.wait(), 10)  # the first send is being carried alone
+        rest = [send(i) for i in range(1, 4)]
+        while batcher.waiting < 3:
+            await asyncio.sleep(0.001)
+        fake.gate.set()
+        await first
+        results = {i: await t for i, t in enumerate(rest, 1)}
+        assert batcher.appends == 2  # the first send alone, then the three queued ones in one append
+        assert [m.body for m in fake.payloads[1].messages] == [
+            b"%d-%d" % (i, k) for i in (1, 2, 3) for k in range(i + 1)]
+        for i in range(1, 4):
+            r = results[i]
+            offsets = list(r.columns.wrote_offsets[r.start:r.start + i + 1])
+            bodies = [m.body for m in fake.payloads[1].messages[r.start:r.start + i + 1]]
+            assert bodies == [b"%d-%d" % (i, k) for k in range(i + 1)]
+            assert offsets == [100 * (1 + r.start + k) for k in range(i + 1)]
+
+    asyncio.run(run())
+
+
+def test_at_most_max_in_flight_appends_run_at_once() -> None:
+    async def run() -> None:
+        fake = _FakeCommitLog()
+        fake.gate.clear()
+        running = []
+        inner = fake.append
+
+        async def counting(payload: bytes) -> cl_pb.AppendColumns:
+            running.append(payload)
+            return await inner(payload)
+
+        batcher = SendBatcher(counting, max_in_flight=2)
+
+        def send(i: int) -> asyncio.Task:  # type: ignore[type-arg]
+            return asyncio.create_task(batcher.send(encode([pb.OutgoingMessage(body=b"%d" % i)]), 10))
+
+        async def until(condition) -> None:  # type: ignore[no-untyped-def]
+            async with asyncio.timeout(10):
+                while not condition():
+                    await asyncio.sleep(0.001)
+
+        tasks = [send(0)]
+        await until(lambda: len(running) == 1)
+        tasks.append(send(1))
+        await until(lambda: len(running) == 2)  # two appends run, each carrying one send
+        tasks += [send(i) for i in range(2, 10)]
+        await until(lambda: batcher.waiting == 8)
+        await asyncio.sleep(0.01)
+        assert len(running) == 2  # the eight others wait for an append to end
+        fake.gate.set()
+        await asyncio.gather(*tasks)
+        assert batcher.messages == 10 and batcher.appends == 3  # ... and go together in the next one
+    asyncio.run(run())
 
 
 def test_a_failed_append_fails_every_send_it_carried_and_the_next_one_goes_on() -> None:
-    calls = []
+    async def run() -> None:
+        calls = []
 
-    def append(payload: bytes) -> cl_pb.AppendColumns:
-        calls.append(payload)
-        if len(calls) == 1:
-            raise SendError("UNAVAILABLE", "the commitlog service is not reachable")
-        return _FakeCommitLog().append(payload)
+        async def append(payload: bytes) -> cl_pb.AppendColumns:
+            calls.append(payload)
+            if len(calls) == 1:
+                raise GatewayError("UNAVAILABLE", "the commitlog service is not reachable")
+            return await _FakeCommitLog().append(payload)
 
-    batcher = SendBatcher(append)
-    with pytest.raises(SendError, match="not reachable"):
-        batcher.send(encode([pb.OutgoingMessage(body=b"x")]), 5)
-    assert batcher.send(encode([pb.OutgoingMessage(body=b"y")]), 5).columns.statuses[0] == cl_pb.PUT_OK
+        batcher = SendBatcher(append)
+        with pytest.raises(GatewayError, match="not reachable"):
+            await batcher.send(encode([pb.OutgoingMessage(body=b"x")]), 5)
+        assert (await batcher.send(encode([pb.OutgoingMessage(body=b"y")]), 5)).columns.statuses[0] == cl_pb.PUT_OK
+
+    asyncio.run(run())
 
 
 def test_an_answer_with_the_wrong_number_of_results_is_an_internal_error() -> None:
-    batcher = SendBatcher(lambda payload: cl_pb.AppendColumns(statuses=[cl_pb.PUT_OK]))
-    with pytest.raises(SendError) as e:
-        batcher.send(encode([pb.OutgoingMessage(body=b"x"), pb.OutgoingMessage(body=b"y")]), 5)
-    assert e.value.code == "INTERNAL" and "1 results for 2" in str(e.value)
+    async def run() -> None:
+        async def append(payload: bytes) -> cl_pb.AppendColumns:
+            return cl_pb.AppendColumns(statuses=[cl_pb.PUT_OK])
+
+        batcher = SendBatcher(append)
+        with pytest.raises(GatewayError) as e:
+            await batcher.send(encode([pb.OutgoingMessage(body=b"x"), pb.OutgoingMessage(body=b"y")]), 5)
+        assert e.value.code == "INTERNAL" and "1 results for 2" in str(e.value)
+
+    asyncio.run(run())
+
+
+def test_a_send_not_carried_in_time_fails_with_deadline_exceeded_and_is_not_appended_later() -> None:
+    async def run() -> None:
+        fake = _FakeCommitLog()
+        fake.gate.clear()
+        batcher = SendBatcher(fake.append, max_in_flight=1)
+        first = asyncio.create_task(batcher.send(encode([pb.OutgoingMessage(body=b"first")]), 10))
+        await asyncio.wait_for(fake.entered.wait(), 10)
+        with pytest.raises(GatewayError) as e:  # queued behind the stuck append, past its own timeout
+            await batcher.send(encode([pb.OutgoingMessage(body=b"late")]), 0.05)
+        assert e.value.code == "DEADLINE_EXCEEDED"
+        fake.gate.set()
+        await first
+        await batcher.send(encode([pb.OutgoingMessage(body=b"next")]), 10)
+        assert [m.body for p in fake.payloads for m in p.messages] == [b"first", b"next"]
+
+    asyncio.run(run())
+
+
+def test_a_cancelled_send_does_not_cancel_the_append_carrying_others() -> None:
+    async def run() -> None:
+        fake = _FakeCommitLog()
+        fake.gate.clear()
+        batcher = SendBatcher(fake.append, max_in_flight=1)
+        leader = asyncio.create_task(batcher.send(encode([pb.OutgoingMessage(body=b"a")]), 10))
+        await asyncio.wait_for(fake.entered.wait(), 10)
+        leader.cancel()  # its client went away while its append runs
+        fake.gate.set()
+        with pytest.raises(asyncio.CancelledError):
+            await leader
+        out = await batcher.send(encode([pb.OutgoingMessage(body=b"b")]), 10)
+        assert list(out.columns.wrote_offsets) == [100]  # "a" was stored at 0: its append went on
+
+    asyncio.run(run())
 
 
 def test_a_closed_batcher_refuses_sends() -> None:
-    batcher = SendBatcher(_FakeCommitLog().append)
-    batcher.close()
-    with pytest.raises(SendError) as e:
-        batcher.send(encode([pb.OutgoingMessage(body=b"x")]), 5)
-    assert e.value.code == "UNAVAILABLE"
+    async def run() -> None:
+        batcher = SendBatcher(_FakeCommitLog().append)
+        batcher.close()
+        with pytest.raises(GatewayError) as e:
+            await batcher.send(encode([pb.OutgoingMessage(body=b"x")]), 5)
+        assert e.value.code == "UNAVAILABLE"
 
-
-# --- appends over AppendStream ---------------------------------------------------------------
-
-class _StreamingCommitLog(cl_grpc.CommitLogServicer):
-    """AppendStream in process: answers each request with one PUT_OK per message, or hangs or fails
-    the stream when a message body asks for it."""
-
-    def __init__(self) -> None:
-        self.streams = 0
-        self.release = threading.Event()
-
-    def AppendStream(self, requests, context):  # type: ignore[no-untyped-def]  # noqa: N802 - gRPC's name
-        self.streams += 1
-        for request in requests:
-            bodies = [m.body for m in request.messages]
-            if b"hang" in bodies:
-                self.release.wait(10)
-            if b"fail" in bodies:
-                context.abort(grpc.StatusCode.INTERNAL, "scripted failure")
-            yield cl_pb.AppendBatchResponse(columns=cl_pb.AppendColumns(
-                statuses=[cl_pb.PUT_OK] * len(bodies), queue_offsets=[int(b) if b.isdigit() else 0 for b in bodies]))
-
-
-@pytest.fixture
-def streaming_commitlog() -> Iterator[tuple[_StreamingCommitLog, grpc.Channel]]:
-    servicer = _StreamingCommitLog()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
-    cl_grpc.add_CommitLogServicer_to_server(servicer, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
-    yield servicer, channel
-    servicer.release.set()
-    channel.close()
-    server.stop(None)
-
-
-def _payload(*bodies: bytes) -> bytes:
-    return cl_pb.AppendBatchRequest(messages=[cl_pb.Message(body=b) for b in bodies], columnar=True).SerializeToString()
-
-
-def test_appends_go_over_one_reused_stream_and_are_answered_in_order(streaming_commitlog) -> None:  # noqa: ANN001
-    servicer, channel = streaming_commitlog
-    streams = AppendStreams(channel, timeout=10)
-    for i in range(5):
-        assert list(streams.append(_payload(b"%d" % i, b"%d" % (i + 100))).queue_offsets) == [i, i + 100]
-    assert servicer.streams == 1 and streams.open_streams == 1
-    streams.close()
-    with pytest.raises(SendError) as e:
-        streams.append(_payload(b"1"))
-    assert e.value.code == "UNAVAILABLE"
-
-
-def test_concurrent_appends_each_get_a_stream_of_their_own(streaming_commitlog) -> None:  # noqa: ANN001
-    servicer, channel = streaming_commitlog
-    streams = AppendStreams(channel, timeout=10)
-    hung = threading.Thread(target=streams.append, args=(_payload(b"hang"),))
-    hung.start()
-    while servicer.streams < 1:
-        time.sleep(0.001)
-    assert list(streams.append(_payload(b"7")).queue_offsets) == [7]  # not behind the hung one
-    servicer.release.set()
-    hung.join(10)
-    assert servicer.streams == 2 and streams.open_streams == 2
-    streams.close()
-
-
-def test_a_failed_stream_is_dropped_and_the_next_append_opens_another(streaming_commitlog) -> None:  # noqa: ANN001
-    servicer, channel = streaming_commitlog
-    streams = AppendStreams(channel, timeout=10)
-    assert list(streams.append(_payload(b"1")).queue_offsets) == [1]
-    with pytest.raises(grpc.RpcError) as e:
-        streams.append(_payload(b"fail"))
-    assert e.value.code() == grpc.StatusCode.INTERNAL  # type: ignore[attr-defined]
-    assert streams.open_streams == 0
-    assert list(streams.append(_payload(b"2")).queue_offsets) == [2]
-    assert servicer.streams == 2
-    streams.close()
-
-
-def test_an_append_not_answered_in_time_fails_with_deadline_exceeded(streaming_commitlog) -> None:  # noqa: ANN001
-    servicer, channel = streaming_commitlog
-    streams = AppendStreams(channel, timeout=0.2, check_interval=0.02)
-    with pytest.raises(SendError) as e:
-        streams.append(_payload(b"hang"))
-    assert e.value.code == "DEADLINE_EXCEEDED" and streams.open_streams == 0
-    servicer.release.set()
-    assert list(streams.append(_payload(b"3")).queue_offsets) == [3]
-    streams.close()
+    asyncio.run(run())

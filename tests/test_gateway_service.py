@@ -448,3 +448,44 @@ def test_sends_go_on_after_the_commitlog_restarts(gateway: Broker) -> None:
         result = stub.Send(pb.SendRequest(topic="Restarted", messages=[pb.OutgoingMessage(body=b"after-%d" % i)]),
                            timeout=RPC_TIMEOUT).results[0]
         assert result.status == pb.SEND_OK
+
+
+def test_committed_offsets_beyond_the_queue_max_are_refused_naming_the_max(gateway: Broker) -> None:
+    stub = gateway.gateway.stub
+    stub.CreateTopic(pb.CreateTopicRequest(topic="Capped", read_queue_nums=2, write_queue_nums=2), timeout=RPC_TIMEOUT)
+    send(gateway, "Capped", 3, queue_id=0)
+    wait_visible(gateway, "Capped", 0, 3)
+
+    def commit(*entries: tuple[int, int]) -> pb.CommitOffsetsResponse:
+        return stub.CommitOffsets(pb.CommitOffsetsRequest(consumer_group="CG", offsets=[
+            pb.OffsetEntry(topic="Capped", queue_id=q, offset=o) for q, o in entries]), timeout=RPC_TIMEOUT)
+
+    def committed() -> dict[int, int]:
+        return {e.queue_id: e.offset for e in stub.QueryOffsets(
+            pb.QueryOffsetsRequest(consumer_group="CG", topic="Capped"), timeout=RPC_TIMEOUT).offsets}
+
+    e = refused(lambda: commit((0, 4)))
+    assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and "max offset 3" in e.details() and "Capped/0" in e.details()
+    commit((0, 3))  # the max itself is the next offset to consume: accepted
+    # All or nothing: an entry beyond its queue's max (queue 1 is empty) refuses the whole commit.
+    e = refused(lambda: commit((0, 1), (1, 1)))
+    assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and "Capped/1" in e.details() and "max offset 0" in e.details()
+    assert committed() == {0: 3, 1: -1}
+
+    e = refused(lambda: stub.Pull(pb.PullRequest(consumer_group="CG", topic="Capped", queue_id=0, offset=0,
+                                                 max_messages=1, commit_offset=9), timeout=RPC_TIMEOUT))
+    assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and "max offset 3" in e.details()
+    assert committed() == {0: 3, 1: -1}
+    ok = stub.Pull(pb.PullRequest(consumer_group="CG", topic="Capped", queue_id=0, offset=2, max_messages=1,
+                                  commit_offset=2), timeout=RPC_TIMEOUT)
+    assert ok.status == pb.PULL_FOUND and committed() == {0: 2, 1: -1}
+
+
+def test_a_request_the_index_refuses_as_invalid_reaches_the_client_as_invalid(gateway: Broker) -> None:
+    stub = gateway.gateway.stub
+    send(gateway, "Refused", 1, queue_id=0)
+    # The gateway passes a negative queue offset on; the index refuses it INVALID_ARGUMENT, and the
+    # client must see that (not UNAVAILABLE, which it would retry for ever).
+    e = refused(lambda: stub.QueryMessage(pb.QueryMessageRequest(topic="Refused", queue_id=0, queue_offset=-1),
+                                          timeout=RPC_TIMEOUT))
+    assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and "offset is -1" in e.details()

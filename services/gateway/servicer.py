@@ -1,42 +1,47 @@
-"""``rocketstore.v1.Gateway`` and ``rocketstore.v1.BatchRead`` over a ``Gateway``: each RPC delegates, and a
-``GatewayError`` becomes its gRPC status with the detail message."""
+"""``rocketstore.v1.Gateway`` and ``rocketstore.v1.BatchRead`` on grpc.aio over a ``Gateway``: each RPC
+calls its processor; failures become statuses through the shared mapping (``rocketstore.servicing``),
+after ``client_facing`` decided what a failure behind the gateway looks like to its client."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import TypeVar
+import contextlib
+import functools
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
-import grpc
+import grpc.aio
 
+from rocketstore.errors import BrokerError
 from rocketstore.log import get_logger
+from rocketstore.servicing import rpc_errors
 from rocketstore.v1 import gateway_pb2 as pb
 from rocketstore.v1 import gateway_pb2_grpc as pb_grpc
 
+from .errors import client_facing
 from .gateway import Gateway
-from .sender import SendError
 
-__all__ = ["BATCH_READ_SERVICE", "GATEWAY_SERVICE", "BatchReadServicer", "GatewayServicer"]
+__all__ = ["BATCH_READ_SERVICE", "GATEWAY_SERVICE", "BatchReadServicer", "GatewayServicer", "peer_host"]
 
 GATEWAY_SERVICE = "rocketstore.v1.Gateway"
 BATCH_READ_SERVICE = "rocketstore.v1.BatchRead"
 
 _log = get_logger("rocketstore.gateway")
 _R = TypeVar("_R")
+_Context = grpc.aio.ServicerContext[Any, Any]
 
 
-def _call(context: grpc.ServicerContext, method: str, fn: Callable[[], _R]) -> _R:
-    try:
-        return fn()
-    except SendError as e:
-        _log.info("request refused", method=method, code=e.code, reason=str(e))
-        context.abort(getattr(grpc.StatusCode, e.code), str(e))
-    except Exception as e:  # noqa: BLE001 - the client gets a status, the log the trace
-        _log.exception("request failed", method=method)
-        context.abort(grpc.StatusCode.INTERNAL, f"{method} failed: {type(e).__name__}: {e}")
-    raise AssertionError("unreachable")  # context.abort raises
+def _facing(method: Callable[..., Awaitable[_R]]) -> Callable[..., Awaitable[_R]]:
+    @functools.wraps(method)
+    async def call(self: object, request: Any, context: _Context) -> _R:
+        try:
+            return await method(self, request, context)
+        except BrokerError as e:
+            raise client_facing(e) from None
+
+    return call
 
 
-def peer_host(context: grpc.ServicerContext) -> str:
+def peer_host(context: _Context) -> str:
     """The client's "ip:port" as gRPC names it ("ipv4:1.2.3.4:5" / "ipv6:[::1]:5")."""
     peer = context.peer() or ""
     kind, _, address = peer.partition(":")
@@ -51,69 +56,106 @@ class GatewayServicer(pb_grpc.GatewayServicer):
     def __init__(self, gateway: Gateway) -> None:
         self._g = gateway
 
-    def Send(self, request: pb.SendRequest, context: grpc.ServicerContext) -> pb.SendResponse:
-        return _call(context, "Send", lambda: self._g.send(request, peer_host(context)))
+    @rpc_errors
+    @_facing
+    async def Send(self, request: pb.SendRequest, context: _Context) -> pb.SendResponse:
+        return await self._g.send.send(request, peer_host(context))
 
-    def Pull(self, request: pb.PullRequest, context: grpc.ServicerContext) -> pb.PullResponse:
-        return _call(context, "Pull", lambda: self._g.pull(request))
+    @rpc_errors
+    @_facing
+    async def Pull(self, request: pb.PullRequest, context: _Context) -> pb.PullResponse:
+        return await self._g.pull.pull(request)
 
-    def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.ServicerContext) -> pb.HeartbeatResponse:
-        return _call(context, "Heartbeat", lambda: self._g.heartbeat(request))
+    @rpc_errors
+    @_facing
+    async def Heartbeat(self, request: pb.HeartbeatRequest, context: _Context) -> pb.HeartbeatResponse:
+        return self._g.consumers.heartbeat(request)
 
-    def Unregister(self, request: pb.UnregisterRequest, context: grpc.ServicerContext) -> pb.UnregisterResponse:
-        _call(context, "Unregister", lambda: self._g.unregister(request))
+    @rpc_errors
+    @_facing
+    async def Unregister(self, request: pb.UnregisterRequest, context: _Context) -> pb.UnregisterResponse:
+        self._g.consumers.unregister(request)
         return pb.UnregisterResponse()
 
-    def GetAssignment(self, request: pb.GetAssignmentRequest, context: grpc.ServicerContext) -> pb.Assignment:
-        return _call(context, "GetAssignment", lambda: self._g.assignment(request))
+    @rpc_errors
+    @_facing
+    async def GetAssignment(self, request: pb.GetAssignmentRequest, context: _Context) -> pb.Assignment:
+        return self._g.consumers.assignment(request)
 
-    def CommitOffsets(self, request: pb.CommitOffsetsRequest,
-                      context: grpc.ServicerContext) -> pb.CommitOffsetsResponse:
-        _call(context, "CommitOffsets", lambda: self._g.commit_offsets(request))
+    @rpc_errors
+    @_facing
+    async def CommitOffsets(self, request: pb.CommitOffsetsRequest, context: _Context) -> pb.CommitOffsetsResponse:
+        await self._g.consumers.commit_offsets(request)
         return pb.CommitOffsetsResponse()
 
-    def QueryOffsets(self, request: pb.QueryOffsetsRequest, context: grpc.ServicerContext) -> pb.QueryOffsetsResponse:
-        return _call(context, "QueryOffsets", lambda: self._g.query_offsets(request))
+    @rpc_errors
+    @_facing
+    async def QueryOffsets(self, request: pb.QueryOffsetsRequest, context: _Context) -> pb.QueryOffsetsResponse:
+        return self._g.consumers.query_offsets(request)
 
-    def GetConsumerProgress(self, request: pb.GetConsumerProgressRequest,
-                            context: grpc.ServicerContext) -> pb.ConsumerProgress:
-        return _call(context, "GetConsumerProgress", lambda: self._g.progress(request))
+    @rpc_errors
+    @_facing
+    async def GetConsumerProgress(self, request: pb.GetConsumerProgressRequest,
+                                  context: _Context) -> pb.ConsumerProgress:
+        return await self._g.consumers.progress(request)
 
-    def ListGroups(self, request: pb.ListGroupsRequest, context: grpc.ServicerContext) -> pb.ListGroupsResponse:
-        return _call(context, "ListGroups", self._g.list_groups)
+    @rpc_errors
+    @_facing
+    async def ListGroups(self, request: pb.ListGroupsRequest, context: _Context) -> pb.ListGroupsResponse:
+        return self._g.consumers.list_groups()
 
-    def QueryMessage(self, request: pb.QueryMessageRequest,
-                     context: grpc.ServicerContext) -> pb.QueryMessageResponse:
-        return _call(context, "QueryMessage", lambda: self._g.query(request))
+    @rpc_errors
+    @_facing
+    async def QueryMessage(self, request: pb.QueryMessageRequest, context: _Context) -> pb.QueryMessageResponse:
+        return await self._g.query.query(request)
 
-    def CreateTopic(self, request: pb.CreateTopicRequest, context: grpc.ServicerContext) -> pb.TopicInfo:
-        return _call(context, "CreateTopic", lambda: self._g.create_topic(request))
+    @rpc_errors
+    @_facing
+    async def CreateTopic(self, request: pb.CreateTopicRequest, context: _Context) -> pb.TopicInfo:
+        return await self._g.admin.create_topic(request)
 
-    def DeleteTopic(self, request: pb.DeleteTopicRequest, context: grpc.ServicerContext) -> pb.DeleteTopicResponse:
-        _call(context, "DeleteTopic", lambda: self._g.delete_topic(request))
+    @rpc_errors
+    @_facing
+    async def DeleteTopic(self, request: pb.DeleteTopicRequest, context: _Context) -> pb.DeleteTopicResponse:
+        await self._g.admin.delete_topic(request)
         return pb.DeleteTopicResponse()
 
-    def ListTopics(self, request: pb.ListTopicsRequest, context: grpc.ServicerContext) -> pb.ListTopicsResponse:
-        return _call(context, "ListTopics", lambda: self._g.list_topics(request.include_system))
+    @rpc_errors
+    @_facing
+    async def ListTopics(self, request: pb.ListTopicsRequest, context: _Context) -> pb.ListTopicsResponse:
+        return self._g.admin.list_topics(request.include_system)
 
-    def GetTopicStats(self, request: pb.GetTopicStatsRequest, context: grpc.ServicerContext) -> pb.TopicStats:
-        return _call(context, "GetTopicStats", lambda: self._g.topic_stats(request.topic))
+    @rpc_errors
+    @_facing
+    async def GetTopicStats(self, request: pb.GetTopicStatsRequest, context: _Context) -> pb.TopicStats:
+        return await self._g.admin.topic_stats(request.topic)
 
-    def GetBrokerStatus(self, request: pb.GetBrokerStatusRequest, context: grpc.ServicerContext) -> pb.BrokerStatus:
-        return _call(context, "GetBrokerStatus", self._g.broker_status)
+    @rpc_errors
+    @_facing
+    async def GetBrokerStatus(self, request: pb.GetBrokerStatusRequest, context: _Context) -> pb.BrokerStatus:
+        return await self._g.admin.broker_status()
 
 
 class BatchReadServicer(pb_grpc.BatchReadServicer):
     def __init__(self, gateway: Gateway) -> None:
         self._g = gateway
 
-    def ListQueues(self, request: pb.ListQueuesRequest, context: grpc.ServicerContext) -> pb.ListQueuesResponse:
-        return _call(context, "ListQueues", lambda: self._g.list_queues(request))
+    @rpc_errors
+    @_facing
+    async def ListQueues(self, request: pb.ListQueuesRequest, context: _Context) -> pb.ListQueuesResponse:
+        return await self._g.batch_read.list_queues(request)
 
-    def ReadQueue(self, request: pb.BatchReadRequest, context: grpc.ServicerContext) -> Iterator[pb.RecordBatch]:
-        batches = _call(context, "ReadQueue", lambda: self._g.read_queue(request))
-        while context.is_active():
-            item = _call(context, "ReadQueue", lambda: next(batches, None))
-            if item is None:
-                return
-            yield item
+    # grpc.aio takes a coroutine that writes its stream with ``context.write`` (the stubs know only
+    # iterators): a write that fails then ends the call here, where the reader's going away is expected.
+    @rpc_errors
+    @_facing
+    async def ReadQueue(self, request: pb.BatchReadRequest, context: _Context) -> None:  # type: ignore[override]
+        # The next batch is read once the previous one was written (``write`` waits for the transport).
+        async with contextlib.aclosing(self._g.batch_read.read_queue(request)) as batches:
+            async for batch in batches:
+                try:
+                    await context.write(batch)
+                except Exception as e:  # noqa: BLE001 - the stream is over: nobody is left to answer
+                    _log.debug("ReadQueue reader went away", topic=request.topic, queue_id=request.queue_id,
+                               error=repr(e))
+                    return

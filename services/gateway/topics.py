@@ -299,19 +299,19 @@ class TopicConfigManager:
         return {t.topic_name: t for t in topics}
 
     # --- queries -------------------------------------------------------------------------------
+    # Reads take no lock: a change replaces the table (and the version) with a new object once it is
+    # written, so a reader, such as the gateway's event loop, never waits for a write to disk.
     @property
     def data_version(self) -> DataVersion:
-        with self._lock:
-            return self._version
+        return self._version
 
     def get(self, name: str) -> TopicConfig | None:
-        with self._lock:
-            return self._table.get(name)
+        return self._table.get(name)
 
     def list(self) -> list[TopicConfig]:
         """All topics, sorted by name."""
-        with self._lock:
-            return [self._table[name] for name in sorted(self._table)]
+        table = self._table
+        return [table[name] for name in sorted(table)]
 
     def is_system_topic(self, name: str) -> bool:
         """TopicValidator.isSystemTopic: the fixed system names, those created at start (cluster, broker and

@@ -26,7 +26,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, TypedDict
 
@@ -411,9 +411,11 @@ def _run_status(args: argparse.Namespace) -> int:
 
     with Admin(args.endpoint, timeout=args.rpc_timeout) as admin:
         s = admin.broker_status()
+    ha = replication_status(s.stats, s.commitlog_max_offset)
     if args.json:
         out = to_dict(s)
         out["endpoint"] = args.endpoint
+        out["ha"] = ha
         _emit(out)
         return EXIT_OK
     rows = [
@@ -424,11 +426,41 @@ def _run_status(args: argparse.Namespace) -> int:
         ("dispatchBehindBytes", str(s.dispatch_behind_bytes)),
         ("dispatchBehindMillis", str(s.dispatch_behind_millis)), ("diskUsedRatio", f"{s.disk_used_ratio:.3f}"),
     ]
+    rows += [(f"ha.{k}", str(v)) for k, v in ha.items()]
     rows += sorted(s.stats.items())
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         print(f"{key:<{width}}  {value}")
     return EXIT_OK
+
+
+def replication_status(stats: Mapping[str, str], max_offset: int) -> dict[str, object]:
+    """The HA rows of a broker's status, from its CommitLog's stats (``commitlog.*``): the role, the
+    connection (a master's slaves, a slave's master), both max offsets and the lag in bytes and ms."""
+    def num(key: str) -> int:
+        try:
+            return int(stats.get(f"commitlog.{key}", "-1"))
+        except ValueError:
+            return -1
+
+    role = stats.get("commitlog.brokerRole", "")
+    out: dict[str, object] = {"role": role}
+    if role == "SLAVE":
+        master, heard = stats.get("commitlog.haMasterAddress", ""), num("haMasterHeardMillisAgo")
+        out["connection"] = (f"slave of {master}, last heard {heard} ms ago" if heard >= 0
+                             else f"slave of {master}, nothing heard from it yet")
+        out["masterMaxOffset"] = num("haMasterMaxOffset")
+        out["slaveMaxOffset"] = max_offset
+    else:
+        slaves = num("slaveConnections")
+        addresses = stats.get("commitlog.slaveAddresses", "")
+        out["connection"] = (f"master of {slaves} slave(s): {addresses}" if slaves > 0
+                             else "master, no slave connected")
+        out["masterMaxOffset"] = max_offset
+        out["slaveMaxOffset"] = num("slaveAckedOffset")  # what the slave acknowledged holding
+    out["lagBytes"] = num("slaveLagBytes")
+    out["lagMillis"] = num("slaveLagMillis")
+    return out
 
 
 # --- topic ------------------------------------------------------------------------------------

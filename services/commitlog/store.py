@@ -117,6 +117,7 @@ class CommitLogStore:
                 log.warning("could not create the first CommitLog file yet", error=str(e))
         if s.broker_role is BrokerRole.SLAVE:
             self._slave_appender = SlaveAppender(self.commitlog)
+            self._slave_appender.start()
         self._start_flush_services()
         self.clean_service.start()
         self._snapshot_thread = threading.Thread(target=self._snapshot_loop, name="QueueOffsetSnapshot",
@@ -185,11 +186,22 @@ class CommitLogStore:
     def _snapshot_loop(self) -> None:
         while not self._snapshot_stop.wait(max(1.0, self.settings.clean_resource_interval / 1000)):
             try:
-                recovery.save_table_snapshot(self.commitlog, self._snapshot_path)
+                self._save_table_snapshot()
                 if self.checkpoint is not None:
                     self.checkpoint.flush()
             except OSError as e:
                 log.warning("could not save the queue offset snapshot", error=str(e))
+
+    def _save_table_snapshot(self) -> None:
+        appender = self._slave_appender
+        exact = appender.table_snapshot() if appender is not None else None
+        recovery.save_table_snapshot(self.commitlog, self._snapshot_path, exact)
+
+    def sync_queue_offsets(self) -> None:
+        """A slave: bring the queue offset table up to the replicated bytes now (it follows them on
+        its own thread); a master's is always current."""
+        if self._slave_appender is not None:
+            self._slave_appender.advance_table()
 
     def shutdown(self) -> None:
         """Stop taking writes, flush everything, write the checkpoint, remove the abort file."""
@@ -199,6 +211,8 @@ class CommitLogStore:
         self._snapshot_stop.set()
         if self._snapshot_thread is not None:
             self._snapshot_thread.join(timeout=10)
+        if self._slave_appender is not None:
+            self._slave_appender.stop()
         self.clean_service.shutdown()
         if self._commit_service is not None:
             self._commit_service.shutdown()
@@ -208,7 +222,7 @@ class CommitLogStore:
         while not q.flush(0):
             pass
         self._on_flushed()
-        recovery.save_table_snapshot(self.commitlog, self._snapshot_path)
+        self._save_table_snapshot()
         self.commitlog.allocator.shutdown()
         if self.checkpoint is not None:
             self.checkpoint.shutdown()

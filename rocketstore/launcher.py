@@ -35,12 +35,15 @@ from rocketstore.health_client import wait_serving
 
 __all__ = ["HA_SERVICE_ORDER", "SERVICE_ORDER", "Launcher", "LaunchError", "ManagedService", "free_port", "run_up"]
 
-SERVICE_ORDER = ("commitlog", "index", "dispatcher", "gateway")
+SERVICE_ORDER = ("commitlog", "index", "dispatcher", "schedule", "gateway")
 HA_SERVICE_ORDER = (*SERVICE_ORDER, "ha")  # a broker of a master/slave pair (up --with-slave)
+# A slave's schedule would deliver nothing (the master's deliveries are replicated): it is not started.
+SLAVE_SERVICE_ORDER = tuple(name for name in HA_SERVICE_ORDER if name != "schedule")
 PEERS: dict[str, tuple[str, ...]] = {
     "commitlog": (),
     "index": ("commitlog",),
     "dispatcher": ("commitlog", "index"),
+    "schedule": ("commitlog", "index"),
     "gateway": ("commitlog", "index"),
     "ha": ("commitlog",),
 }
@@ -406,7 +409,7 @@ def run_with_slave(data_dir: str | None, config: str | None, port: int, *, host:
             slave_dir = f"{master.store_dir}-slave"
             slave = Launcher(slave_dir, config, 0, host=host, internal_host=internal_host, settings=slave_settings,
                              log_dir=os.path.join(log_dir, "slave") if log_dir else None, log_level=log_level,
-                             services=HA_SERVICE_ORDER, label="slave:  ", stop_event=stop, out=out)
+                             services=SLAVE_SERVICE_ORDER, label="slave:  ", stop_event=stop, out=out)
             slave.start()
         except LaunchError as e:
             master.stop()

@@ -571,3 +571,29 @@ class RecordBatch(_message.Message):
     queue_offsets: _containers.RepeatedScalarFieldContainer[int]
     next_offset: int
     def __init__(self, records: _Optional[bytes] = ..., queue_offsets: _Optional[_Iterable[int]] = ..., next_offset: _Optional[int] = ...) -> None: ...
+
+class ConsumerSendBackRequest(_message.Message):
+    __slots__ = ("consumer_group", "commit_log_offset", "delay_level", "max_reconsume_times")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_LOG_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DELAY_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    MAX_RECONSUME_TIMES_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    commit_log_offset: int
+    delay_level: int
+    max_reconsume_times: int
+    def __init__(self, consumer_group: _Optional[str] = ..., commit_log_offset: _Optional[int] = ..., delay_level: _Optional[int] = ..., max_reconsume_times: _Optional[int] = ...) -> None: ...
+
+class ConsumerSendBackResponse(_message.Message):
+    __slots__ = ("topic", "reconsume_times", "delay_level", "msg_id", "commit_log_offset")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    RECONSUME_TIMES_FIELD_NUMBER: _ClassVar[int]
+    DELAY_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    MSG_ID_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_LOG_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    reconsume_times: int
+    delay_level: int
+    msg_id: str
+    commit_log_offset: int
+    def __init__(self, topic: _Optional[str] = ..., reconsume_times: _Optional[int] = ..., delay_level: _Optional[int] = ..., msg_id: _Optional[str] = ..., commit_log_offset: _Optional[int] = ...) -> None: ...

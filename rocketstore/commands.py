@@ -2,7 +2,8 @@
 queries, topic and group administration, broker status and benchmarks.
 
     rocketstore up [--data-dir DIR] [--config broker.properties] [--port PORT] [--with-slave]
-    rocketstore send --endpoint HOST:PORT --topic T [--tags TAG] [--keys "K1 K2"] [--body TEXT] [--count N] [--json]
+    rocketstore send --endpoint HOST:PORT --topic T [--tags TAG] [--keys "K1 K2"] [--body TEXT] [--count N]
+                     [--delay-level N] [--json]
     rocketstore consume --endpoint HOST:PORT --topic T --group G [--expression EXPR] [--count N] [--timeout S] [--json]
     rocketstore status --endpoint HOST:PORT [--json]
     rocketstore topic create|update|delete|list|stats ...
@@ -227,6 +228,9 @@ def _add_send(commands: _SubParsers) -> None:
     p.add_argument("--sharding-key", default=None, help="choose the queue by this key (ordered messages)")
     p.add_argument("--property", metavar="KEY=VALUE", dest="properties", type=_key_value, action="append",
                    default=[], help="a user property; repeatable")
+    p.add_argument("--delay-level", type=_non_negative, default=0,
+                   help="deliver after delay level N of the broker's messageDelayLevel (1 = 1s by default; "
+                        "a level past the last is the last); not with --batch")
     p.add_argument("--producer-group", default="DEFAULT_PRODUCER")
     p.add_argument("--retries", type=_non_negative, default=2, help="retryTimesWhenSendFailed (default: 2)")
     _add_json(p)
@@ -254,7 +258,8 @@ def _run_send(args: argparse.Namespace) -> int:
     def message(i: int) -> Message:
         body = body_bytes if body_bytes is not None else (
             args.body.replace("{i}", str(i)) if templated else args.body).encode()
-        return Message(args.topic, body, tags=args.tags, keys=args.keys, properties=dict(args.properties))
+        return Message(args.topic, body, tags=args.tags, keys=args.keys, properties=dict(args.properties),
+                       delay_time_level=args.delay_level)
 
     def report(r: SendResult) -> None:
         if args.json:

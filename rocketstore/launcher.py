@@ -39,12 +39,15 @@ from rocketstore.health_client import wait_serving
 __all__ = ["HA_SERVICE_ORDER", "SERVICE_ORDER", "Launcher", "LaunchError", "ManagedService", "free_port", "ha_port",
            "run_up", "run_with_slave"]
 
-SERVICE_ORDER = ("commitlog", "index", "dispatcher", "gateway")
-HA_SERVICE_ORDER = (*SERVICE_ORDER, "ha")  # what `rocketstore up` runs: the broker and its replication
+SERVICE_ORDER = ("commitlog", "index", "dispatcher", "schedule", "gateway")
+# What `rocketstore up` runs: the broker and its replication. On a SLAVE the schedule service only
+# answers health checks (the master's deliveries reach it replicated), ready for a promotion.
+HA_SERVICE_ORDER = (*SERVICE_ORDER, "ha")
 PEERS: dict[str, tuple[str, ...]] = {
     "commitlog": (),
     "index": ("commitlog",),
     "dispatcher": ("commitlog", "index"),
+    "schedule": ("commitlog", "index"),
     "gateway": ("commitlog", "index"),
     "ha": ("commitlog",),
 }

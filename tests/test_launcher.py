@@ -410,7 +410,8 @@ def test_internal_services_listen_on_loopback_and_only_the_gateway_on_host(tmp_p
 
     launcher = Launcher(str(tmp_path / "store"), None, free_port(), host="0.0.0.0", out=io.StringIO())
     hosts = {name: svc.command[svc.command.index("--host") + 1] for name, svc in launcher.services.items()}
-    assert hosts == {"commitlog": "127.0.0.1", "index": "127.0.0.1", "dispatcher": "127.0.0.1", "gateway": "0.0.0.0"}
+    assert hosts == {"commitlog": "127.0.0.1", "index": "127.0.0.1", "dispatcher": "127.0.0.1", "schedule": "127.0.0.1",
+                     "gateway": "0.0.0.0"}
     gateway = " ".join(launcher.services["gateway"].command)
     assert f"--commitlog 127.0.0.1:{launcher.services['commitlog'].port}" in gateway
     moved = Launcher(str(tmp_path / "store"), None, free_port(), internal_host="0.0.0.0", out=io.StringIO())

@@ -81,7 +81,7 @@ def test_readers_are_the_services_whose_code_reads_the_key() -> None:
 
 @pytest.mark.parametrize("name", [
     "slaveReadEnable", "checkTransactionMessageEnable", "transactionTimeOut", "transactionCheckMax",
-    "transactionCheckInterval", "messageDelayLevel", "flushDelayOffsetInterval",
+    "transactionCheckInterval",
 ])
 def test_features_not_built_yet_say_not_yet(name: str) -> None:
     key = lookup_key(name)

@@ -66,7 +66,7 @@ def test_up_with_slave_replicates_and_stops_cleanly(tmp_path: Path) -> None:
         code = proc.wait(120)
     assert code == 0, "\n".join(lines)
     stopped = [line for line in lines if "stopped " in line and "exit code 0" in line]
-    assert len(stopped) == 10, "\n".join(lines)
+    assert len(stopped) == 12, "\n".join(lines)
 
 
 def _status(endpoint: str) -> dict:

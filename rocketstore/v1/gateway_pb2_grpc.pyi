@@ -83,6 +83,12 @@ class GatewayStub:
     """One topic: its configuration and per-queue min/max offsets and last store time."""
     GetBrokerStatus: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.GetBrokerStatusRequest, _gateway_pb2.BrokerStatus]
     """Put/get rates, bytes, disk use, dispatch lag, flush mode, role."""
+    ConsumerSendBack: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.ConsumerSendBackRequest, _gateway_pb2.ConsumerSendBackResponse]
+    """--- delay, retry and dead letters
+    RocketMQ's CONSUMER_SEND_MSG_BACK: a message the consumer could not process is stored again,
+    under %RETRY%<group> through the delay levels (level 3 + reconsume times unless one is given),
+    or in %DLQ%<group> once it was consumed max_reconsume_times times or with a negative level.
+    """
 
 @_typing.type_check_only
 class GatewayAsyncStub(GatewayStub):
@@ -123,6 +129,12 @@ class GatewayAsyncStub(GatewayStub):
     """One topic: its configuration and per-queue min/max offsets and last store time."""
     GetBrokerStatus: _aio.UnaryUnaryMultiCallable[_gateway_pb2.GetBrokerStatusRequest, _gateway_pb2.BrokerStatus]  # type: ignore[assignment]
     """Put/get rates, bytes, disk use, dispatch lag, flush mode, role."""
+    ConsumerSendBack: _aio.UnaryUnaryMultiCallable[_gateway_pb2.ConsumerSendBackRequest, _gateway_pb2.ConsumerSendBackResponse]  # type: ignore[assignment]
+    """--- delay, retry and dead letters
+    RocketMQ's CONSUMER_SEND_MSG_BACK: a message the consumer could not process is stored again,
+    under %RETRY%<group> through the delay levels (level 3 + reconsume times unless one is given),
+    or in %DLQ%<group> once it was consumed max_reconsume_times times or with a negative level.
+    """
 
 class GatewayServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -250,6 +262,18 @@ class GatewayServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_gateway_pb2.BrokerStatus, _abc.Awaitable[_gateway_pb2.BrokerStatus]]:
         """Put/get rates, bytes, disk use, dispatch lag, flush mode, role."""
+
+    @_abc_1.abstractmethod
+    def ConsumerSendBack(
+        self,
+        request: _gateway_pb2.ConsumerSendBackRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.ConsumerSendBackResponse, _abc.Awaitable[_gateway_pb2.ConsumerSendBackResponse]]:
+        """--- delay, retry and dead letters
+        RocketMQ's CONSUMER_SEND_MSG_BACK: a message the consumer could not process is stored again,
+        under %RETRY%<group> through the delay levels (level 3 + reconsume times unless one is given),
+        or in %DLQ%<group> once it was consumed max_reconsume_times times or with a negative level.
+        """
 
 def add_GatewayServicer_to_server(servicer: GatewayServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 

@@ -17,7 +17,7 @@ from kustomize_render import RenderError, render
 KUBERNETES_VERSION = "1.30.0"
 K8S = Path(__file__).resolve().parent.parent / "deploy" / "k8s"
 KUSTOMIZATIONS = [K8S, *sorted(p.parent for p in (K8S / "overlays").glob("*/kustomization.yaml"))]
-SERVICES = {"commitlog", "index", "dispatcher", "gateway"}
+SERVICES = {"commitlog", "index", "dispatcher", "schedule", "gateway"}
 
 
 def _name(path: Path) -> str:

@@ -14,7 +14,7 @@ from rocketstore.services.commitlog.client import CommitLogClient
 from rocketstore.services.index.client import IndexClient
 
 from rocketstore.log import configure_logging, get_logger
-from rocketstore.server import GrpcServer, run_until_signal
+from rocketstore.server import GrpcServer, run_until_signal, start_metrics_server
 from rocketstore.settings import BrokerRole
 
 from .delay_offsets import DelayOffsetTable
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_PORT", "serve"]
 
 SERVICE = "schedule"
-DEFAULT_PORT = 10915
+DEFAULT_PORT = 10916  # 10915 is the ha service's in the Kubernetes manifests
 
 _log = get_logger("rocketstore.schedule")
 
@@ -41,9 +41,10 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int | None = None, 
                                      deliver=settings.broker_role != BrokerRole.SLAVE)
     server = GrpcServer(host, DEFAULT_PORT if port is None else port, max_workers=2)
     server.start()
+    bound_metrics = start_metrics_server(metrics_port, host) if metrics_port is not None else None
     service.start()
     _log.info("schedule serving", endpoint=server.endpoint, commitlog=commitlog, index=index,
-              levels=len(service.levels), offsets=offsets.snapshot(), metrics_port=metrics_port)
+              levels=len(service.levels), offsets=offsets.snapshot(), metrics_port=bound_metrics)
 
     def stop() -> None:
         service.stop()

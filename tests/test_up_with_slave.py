@@ -43,7 +43,7 @@ def test_up_with_slave_replicates_and_stops_cleanly(tmp_path: Path) -> None:
         assert ready.wait(240), "\n".join(lines)
         endpoints = {(m.group(1), m.group(2)): m.group(3) for m in map(_LINE.match, lines) if m}
         assert {name for side, name in endpoints if side == "slave"} == \
-            {"commitlog", "index", "dispatcher", "gateway", "ha"}, lines
+            {"commitlog", "index", "dispatcher", "schedule", "gateway", "ha"}, lines
         assert (tmp_path / "store-slave" / "commitlog").is_dir()
         master = cl_grpc.CommitLogStub(grpc.insecure_channel(endpoints[("master", "commitlog")]))
         slave = cl_grpc.CommitLogStub(grpc.insecure_channel(endpoints[("slave", "commitlog")]))

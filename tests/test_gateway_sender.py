@@ -263,3 +263,16 @@ def test_a_closed_batcher_refuses_sends() -> None:
         assert e.value.code == "UNAVAILABLE"
 
     asyncio.run(run())
+
+
+def test_a_full_disk_is_resource_exhausted_and_a_store_going_away_unavailable() -> None:
+    from rocketstore.services.gateway.send_processor import _check_stored
+    from rocketstore.statuses import DISK_FULL_REASON_PREFIX, PutMessageStatus
+
+    refused = int(PutMessageStatus.SERVICE_NOT_AVAILABLE)
+    with pytest.raises(GatewayError) as full:
+        _check_stored([refused], [f"{DISK_FULL_REASON_PREFIX} 93% used, above diskSpaceWarningLevelRatio=90"])
+    assert full.value.code == "RESOURCE_EXHAUSTED" and "diskSpaceWarningLevelRatio" in str(full.value)
+    with pytest.raises(GatewayError) as gone:
+        _check_stored([refused], ["the store is shut down"])
+    assert gone.value.code == "UNAVAILABLE"

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from rocketstore.log import get_logger
 from rocketstore.message_id import UniqKeyGenerator
-from rocketstore.statuses import PutMessageStatus
+from rocketstore.statuses import PutMessageStatus, is_disk_full
 from rocketstore.v1 import gateway_pb2 as pb
 
 from .context import GatewayContext
@@ -138,4 +138,7 @@ def _check_stored(statuses: Sequence[int], reasons: Sequence[str]) -> None:
         if status not in _STORED:
             status = PutMessageStatus(status)
             reason = reasons[i] if reasons else ""
-            raise GatewayError(_REFUSED_CODE.get(status, "INTERNAL"), f"{status.name}: {reason}")
+            # A full disk (the CommitLog's, or the index's that stopped dispatch) is RESOURCE_EXHAUSTED,
+            # as the proto says; a store going away stays UNAVAILABLE.
+            code = "RESOURCE_EXHAUSTED" if is_disk_full(status, reason) else _REFUSED_CODE.get(status, "INTERNAL")
+            raise GatewayError(code, f"{status.name}: {reason}")

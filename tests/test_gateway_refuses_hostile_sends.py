@@ -103,6 +103,7 @@ def test_a_batch_with_one_bad_message_stores_none_of_it(gateway: Broker) -> None
         (pb.OutgoingMessage(body=b"second", born_host="10.0.0.1:70000"), "born_host"),
         (pb.OutgoingMessage(body=b"second", properties={"big": "v" * 40_000}), "32767"),
         (pb.OutgoingMessage(body=b"second", uniq_key="U" * 40_000), "32767"),
+        (pb.OutgoingMessage(body=b"s" * 70_000), "mapedFileSizeCommitLog"),  # files of 64 KiB here
     ]:
         refusals.append((_refused(lambda bad=bad: _send(gateway, [*good, bad])), field))
     # The retry without the bad message is stored once, from queue offset 0: nothing was left behind.

@@ -54,8 +54,9 @@ class SendMessageProcessor:
             check_group(request.producer_group, "producer_group")
         topic = request.topic
         queue_id = await self._send_queue(topic, request)
-        encoded = encode_send(request.messages, topic, queue_id, self._ctx.settings.max_message_size, self._uniq,
-                              self._tags, peer_host)
+        settings = self._ctx.settings
+        encoded = encode_send(request.messages, topic, queue_id, settings.max_message_size, self._uniq,
+                              self._tags, peer_host, file_size=settings.mapped_file_size_commit_log)
         if level := delay_level_of(request.messages, self._ctx.settings.max_delay_level):
             encoded = to_schedule_topic(encoded, level)  # answered with the real topic and queue, as RocketMQ
         appended = await self.batcher.send(encoded, SEND_TIMEOUT)

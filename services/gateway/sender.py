@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from rocketstore.codec import MAX_PROPERTIES_LENGTH
+from rocketstore.codec import END_FILE_MIN_BLANK_LENGTH, HOST_V6_EXTRA, MAX_PROPERTIES_LENGTH, MIN_RECORD_LENGTH
 from rocketstore.log import get_logger
 from rocketstore.message import (
     PROPERTY_KEYS,
@@ -130,9 +130,10 @@ def _check_properties_size(text: str, index: int) -> None:
 
 def encode_send(messages: Sequence[pb.OutgoingMessage], topic: str, queue_id: int, max_message_size: int,
                 uniq_keys: UniqKeyGenerator, tags: TagsCache, peer_host: str,
-                now_ms: int = 0) -> EncodedSend:
+                now_ms: int = 0, file_size: int = 0) -> EncodedSend:
     """Check each client message (RocketMQ's Validators.checkMessage) and encode what the CommitLog
     stores, properties already in their stored form; a refusal names the message by its index and the field.
+    ``file_size`` (mapedFileSizeCommitLog; 0: unchecked) refuses a record no CommitLog file could hold.
 
     Every message is checked for everything the CommitLog would refuse it for before any is sent, so a
     send is stored whole or not at all: a refusal here leaves nothing appended."""
@@ -168,6 +169,8 @@ def encode_send(messages: Sequence[pb.OutgoingMessage], topic: str, queue_id: in
         text = f"{text}{_UNIQ}{uniq}\x02"
         if len(text) > _SHORT_PROPERTIES:  # only a long text needs encoding to be measured
             _check_properties_size(text, index)
+        if file_size and len(body) + 3 * len(text) + _RECORD_OVERHEAD > file_size:  # exact check only near it
+            _check_fits_a_file(len(body), text, topic, index, file_size)
         if born_host := m.born_host:
             _check_born_host(born_host, index)
         keys_out.append(uniq)
@@ -183,6 +186,20 @@ def encode_send(messages: Sequence[pb.OutgoingMessage], topic: str, queue_id: in
             out.born_host = born_host
         size += len(body)
     return EncodedSend(request.SerializeToString(), keys_out, size)
+
+
+# The most a record adds to its body and properties text: the fixed fields with two IPv6 hosts, a topic of
+# the longest name (3 bytes a character at most), and the END_OF_FILE blank that must still fit behind it.
+_RECORD_OVERHEAD = MIN_RECORD_LENGTH + 2 * HOST_V6_EXTRA + 3 * 127 + END_FILE_MIN_BLANK_LENGTH
+
+
+def _check_fits_a_file(body_size: int, text: str, topic: str, index: int, file_size: int) -> None:
+    """The CommitLog refuses a record longer than one of its files; refused here, a send stays whole."""
+    size = (MIN_RECORD_LENGTH + 2 * HOST_V6_EXTRA + body_size + len(topic.encode()) + len(text.encode())
+            + END_FILE_MIN_BLANK_LENGTH)
+    if size > file_size:
+        raise GatewayError("INVALID_ARGUMENT", f"messages[{index}]: its record would be about {size} bytes; a "
+                                                f"CommitLog file holds {file_size} (mapedFileSizeCommitLog)")
 
 
 @dataclass(slots=True)

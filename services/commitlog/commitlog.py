@@ -201,6 +201,8 @@ class CommitLog:
                 if (batch_size + END_FILE_MIN_BLANK_LENGTH > file_size - mf.wrote_position
                         and batch_size + END_FILE_MIN_BLANK_LENGTH <= file_size and mf.wrote_position > 0):
                     mf = self._end_file(mf, now)
+                # Keep a new file's background zero fill away from the bytes about to be written.
+                mf.reserve(min(file_size, mf.wrote_position + batch_size))
                 through = self.write_through
                 staging = bytearray(batch_size) if through is not None and mf.write_buffer is None \
                     and through() else None
@@ -213,6 +215,7 @@ class CommitLog:
                         written = placed
                         mf.wrote_position = pos
                         mf = self._end_file(mf, now)
+                        mf.reserve(min(file_size, batch_size))
                         buf, pos, base = staging if staging is not None else mf.write_target, 0, mf.file_from_offset
                         shift = 0
                     if takes:
@@ -284,6 +287,7 @@ class CommitLog:
     def _end_file(self, mf: MappedFile, now: int) -> MappedFile:
         """Close ``mf`` with the END_OF_FILE blank record and move to the next file."""
         pos = mf.wrote_position
+        mf.reserve(pos + END_FILE_MIN_BLANK_LENGTH)
         write_blank(mf.write_target, pos, self.file_size - pos)
         mf.store_timestamp = now
         mf.wrote_position = self.file_size

@@ -57,6 +57,7 @@ class AllocateMappedFileService:
         self._requests: dict[str, Future[MappedFile]] = {}
         self._waited: set[str] = set()  # paths an appender asked for (not only prepared ahead)
         self._stopping = threading.Event()
+        self._filling = False  # a zero fill is under way
         self._queue: queue.Queue[tuple[str, int] | None] = queue.Queue()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="AllocateMappedFileService", daemon=True)
@@ -66,6 +67,11 @@ class AllocateMappedFileService:
         if not self._started:
             self._started = True
             self._thread.start()
+
+    def idle(self) -> bool:
+        """No file is being created or zero-filled, and none is asked for."""
+        with self._lock:
+            return not self._filling and all(f.done() for f in self._requests.values())
 
     def shutdown(self) -> None:
         if self._started:
@@ -126,9 +132,11 @@ class AllocateMappedFileService:
                     mf.warm(self._warm_flush_pages, lock=True)
                 elif mf.created:
                     mf.prepare_zero_fill()
+                    self._filling = True  # before the file is handed out: idle() never sees a gap
                 fut.set_result(mf)
             except BaseException as e:  # noqa: BLE001 - handed to the waiting appender
                 log.error("mapped file creation failed", path=path, error=str(e))
+                self._filling = False
                 fut.set_exception(e)
                 with self._lock:
                     self._requests.pop(path, None)
@@ -138,8 +146,11 @@ class AllocateMappedFileService:
                 with self._lock:
                     waited = path in self._waited
                     self._waited.discard(path)
-                # A file an appender is writing already: start ahead of it, so it never waits for a chunk.
-                mf.fill_zeros(lead=ZERO_FILL_LEAD if waited else 0, stop=self._stopping.is_set)
+                try:
+                    # A file an appender is writing already: start ahead of it, so it never waits for a chunk.
+                    mf.fill_zeros(lead=ZERO_FILL_LEAD if waited else 0, stop=self._stopping.is_set)
+                finally:
+                    self._filling = False
 
 
 class MappedFileQueue:

@@ -41,7 +41,9 @@ def one_run(python: str, parent: str | None, settings: Sequence[str], timeout: f
         cmd += ["--set", kv]
     marks: dict[str, float] = {}
     t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # Not from a checkout's directory: `python -m` would import the package found there, not the install's.
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            cwd=os.path.dirname(data_dir))
     try:
         assert proc.stdout is not None
         deadline = t0 + timeout
@@ -79,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for one start-up (default: 120)")
     args = p.parse_args(argv)
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    pythons = args.python or [sys.executable]
+    pythons = [os.path.abspath(py) if os.sep in py else py for py in args.python] or [sys.executable]
     readies: dict[str, list[float]] = {py: [] for py in pythons}
     for i in range(args.runs):
         for py in pythons:  # interleaved, so a change in the machine's load hits every install alike

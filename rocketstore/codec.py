@@ -15,8 +15,10 @@ only the lock can know (queue offset, physical offset, store timestamp).
 
 from __future__ import annotations
 
+import mmap
 import struct
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rocketstore import _speedups
@@ -204,11 +206,12 @@ assert POS_PHYSICALOFFSET == POS_QUEUEOFFSET + _LONG.size
 # ``place_records`` below are whichever is in use (``rocketstore._speedups``).
 _SYSFLAG_LOW_BYTE = POS_SYSFLAG + _INT.size - 1  # big-endian: the last byte holds the host and transaction bits
 
-EncodedRecord = tuple  # (index, record, size, (topic, queueId), takes a queue offset, store-timestamp position)
+# (index, record, size, (topic, queueId), takes a queue offset, store-timestamp position)
+EncodedRecord = tuple[int, bytes, int, tuple[str, int], bool, int]
 
 
-def encode_records_py(msgs, store_addr: bytes, store_port: int, store_v6: bool, max_message_size: int,
-                      file_size: int) -> list[EncodedRecord | None]:
+def encode_records_py(msgs: Sequence[Message], store_addr: bytes, store_port: int, store_v6: bool,
+                      max_message_size: int, file_size: int) -> list[EncodedRecord | None]:
     """``encode_unplaced`` for every message, each with what placing it needs: (index, record, size,
     (topic, queueId), whether it takes a queue offset, where its STORETIMESTAMP sits). None for a message
     this loop does not encode (one to refuse, or one too large for a file of ``file_size``): the caller
@@ -234,7 +237,8 @@ def encode_records_py(msgs, store_addr: bytes, store_port: int, store_v6: bool, 
     return out
 
 
-def place_records_py(buf, shift: int, records: list[EncodedRecord], start: int, table: dict, base: int, pos: int,
+def place_records_py(buf: bytearray | mmap.mmap, shift: int, records: list[EncodedRecord], start: int,
+                     table: dict[tuple[str, int], int], base: int, pos: int,
                      file_size: int, now: int, wrote_offsets: list[int], sizes: list[int],
                      queue_offsets: list[int]) -> tuple[int, int]:
     """Copy ``records[start:]`` into ``buf`` one after the other from file position ``pos`` (``buf[0]``
@@ -428,11 +432,12 @@ def decode_message(buf, pos: int = 0, check_crc: bool = False) -> MessageExt:
 if _speedups.compiled is not None:
     _compiled = _speedups.compiled
 
-    def encode_records(msgs, store_addr: bytes, store_port: int, store_v6: bool, max_message_size: int,
-                       file_size: int) -> list[EncodedRecord | None]:
+    def encode_records(msgs: Sequence[Message], store_addr: bytes, store_port: int, store_v6: bool,
+                       max_message_size: int, file_size: int) -> list[EncodedRecord | None]:
         """``encode_records_py``, compiled (host parsing and the CRC are Python's own functions)."""
-        return _compiled.encode_records(msgs, store_addr, store_port, store_v6, max_message_size, file_size,
-                                        parse_host, zlib.crc32)
+        records: list[EncodedRecord | None] = _compiled.encode_records(
+            msgs, store_addr, store_port, store_v6, max_message_size, file_size, parse_host, zlib.crc32)
+        return records
 
     place_records = _compiled.place_records
 else:

@@ -19,6 +19,7 @@ from rocketstore.codec import (
     MESSAGE_MAGIC_CODE,
     MIN_RECORD_LENGTH,
     RECORD_PREFIX,
+    EncodedRecord,
     MessageRefused,
     encode_unplaced,
     write_blank,
@@ -142,7 +143,7 @@ class CommitLog:
         self.put_bytes = 0
 
     # --- append ----------------------------------------------------------------------------
-    def encode(self, msgs: Sequence[Message]) -> tuple[list[tuple], PutResults]:
+    def encode(self, msgs: Sequence[Message]) -> tuple[list[EncodedRecord], PutResults]:
         """Validate and pack every message outside the lock. Returns the records to place, as
         (index, record, size, (topic, queueId), takes a queue offset, store-timestamp position),
         and the results, with refused messages already answered."""
@@ -150,8 +151,8 @@ class CommitLog:
         addr, port, v6 = self._store_addr, self._store_port, self._store_v6
         encoded = codec.encode_records(msgs, addr, port, v6, self.settings.max_message_size, self.file_size)
         if None not in encoded:
-            return encoded, results  # type: ignore[return-value]
-        records: list[tuple] = []
+            return encoded, results  # type: ignore[return-value]  # no None in it
+        records: list[EncodedRecord] = []
         for index, record in enumerate(encoded):
             if record is None:
                 record = self._encode_one(msgs[index], index, results)
@@ -159,13 +160,13 @@ class CommitLog:
                 records.append(record)
         return records, results
 
-    def _encode_one(self, msg: Message, index: int, results: PutResults) -> tuple | None:
+    def _encode_one(self, msg: Message, index: int, results: PutResults) -> EncodedRecord | None:
         """A message the batch encode left to the Python path (the compiled loop leaves anything
         unusual to it): its record, or None with its refusal in ``results`` (``encode_unplaced``'s own)."""
         addr, port, v6, limit = self._store_addr, self._store_port, self._store_v6, self.settings.max_message_size
         record = codec.encode_records_py([msg], addr, port, v6, limit, self.file_size)[0]
         if record is not None:
-            return (index, *record[1:])
+            return (index, record[1], record[2], record[3], record[4], record[5])
         try:
             rec = encode_unplaced(msg, addr, port, v6, limit)
         except MessageRefused as e:
@@ -175,7 +176,7 @@ class CommitLog:
                            f"message record is {len(rec)} bytes; a CommitLog file holds {self.file_size}")
         return None
 
-    def append(self, records: list[tuple], results: PutResults) -> int:
+    def append(self, records: list[EncodedRecord], results: PutResults) -> int:
         """Copy the records into the log in order under the put lock, placing each; fills
         ``results`` and returns the log offset after the last record written (0 if none was).
 
@@ -256,7 +257,7 @@ class CommitLog:
             except OSError as e:
                 raise _WriteFailed(e.errno, f"{mf.file_name}: {e.strerror or e}") from e
 
-    def _unplace(self, records: list[tuple], results: PutResults) -> None:
+    def _unplace(self, records: list[EncodedRecord], results: PutResults) -> None:
         """Give back the queue offsets of records placed but never written (newest first)."""
         table = self.topic_queue_table
         for index, _rec, _size, key, takes, _ts in reversed(records):

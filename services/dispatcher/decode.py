@@ -92,8 +92,10 @@ def tags_code_of(topic: str, props: str, store_timestamp: int, delay_levels: tup
     return java_string_hash(tags) if tags else 0
 
 
-Columns = tuple  # (topic, queue_id, queue_offset, physical_offset, size, tags_code, store_timestamp, sys_flag,
-#                  keys, uniq_key): the lists of a DispatchColumns, in that order
+# The lists of a DispatchColumns, in its order: topic, queue_id, queue_offset, physical_offset, size, tags_code,
+# store_timestamp, sys_flag, keys, uniq_key.
+Columns = tuple[list[str], list[int], list[int], list[int], list[int], list[int], list[int], list[int], list[str],
+                list[str]]
 
 
 def walk_records_py(buf: bytes, pos: int, limit: int, base: int, cols: Columns) -> tuple[int, int]:

@@ -10,6 +10,8 @@ failed write; both leave the same files.
 
 from __future__ import annotations
 
+from typing import Any
+
 from rocketstore.message import TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE, TRANSACTION_ROLLBACK_TYPE
 
 from .consume_queue import ConsumeQueueStore
@@ -78,6 +80,6 @@ def apply_plain(consume_queues: ConsumeQueueStore, index: IndexService | None, b
     return n, stamps[n - 1]
 
 
-def remaining_columns(batch, start: int) -> list:  # type: ignore[no-untyped-def]
+def remaining_columns(batch, start: int) -> list[Any]:  # type: ignore[no-untyped-def]
     """The batch's columns from entry ``start`` on (the columns themselves when ``start`` is 0)."""
     return [getattr(batch, name)[start:] if start else getattr(batch, name) for name in COLUMNS]

@@ -18,6 +18,7 @@ only entries below the count, so a reader never follows a half-written entry.
 
 from __future__ import annotations
 
+import mmap
 import os
 import struct
 import threading
@@ -106,7 +107,7 @@ def index_key_hash_py(key: str) -> int:
     return h
 
 
-def put_message_keys_py(mm, hash_slot_num: int, index_base: int, index_num: int, count: int, slots_used: int,
+def put_message_keys_py(mm: mmap.mmap, hash_slot_num: int, index_base: int, index_num: int, count: int, slots_used: int,
                         begin_timestamp: int, topics: Sequence[str], keys_col: Sequence[str],
                         uniq_col: Sequence[str], phys: Sequence[int], stamps: Sequence[int], flags: Sequence[int],
                         start: int, stop: int, skip_below: int) -> tuple[int, int, int, int, int]:
@@ -287,6 +288,7 @@ class IndexFile:
         """The keys of messages ``start`` to ``stop`` of a dispatch batch, as ``put_key`` puts them one by
         one; returns the index of the first message not handled (``stop``, or one whose keys do not fit).
         The file must hold an entry already."""
+        i: int
         i, count, slots_used, end_phy, end_ts = put_message_keys(
             self._mm, self.hash_slot_num, self._index_base, self.index_num, self._index_count,
             self._hash_slot_count, self._begin_timestamp, topics, keys_col, uniq_col, phys, stamps, flags, start,

@@ -18,11 +18,30 @@ from .consume_queue import ConsumeQueueStore
 from .dispatch_check import MAX_QUEUE_ID, placement_problem
 from .index_file import IndexService, IndexWriteError
 
-__all__ = ["COLUMNS", "PlainWriteFailed", "apply_plain", "is_plain", "remaining_columns"]
+__all__ = ["COLUMNS", "ColumnBatch", "PlainWriteFailed", "apply_plain", "is_plain", "remaining_columns"]
 
 # The columns of a DispatchBatch, in the order IndexStore.apply walks them.
 COLUMNS = ("topic", "queue_id", "queue_offset", "physical_offset", "size", "tags_code", "store_timestamp",
            "sys_flag", "keys", "uniq_key")
+
+
+class ColumnBatch:
+    """A DispatchBatch with its columns as lists. A protobuf repeated field builds a Python object per
+    element each time it is read (``list(field)`` costs ~0.7 µs an element, ``min`` or a ``set`` of it
+    as much); one slice per column (~0.04 µs an element) lets every check and write after it read
+    plain lists."""
+
+    __slots__ = (*COLUMNS, "from_offset", "next_offset", "commitlog_max_offset", "lag_millis",
+                 "commitlog_instance_id")
+
+    def __init__(self, batch) -> None:  # type: ignore[no-untyped-def]
+        for name in COLUMNS:
+            setattr(self, name, getattr(batch, name)[:])
+        self.from_offset = batch.from_offset
+        self.next_offset = batch.next_offset
+        self.commitlog_max_offset = batch.commitlog_max_offset
+        self.lag_millis = batch.lag_millis
+        self.commitlog_instance_id = batch.commitlog_instance_id
 
 
 class PlainWriteFailed(Exception):

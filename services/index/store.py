@@ -62,7 +62,7 @@ from rocketstore.subscription import ALL, Subscription
 from .consume_queue import ConsumeQueue, ConsumeQueueStore
 from .dispatch_check import BLANK_HEAD_BYTES, DispatchRefused, check_batch, placement_problem, record_mismatch
 from .dispatch_health import DispatchHealth
-from .dispatch_runs import PlainWriteFailed, apply_plain, remaining_columns
+from .dispatch_runs import ColumnBatch, PlainWriteFailed, apply_plain, remaining_columns
 from .get_message import CQ_UNIT, GetMessageResult, Limits, get_message
 from .index_file import IndexService, IndexWriteError
 
@@ -307,6 +307,7 @@ class IndexStore:
 
     def _apply(self, batch, advanced: dict[tuple[str, int], int], verify: bool) -> int:  # type: ignore[no-untyped-def]
         assert self.index is not None
+        batch = ColumnBatch(batch)  # every column read once
         blanks = check_batch(batch, self.settings.mapped_file_size_commit_log)
         if batch.from_offset > self.position:
             self._accept_jump(batch.from_offset)

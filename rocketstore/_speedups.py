@@ -3,7 +3,7 @@
 
 Each loop has a pure-Python twin next to the code that calls it (``codec.encode_records``,
 ``codec.place_records``, ``decode.walk_records``, ``index_file.put_message_keys``,
-``index_file.java_key_hash``); the module picks the compiled one when it is here. Both give the same bytes
+``index_file.index_key_hash_py``); the module picks the compiled one when it is here. Both give the same bytes
 and results (``tests/test_hot_loops_agree.py``) and both run in the test suite.
 ``ROCKETSTORE_NO_EXTENSIONS=1`` (any value but "" and "0") forces the pure-Python code, as aiokafka's
 ``AIOKAFKA_NO_EXTENSIONS`` does.

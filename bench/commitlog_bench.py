@@ -638,8 +638,9 @@ def wait_allocator_idle(store, timeout: float = 60.0) -> float:  # noqa: ANN001
     requests = getattr(allocator, "_requests", None)
     if requests is None:
         return 0.0
+    idle = getattr(allocator, "idle", None)  # also waits for the zero fill that runs after a file is handed out
     while time.perf_counter() - t0 < timeout:
-        if all(f.done() for f in list(requests.values())):
+        if idle() if idle is not None else all(f.done() for f in list(requests.values())):
             break
         time.sleep(0.01)
     return time.perf_counter() - t0
@@ -666,7 +667,8 @@ class ServiceProcess:
     def __init__(self, root: str, flush: str, file_size: int, extra: Sequence[tuple[str, str]]) -> None:
         self.port = free_port()
         self.root = root
-        exe = shutil.which("rocketstore")
+        # The install this interpreter runs (its venv's script), not whichever `rocketstore` PATH finds first.
+        exe = shutil.which("rocketstore", path=os.path.dirname(sys.executable)) or shutil.which("rocketstore")
         cmd = [exe] if exe else [sys.executable, "-m", "rocketstore.cli"]
         cmd += ["serve", "commitlog", "--data-dir", root, "--host", "127.0.0.1", "--port", str(self.port),
                 "--set", f"flushDiskType={flush}", "--set", f"mapedFileSizeCommitLog={file_size}",

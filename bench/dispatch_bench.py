@@ -87,7 +87,8 @@ class Service:
         self._cpu_before_exit = 0.0
 
     def start(self, wait: bool = True) -> None:
-        exe = shutil.which("rocketstore")
+        # The install this interpreter runs (its venv's script), not whichever `rocketstore` PATH finds first.
+        exe = shutil.which("rocketstore", path=os.path.dirname(sys.executable)) or shutil.which("rocketstore")
         cmd = [exe] if exe else [sys.executable, "-m", "rocketstore"]
         cmd += ["serve", self.name, "--data-dir", self.root, "--host", "127.0.0.1", "--port", str(self.port),
                 "--log-level", "warning"]

@@ -15,13 +15,18 @@ only the lock can know (queue offset, physical offset, store timestamp).
 
 from __future__ import annotations
 
+import mmap
 import struct
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from rocketstore import _speedups
 from rocketstore.message import (
     BORNHOST_V6_FLAG,
     STOREHOSTADDRESS_V6_FLAG,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
     Message,
     MessageExt,
     format_host,
@@ -196,6 +201,75 @@ _OFFSETS = struct.Struct(">qq")  # QUEUEOFFSET, PHYSICALOFFSET: adjacent, placed
 assert POS_PHYSICALOFFSET == POS_QUEUEOFFSET + _LONG.size
 
 
+# --- batches: the append's two hot loops ------------------------------------------------------
+# Each has a compiled twin (rocketstore/_hotloops.c) that gives the same results; ``encode_records`` and
+# ``place_records`` below are whichever is in use (``rocketstore._speedups``).
+_SYSFLAG_LOW_BYTE = POS_SYSFLAG + _INT.size - 1  # big-endian: the last byte holds the host and transaction bits
+
+# (index, record, size, (topic, queueId), takes a queue offset, store-timestamp position)
+EncodedRecord = tuple[int, bytes, int, tuple[str, int], bool, int]
+
+
+def encode_records_py(msgs: Sequence[Message], store_addr: bytes, store_port: int, store_v6: bool,
+                      max_message_size: int, file_size: int) -> list[EncodedRecord | None]:
+    """``encode_unplaced`` for every message, each with what placing it needs: (index, record, size,
+    (topic, queueId), whether it takes a queue offset, where its STORETIMESTAMP sits). None for a message
+    this loop does not encode (one to refuse, or one too large for a file of ``file_size``): the caller
+    answers it with ``encode_unplaced``'s own refusal. Prepared and rolled-back transaction records take
+    queue offset 0 and do not advance it."""
+    out: list[EncodedRecord | None] = []
+    append = out.append
+    for index, msg in enumerate(msgs):
+        try:
+            rec = encode_unplaced(msg, store_addr, store_port, store_v6, max_message_size)
+        except MessageRefused:
+            append(None)
+            continue
+        size = len(rec)
+        if size + END_FILE_MIN_BLANK_LENGTH > file_size:
+            append(None)
+            continue
+        flags = rec[_SYSFLAG_LOW_BYTE]
+        tx = flags & TRANSACTION_ROLLBACK_TYPE
+        append((index, rec, size, (msg.topic, msg.queue_id),
+                tx != TRANSACTION_PREPARED_TYPE and tx != TRANSACTION_ROLLBACK_TYPE,
+                STORETIMESTAMP_POSITIONS[(flags >> HOST_FLAGS_SHIFT) & 3]))
+    return out
+
+
+def place_records_py(buf: bytearray | mmap.mmap, shift: int, records: list[EncodedRecord], start: int,
+                     table: dict[tuple[str, int], int], base: int, pos: int,
+                     file_size: int, now: int, wrote_offsets: list[int], sizes: list[int],
+                     queue_offsets: list[int]) -> tuple[int, int]:
+    """Copy ``records[start:]`` into ``buf`` one after the other from file position ``pos`` (``buf[0]``
+    is file position ``shift``), filling in each one's queue offset (from and into ``table``), physical
+    offset (``base + pos``) and store timestamp, and its answer columns; stops before a record that
+    would leave no room for the END_OF_FILE blank. Returns (index of the first record not placed,
+    file position after the last one placed)."""
+    pack_offsets, pack_long = _OFFSETS.pack_into, _LONG.pack_into
+    end_room = file_size - END_FILE_MIN_BLANK_LENGTH
+    i, n = start, len(records)
+    while i < n:
+        index, rec, size, key, takes, ts_pos = records[i]
+        if pos + size > end_room:
+            break
+        if takes:
+            queue_offset = table.get(key, 0)
+            table[key] = queue_offset + 1
+        else:
+            queue_offset = 0
+        at = pos - shift
+        buf[at:at + size] = rec
+        pack_offsets(buf, at + POS_QUEUEOFFSET, queue_offset, base + pos)
+        pack_long(buf, at + ts_pos, now)
+        wrote_offsets[index] = base + pos
+        sizes[index] = size
+        queue_offsets[index] = queue_offset
+        pos += size
+        i += 1
+    return i, pos
+
+
 def store_timestamp_position(sys_flag: int) -> int:
     """Where STORETIMESTAMP sits: after an 8-byte (IPv4) or 20-byte (IPv6) born host."""
     return STORETIMESTAMP_POSITIONS[(sys_flag >> HOST_FLAGS_SHIFT) & 3]
@@ -352,3 +426,20 @@ def decode_message(buf, pos: int = 0, check_crc: bool = False) -> MessageExt:
         queue_offset=queue_offset, commitlog_offset=physical_offset, store_timestamp=store_ts,
         store_host=store_host, msg_id=create_message_id(store_host, physical_offset),
     )
+
+
+# The compiled twins, when built (rocketstore._speedups); the pure-Python loops otherwise.
+if _speedups.compiled is not None:
+    _compiled = _speedups.compiled
+
+    def encode_records(msgs: Sequence[Message], store_addr: bytes, store_port: int, store_v6: bool,
+                       max_message_size: int, file_size: int) -> list[EncodedRecord | None]:
+        """``encode_records_py``, compiled (host parsing and the CRC are Python's own functions)."""
+        records: list[EncodedRecord | None] = _compiled.encode_records(
+            msgs, store_addr, store_port, store_v6, max_message_size, file_size, parse_host, zlib.crc32)
+        return records
+
+    place_records = _compiled.place_records
+else:
+    encode_records = encode_records_py
+    place_records = place_records_py

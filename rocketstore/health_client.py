@@ -14,6 +14,9 @@ from rocketstore.rpc_client import translate
 
 __all__ = ["HealthClient", "wait_serving"]
 
+_FAST_RECONNECT = [("grpc.initial_reconnect_backoff_ms", 50), ("grpc.min_reconnect_backoff_ms", 50),
+                   ("grpc.max_reconnect_backoff_ms", 200)]
+
 class HealthClient:
     """``status()`` of a service (or of the whole server with ``service=""``) as a name: "SERVING",
     "NOT_SERVING", "SERVICE_UNKNOWN"...; failures to answer are ``BrokerError``."""
@@ -21,7 +24,9 @@ class HealthClient:
     def __init__(self, endpoint: str, name: str = "") -> None:
         self.endpoint = endpoint
         self.name = name or endpoint  # for messages: "the commitlog service ..."
-        self._channel = grpc.insecure_channel(endpoint)
+        # A service polled while it starts refuses connections at first; grpc's default reconnect
+        # back-off (1 s, growing) would then hide its SERVING for a second or more.
+        self._channel = grpc.insecure_channel(endpoint, options=_FAST_RECONNECT)
         self._stub: Any = health_pb2_grpc.HealthStub(self._channel)  # the generated stub is untyped
 
     def status(self, service: str = "", timeout: float = 1.0) -> str:

@@ -6,9 +6,11 @@ gateway and the ha service (replication, which a slave on another machine reache
 haListenPort; when that key is left at its default and the port is taken, on a free port instead (printed).
 
 Start order follows the data flow: commitlog (owns the CommitLog), index (reads it), dispatcher (feeds
-the index from the CommitLog), gateway (talks to commitlog and index), ha (replicates the CommitLog:
-streams it to slaves on a master, appends the master's on a SLAVE). Each must report SERVING on the
-standard gRPC health service before the next starts. Then the launcher supervises: a service that dies is
+the index from the CommitLog), schedule (delivers delayed messages through both), gateway (talks to
+commitlog and index), ha (replicates the CommitLog: streams it to slaves on a master, appends the master's
+on a SLAVE). The processes start at once (a service's calls to a peer wait until the peer is ready); each
+must then report SERVING on the standard gRPC health service, checked and reported in that order. Then
+the launcher supervises: a service that dies is
 started again on the same port, after a back-off that doubles while it keeps dying (0.5 s up to 30 s,
 reset once it has stayed up for a minute). SIGINT (Ctrl-C) or SIGTERM stops the services in reverse
 order, each with SIGTERM (its own clean stop: drain, flush, checkpoint) and SIGKILL only past a timeout.
@@ -262,15 +264,19 @@ class Launcher:
 
     # --- start -----------------------------------------------------------------------------
     def start(self) -> None:
-        """Start every service in order, each SERVING before the next; on failure stop what started and
+        """Start every service, then wait for each to report SERVING, in order; on failure stop what started and
         raise LaunchError."""
         t0 = time.monotonic()
         self.say(f"rocketstore up: store {self.store_dir}, logs {self.services['gateway'].log_path.parent}")
         try:
+            # Every process is started at once: each spends most of its start importing and opening its
+            # store, and needs its peers only once it serves (internal calls wait for a peer to be ready).
+            # They are still reported, and must be SERVING, in order.
+            for name in self.order:
+                self.services[name].start()
             for i, name in enumerate(self.order):
                 svc = self.services[name]
                 for attempt in range(3):
-                    svc.start()
                     try:
                         svc.wait_serving(self.start_timeout, lambda: self._stop.is_set())
                         break
@@ -285,6 +291,11 @@ class Launcher:
                                  "(set haListenPort to choose the port)")
                     for later in self.order[i:]:
                         self.services[later].command = self._command(later)
+                    for later in self.order[i + 1:]:  # started with the old endpoint: start them again
+                        if self.services[later].running:
+                            self.services[later].stop(self.stop_timeout)
+                    for later in self.order[i:]:
+                        self.services[later].start()
                 self.say(f"  {name:<11} {svc.endpoint:<21} pid {svc.pid:<8} SERVING")
         except BaseException:
             self.stop()

@@ -16,7 +16,16 @@ import os
 import threading
 from collections.abc import Callable
 
+from rocketstore.log import get_logger
+
+_log = get_logger(__name__)
+
 OS_PAGE_SIZE = 4096
+# The background zero fill (fill_zeros): bytes per pwrite, and how far ahead of the writer it starts.
+# Each chunk is made durable before the next, so a flush never has more than one chunk of the fill's
+# zeros to write back besides its own bytes.
+ZERO_FILL_CHUNK = 4 << 20
+ZERO_FILL_LEAD = 4 << 20
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
@@ -44,7 +53,13 @@ class MappedFile:
         self._close_lock = threading.Lock()
         self._locked_address: int | None = None
         self.available = True
-        if not os.path.exists(path):
+        # The zero fill ahead of the writer (fill_zeros): the writer may write below ``_free_below``
+        # without asking; past it, ``reserve`` waits for the chunk being filled and moves the fill on.
+        self._fill_lock = threading.Lock()
+        self._free_below = file_size
+        self._writer_mark = 0
+        self.created = not os.path.exists(path)
+        if self.created:
             _create_full_size(path, file_size, zero_fill=zero_fill)
         self._fd = os.open(path, os.O_RDWR)
         try:
@@ -80,8 +95,76 @@ class MappedFile:
         write-protected by the next flush, as pages dirtied through a mapping are."""
         view = memoryview(data)
         done, total = 0, len(view)
+        if pos + total > self._free_below:
+            self.reserve(pos + total)
         while done < total:  # pwrite may write less than asked
             done += os.pwrite(self._fd, view[done:], pos + done)
+
+    # --- the zero fill ahead of the writer ---------------------------------------------------
+    def reserve(self, end: int) -> None:
+        """The writer is about to write bytes below ``end``: make sure the background zero fill
+        never writes there. Free (one comparison) below ``_free_below``; past it, waits for at most
+        the chunk being filled, after which the fill skips ahead of ``end``. Writers call it before
+        writing through the mapping; ``write_at`` and ``commit`` call it themselves."""
+        if end <= self._free_below:
+            return
+        with self._fill_lock:
+            if end > self._writer_mark:
+                self._writer_mark = end
+            if end > self._free_below:
+                self._free_below = end
+
+    @property
+    def zero_fill_pending(self) -> bool:
+        """Whether a background zero fill may still write into the file."""
+        return self._free_below < self.file_size
+
+    def prepare_zero_fill(self) -> None:
+        """Announce a zero fill (``fill_zeros``, to run on another thread): from now on writers
+        past the writer's mark ask first. Call before the file is handed to a writer."""
+        with self._fill_lock:
+            self._free_below = max(self._writer_mark, self.wrote_position)
+
+    def fill_zeros(self, lead: int = 0, chunk: int = ZERO_FILL_CHUNK,
+                   stop: Callable[[], bool] = lambda: False) -> int:
+        """Write zeros through the file from ``lead`` bytes past the writer to the end, one durable
+        chunk at a time, never where the writer has written or is about to (``reserve``): an
+        fdatasync into written blocks costs about half of one into fallocated, unwritten ones, which
+        is what SYNC_FLUSH pays per group commit. The blocks were reserved when the file was
+        created, so this only speeds flushes up: nothing about durability depends on it. Returns the
+        bytes written. Runs on its own descriptor: a close or delete meanwhile ends it harmlessly."""
+        try:
+            fd = os.dup(self._fd)
+        except OSError:
+            return 0
+        zeros = bytes(chunk)
+        done = 0
+        try:
+            with self._fill_lock:
+                pos = _page_floor_past(max(self._writer_mark, self.wrote_position), lead)
+            while True:
+                with self._fill_lock:
+                    # Never below (or just above) what the writer has claimed: it may be writing there now.
+                    if self._writer_mark and pos < self._writer_mark + ZERO_FILL_LEAD:
+                        pos = _page_floor_past(self._writer_mark, ZERO_FILL_LEAD)
+                    if pos >= self.file_size or not self.available or stop():
+                        break
+                    end = min(pos + chunk, self.file_size)
+                    view = memoryview(zeros)[:end - pos]
+                    at = pos
+                    while at < end:  # pwrite may write less than asked
+                        at += os.pwrite(fd, view[at - pos:], at)
+                    done += end - pos
+                    pos = end
+                    self._free_below = max(self._free_below, pos)
+                os.fdatasync(fd)  # outside the lock: the writer never waits for the disk
+        except OSError as e:  # the file was deleted or the disk failed: the fill is only a speed-up
+            _log.warning("zero fill of a new file stopped", path=self.path, error=str(e))
+        finally:
+            with self._fill_lock:
+                self._free_below = self.file_size
+            os.close(fd)
+        return done
 
     # --- commit and flush ------------------------------------------------------------------
     def _able(self, done: int, target: int, least_pages: int) -> bool:
@@ -100,6 +183,8 @@ class MappedFile:
             return self.wrote_position
         start, end = self.committed_position, self.wrote_position
         if self._able(start, end, least_pages):
+            if end > self._free_below:
+                self.reserve(end)
             view = memoryview(buf)
             pos = start
             while pos < end:  # pwrite may write less than asked
@@ -197,6 +282,13 @@ class MappedFile:
     def __repr__(self) -> str:
         return (f"MappedFile({self.file_name}, wrote={self.wrote_position}, "
                 f"committed={self.committed_position}, flushed={self.flushed_position})")
+
+
+def _page_floor_past(mark: int, lead: int) -> int:
+    """``mark + lead`` rounded down to a page, so page-aligned writes start there; still past ``mark``
+    when ``lead`` is at least a page."""
+    pos = mark + lead
+    return pos - pos % OS_PAGE_SIZE if lead >= OS_PAGE_SIZE else pos
 
 
 def _create_full_size(path: str, file_size: int, chunk: int = 1 << 20, zero_fill: bool = True) -> None:

@@ -390,3 +390,21 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         for line in fault_counts.lines():
             terminalreporter.write_line(line)
         fault_counts.save()
+
+
+# --- the hot loops: pure Python and compiled ---------------------------------------------------
+def _hot_loop_implementations() -> list[str]:
+    from rocketstore import _speedups
+
+    return ["python", "compiled"] if _speedups.compiled is not None else ["python"]
+
+
+@pytest.fixture(params=_hot_loop_implementations())
+def hot_loops(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Runs a test once with each implementation of the hot loops (``rocketstore._speedups``): the
+    pure-Python code and, when it is built (and ROCKETSTORE_NO_EXTENSIONS is not set), the compiled one.
+    Test modules that cover these loops use it for every test (``pytestmark``)."""
+    from hot_loops_helpers import use_hot_loops
+
+    use_hot_loops(request.param, monkeypatch)
+    return str(request.param)

@@ -7,6 +7,7 @@ import random
 import struct
 from pathlib import Path
 
+import pytest
 from storage_helpers import (
     FILE_SIZE,
     STORE_HOST,
@@ -28,6 +29,9 @@ from rocketstore.message import (
 )
 from rocketstore.message_id import decode_message_id
 from rocketstore.statuses import PutMessageStatus
+
+# Every test runs with the pure-Python hot loops and with the compiled ones (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("hot_loops")
 
 
 def test_end_of_file_writes_exactly_8_bytes_and_the_message_goes_to_the_next_file(

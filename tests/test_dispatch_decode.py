@@ -29,6 +29,9 @@ from rocketstore.message import (
 )
 from rocketstore.settings import parse_delay_levels
 
+# Every test runs with the pure-Python hot loops and with the compiled ones (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("hot_loops")
+
 STORE_TS = 1_700_000_000_123
 LEVELS = parse_delay_levels("1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h")
 BODY = b"Once, there was a chance for me!"

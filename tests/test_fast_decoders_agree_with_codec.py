@@ -15,6 +15,7 @@ import ipaddress
 import random
 import struct
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rocketstore.services.dispatcher.decode import DispatchDecoder
@@ -46,6 +47,9 @@ from rocketstore.message import (
 )
 from rocketstore.message_id import create_message_id
 from rocketstore.settings import parse_delay_levels
+
+# Every test runs with the pure-Python hot loops and with the compiled ones (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("hot_loops")
 
 LEVELS = parse_delay_levels("1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h")
 START = 7 * 1024 * 1024  # where the stream starts in the CommitLog: not 0, so offsets are checked

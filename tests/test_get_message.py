@@ -37,6 +37,9 @@ from rocketstore.statuses import GetMessageStatus as S
 from rocketstore.subscription import ALL, parse_expression
 from rocketstore.v1 import index_pb2 as ix_pb
 
+# Every test runs with the pure-Python hot loops and with the compiled ones (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("hot_loops")
+
 TOPIC = "TopicTest"
 # Everything "in memory" (the 256 KiB / 32 limits) or everything "on disk" (64 KiB / 8): the split is
 # maxPhyOffset - unitPhyOffset > memory * accessMessageInMemoryMaxRatio%.

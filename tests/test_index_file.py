@@ -29,6 +29,9 @@ from rocketstore.message import (
     java_string_hash,
 )
 
+# Every test runs with the pure-Python hot loops and with the compiled ones (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("hot_loops")
+
 HASH_SLOT_NUM = 100
 INDEX_NUM = 400
 T0 = 1_700_000_000_000  # a store timestamp in ms

@@ -4,13 +4,15 @@ allocation service and the transient store pool."""
 from __future__ import annotations
 
 import os
+import random
+import threading
 import time
 from pathlib import Path
 
 import pytest
 from storage_helpers import wait_until
 
-from rocketstore.mapped_file import OS_PAGE_SIZE, MappedFile, offset_to_file_name
+from rocketstore.mapped_file import OS_PAGE_SIZE, ZERO_FILL_LEAD, MappedFile, offset_to_file_name
 from rocketstore.mapped_file_queue import AllocateMappedFileService, MappedFileQueue, TransientStorePool
 
 SIZE = 1024  # small files for queue tests; page-sensitive tests use 64 KiB
@@ -26,6 +28,7 @@ def append(q: MappedFileQueue, data: bytes) -> int:
         mf = q.get_last_mapped_file(0)
         assert mf is not None
     pos = mf.wrote_position
+    mf.reserve(pos + len(data))  # as every writer does: a new file's zero fill may be under way
     mf.write_target[pos:pos + len(data)] = data
     mf.wrote_position = pos + len(data)
     return mf.file_from_offset + pos
@@ -306,6 +309,63 @@ def test_allocation_service_prepares_the_next_file(tmp_path: Path, queues) -> No
         assert wait_until((tmp_path / offset_to_file_name(2 * SIZE)).exists)
     finally:
         allocator.shutdown()
+
+
+def test_a_new_file_is_handed_out_before_its_zero_fill_and_the_fill_never_overwrites_the_writer(
+        tmp_path: Path, queues, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An empty store's first file is served from its fallocated blocks at once; the zero fill runs
+    behind the appender's back and must never touch a byte the appender wrote."""
+    size = 8 << 20
+    fill_may_run = threading.Event()
+    filled: list[int] = []
+    real_fill = MappedFile.fill_zeros
+
+    def held_fill(self: MappedFile, *args, **kwargs) -> int:
+        fill_may_run.wait(30)
+        filled.append(real_fill(self, *args, chunk=64 * 1024, **kwargs))
+        return filled[-1]
+
+    monkeypatch.setattr(MappedFile, "fill_zeros", held_fill)
+    allocator = AllocateMappedFileService()
+    allocator.start()
+    try:
+        q = queues(tmp_path, size, allocator=allocator)
+        first = q.get_last_mapped_file(0)  # returns while the fill is held: nothing waits for zeros
+        assert first.zero_fill_pending and first.file_size == size
+        assert os.stat(first.path).st_blocks * 512 >= size, "the blocks are reserved at creation (fallocate)"
+        rng = random.Random(15)
+        expected = bytearray()
+        fill_may_run.set()
+        while len(expected) < size - 4096:  # the appender races the fill across the whole file
+            data = bytes([rng.randrange(1, 256)]) * rng.randrange(1, 40_000)
+            data = data[:size - 4096 - len(expected)]
+            append(q, data)
+            expected += data
+        assert wait_until(lambda: bool(filled), 30), "the fill ends"
+        assert not first.zero_fill_pending
+        assert first.mm[:len(expected)] == expected, "no byte the appender wrote was zeroed"
+        assert first.mm[len(expected):] == bytes(size - len(expected))
+    finally:
+        allocator.shutdown()
+
+
+def test_the_zero_fill_starts_ahead_of_the_writer_and_writes_the_rest_of_the_file(tmp_path: Path) -> None:
+    size = 3 * ZERO_FILL_LEAD
+    mf = MappedFile(str(tmp_path / offset_to_file_name(0)), size, zero_fill=False)
+    try:
+        mf.prepare_zero_fill()
+        mf.reserve(1000)
+        mf.mm[:1000] = b"w" * 1000
+        mf.wrote_position = 1000
+        written = mf.fill_zeros(lead=ZERO_FILL_LEAD)
+        start = (1000 + ZERO_FILL_LEAD) - (1000 + ZERO_FILL_LEAD) % OS_PAGE_SIZE
+        assert written == size - start
+        assert mf.mm[:1000] == b"w" * 1000 and not mf.zero_fill_pending
+        # Once the fill is over, writes anywhere need no reservation and stay.
+        mf.mm[size - 10:] = b"z" * 10
+        assert mf.mm[size - 10:] == b"z" * 10
+    finally:
+        mf.close()
 
 
 def test_allocation_failure_is_reported_to_the_caller(tmp_path: Path, queues) -> None:

@@ -8,30 +8,26 @@ live in their own modules and work on a CommitLog.
 from __future__ import annotations
 
 import os
-import struct
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from rocketstore import codec
 from rocketstore.codec import (
     END_FILE_MIN_BLANK_LENGTH,
     MESSAGE_MAGIC_CODE,
     MIN_RECORD_LENGTH,
-    POS_QUEUEOFFSET,
-    POS_SYSFLAG,
     RECORD_PREFIX,
+    EncodedRecord,
     MessageRefused,
     encode_unplaced,
-    store_timestamp_position,
     write_blank,
 )
 from rocketstore.log import get_logger
 from rocketstore.mapped_file import MappedFile
 from rocketstore.mapped_file_queue import AllocateMappedFileService, MappedFileQueue, TransientStorePool
 from rocketstore.message import (
-    TRANSACTION_PREPARED_TYPE,
-    TRANSACTION_ROLLBACK_TYPE,
     Message,
     parse_host,
 )
@@ -44,9 +40,6 @@ log = get_logger(__name__)
 # RocketMQ's flushLeastPagesWhenWarmMapedFile: while warming a file under SYNC_FLUSH, write
 # the zeros through every 16 MiB.
 WARM_FLUSH_PAGES = 4096
-_OFFSETS = struct.Struct(">qq")  # QUEUEOFFSET, PHYSICALOFFSET
-_LONG = struct.Struct(">q")
-_SYSFLAG_LOW_BYTE = POS_SYSFLAG + struct.calcsize(">i") - 1  # big-endian: the last byte holds the low bits
 
 
 @dataclass(slots=True)
@@ -150,33 +143,40 @@ class CommitLog:
         self.put_bytes = 0
 
     # --- append ----------------------------------------------------------------------------
-    def encode(self, msgs: Sequence[Message]) -> tuple[list[tuple], PutResults]:
+    def encode(self, msgs: Sequence[Message]) -> tuple[list[EncodedRecord], PutResults]:
         """Validate and pack every message outside the lock. Returns the records to place, as
         (index, record, size, (topic, queueId), takes a queue offset, store-timestamp position),
         and the results, with refused messages already answered."""
         results = PutResults(len(msgs), self.msg_id_prefix)
-        records: list[tuple] = []
         addr, port, v6 = self._store_addr, self._store_port, self._store_v6
-        limit = self.settings.max_message_size
-        for index, msg in enumerate(msgs):
-            try:
-                rec = encode_unplaced(msg, addr, port, v6, limit)
-            except MessageRefused as e:
-                results.set_status(index, e.status, e.reason)
-                continue
-            if len(rec) + END_FILE_MIN_BLANK_LENGTH > self.file_size:
-                results.set_status(index, PutMessageStatus.MESSAGE_ILLEGAL,
-                                   f"message record is {len(rec)} bytes; a CommitLog file holds {self.file_size}")
-                continue
-            flags = rec[_SYSFLAG_LOW_BYTE]  # the host and transaction bits
-            tx = flags & TRANSACTION_ROLLBACK_TYPE
-            # Prepared and rolled-back transaction records take queue offset 0 and do not advance it.
-            takes = tx != TRANSACTION_PREPARED_TYPE and tx != TRANSACTION_ROLLBACK_TYPE
-            records.append((index, rec, len(rec), (msg.topic, msg.queue_id), takes,
-                            store_timestamp_position(flags)))
+        encoded = codec.encode_records(msgs, addr, port, v6, self.settings.max_message_size, self.file_size)
+        if None not in encoded:
+            return encoded, results  # type: ignore[return-value]  # no None in it
+        records: list[EncodedRecord] = []
+        for index, record in enumerate(encoded):
+            if record is None:
+                record = self._encode_one(msgs[index], index, results)
+            if record is not None:
+                records.append(record)
         return records, results
 
-    def append(self, records: list[tuple], results: PutResults) -> int:
+    def _encode_one(self, msg: Message, index: int, results: PutResults) -> EncodedRecord | None:
+        """A message the batch encode left to the Python path (the compiled loop leaves anything
+        unusual to it): its record, or None with its refusal in ``results`` (``encode_unplaced``'s own)."""
+        addr, port, v6, limit = self._store_addr, self._store_port, self._store_v6, self.settings.max_message_size
+        record = codec.encode_records_py([msg], addr, port, v6, limit, self.file_size)[0]
+        if record is not None:
+            return (index, record[1], record[2], record[3], record[4], record[5])
+        try:
+            rec = encode_unplaced(msg, addr, port, v6, limit)
+        except MessageRefused as e:
+            results.set_status(index, e.status, e.reason)
+            return None
+        results.set_status(index, PutMessageStatus.MESSAGE_ILLEGAL,
+                           f"message record is {len(rec)} bytes; a CommitLog file holds {self.file_size}")
+        return None
+
+    def append(self, records: list[EncodedRecord], results: PutResults) -> int:
         """Copy the records into the log in order under the put lock, placing each; fills
         ``results`` and returns the log offset after the last record written (0 if none was).
 
@@ -187,7 +187,6 @@ class CommitLog:
         end_offset = 0
         table = self.topic_queue_table
         wrote_offsets, sizes, queue_offsets = results.wrote_offsets, results.sizes, results.queue_offsets
-        pack_offsets, pack_long = _OFFSETS.pack_into, _LONG.pack_into
         file_size = self.file_size
         with self.put_lock:
             now = int(time.time() * 1000)
@@ -201,35 +200,28 @@ class CommitLog:
                 if (batch_size + END_FILE_MIN_BLANK_LENGTH > file_size - mf.wrote_position
                         and batch_size + END_FILE_MIN_BLANK_LENGTH <= file_size and mf.wrote_position > 0):
                     mf = self._end_file(mf, now)
+                # Keep a new file's background zero fill away from the bytes about to be written.
+                mf.reserve(min(file_size, mf.wrote_position + batch_size))
                 through = self.write_through
                 staging = bytearray(batch_size) if through is not None and mf.write_buffer is None \
                     and through() else None
                 buf, pos, base = staging if staging is not None else mf.write_target, mf.wrote_position, \
                     mf.file_from_offset
                 shift = pos if staging is not None else 0  # where buf[0] is in the file
-                for index, rec, size, key, takes, ts_pos in records:
-                    if size + END_FILE_MIN_BLANK_LENGTH > file_size - pos:
-                        self._write_staged(mf, staging, shift, pos)
-                        written = placed
-                        mf.wrote_position = pos
-                        mf = self._end_file(mf, now)
-                        buf, pos, base = staging if staging is not None else mf.write_target, 0, mf.file_from_offset
-                        shift = 0
-                    if takes:
-                        queue_offset = table.get(key, 0)
-                        table[key] = queue_offset + 1
-                    else:
-                        queue_offset = 0
-                    end = pos + size
-                    at = pos - shift
-                    buf[at:at + size] = rec
-                    pack_offsets(buf, at + POS_QUEUEOFFSET, queue_offset, base + pos)
-                    pack_long(buf, at + ts_pos, now)
-                    wrote_offsets[index] = base + pos
-                    sizes[index] = size
-                    queue_offsets[index] = queue_offset
-                    pos = end
-                    placed += 1
+                place = codec.place_records
+                while True:
+                    placed, pos = place(buf, shift, records, placed, table, base, pos, file_size, now,
+                                        wrote_offsets, sizes, queue_offsets)
+                    if placed == len(records):
+                        break
+                    # The next record does not fit: end this file with the blank, go on in the next one.
+                    self._write_staged(mf, staging, shift, pos)
+                    written = placed
+                    mf.wrote_position = pos
+                    mf = self._end_file(mf, now)
+                    mf.reserve(min(file_size, batch_size))
+                    buf, pos, base = staging if staging is not None else mf.write_target, 0, mf.file_from_offset
+                    shift = 0
                 self._write_staged(mf, staging, shift, pos)
                 written = placed
                 # Publish: readers see the new records only now that they are complete.
@@ -265,7 +257,7 @@ class CommitLog:
             except OSError as e:
                 raise _WriteFailed(e.errno, f"{mf.file_name}: {e.strerror or e}") from e
 
-    def _unplace(self, records: list[tuple], results: PutResults) -> None:
+    def _unplace(self, records: list[EncodedRecord], results: PutResults) -> None:
         """Give back the queue offsets of records placed but never written (newest first)."""
         table = self.topic_queue_table
         for index, _rec, _size, key, takes, _ts in reversed(records):
@@ -284,6 +276,7 @@ class CommitLog:
     def _end_file(self, mf: MappedFile, now: int) -> MappedFile:
         """Close ``mf`` with the END_OF_FILE blank record and move to the next file."""
         pos = mf.wrote_position
+        mf.reserve(pos + END_FILE_MIN_BLANK_LENGTH)
         write_blank(mf.write_target, pos, self.file_size - pos)
         mf.store_timestamp = now
         mf.wrote_position = self.file_size

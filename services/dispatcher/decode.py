@@ -12,6 +12,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
+from rocketstore import _speedups
 from rocketstore.codec import (
     BLANK_MAGIC_CODE,
     BODYLEN_LENGTH,
@@ -91,6 +92,72 @@ def tags_code_of(topic: str, props: str, store_timestamp: int, delay_levels: tup
     return java_string_hash(tags) if tags else 0
 
 
+# The lists of a DispatchColumns, in its order: topic, queue_id, queue_offset, physical_offset, size, tags_code,
+# store_timestamp, sys_flag, keys, uniq_key.
+Columns = tuple[list[str], list[int], list[int], list[int], list[int], list[int], list[int], list[int], list[str],
+                list[str]]
+
+
+def walk_records_py(buf: bytes, pos: int, limit: int, base: int, cols: Columns) -> tuple[int, int]:
+    """Append the dispatch request of every whole, plain record from ``pos`` on to ``cols``; ``buf[0]``
+    is CommitLog offset ``base``. Stops at the first thing that is not one (an END_OF_FILE blank, a
+    record cut by ``limit``, a damaged record, undecodable text, a SCHEDULE_TOPIC_XXXX record): the
+    caller's exact path handles it. Returns (position reached, store timestamp of the last record; 0
+    when none). The body is left unread, its CRC unchecked."""
+    topics, queue_ids, queue_offsets, phys, sizes, codes, stamps, flags, keys_col, uniq_col = cols
+    unpack_head, unpack_prefix = RECORD_HEAD.unpack_from, RECORD_PREFIX.unpack_from
+    unpack_long, unpack_int, unpack_short = _LONG.unpack_from, _INT.unpack_from, _SHORT.unpack_from
+    ts_at, body_len_at, shift = STORETIMESTAMP_POSITIONS, BODYLEN_POSITIONS, HOST_FLAGS_SHIFT
+    last_ts = 0
+    while limit - pos >= MIN_RECORD_LENGTH:
+        total, magic = unpack_prefix(buf, pos)
+        end = pos + total
+        if magic != MESSAGE_MAGIC_CODE or total < MIN_RECORD_LENGTH or end > limit:
+            break
+        _, _, _, queue_id, _, queue_offset, physical, sys_flag, _ = unpack_head(buf, pos)
+        hosts = (sys_flag >> shift) & 3
+        p = pos + body_len_at[hosts]
+        body_len = unpack_int(buf, p)[0]
+        p += BODYLEN_LENGTH + body_len
+        if body_len < 0 or p + TOPICLEN_LENGTH + PROPERTIESLEN_LENGTH > end or physical != base + pos:
+            break
+        topic_len = buf[p]
+        p += TOPICLEN_LENGTH
+        p_props = p + topic_len
+        if p_props + PROPERTIESLEN_LENGTH > end:
+            break
+        props_len = unpack_short(buf, p_props)[0]
+        if props_len < 0 or p_props + PROPERTIESLEN_LENGTH + props_len != end:
+            break
+        try:
+            topic = buf[p:p_props].decode()
+            props = buf[p_props + PROPERTIESLEN_LENGTH:end].decode() if props_len else ""
+        except UnicodeDecodeError:
+            break
+        if topic == SCHEDULE_TOPIC:
+            break
+        store_ts = unpack_long(buf, pos + ts_at[hosts])[0]
+        topics.append(topic)
+        queue_ids.append(queue_id)
+        queue_offsets.append(queue_offset)
+        phys.append(physical)
+        sizes.append(total)
+        if props:
+            tags = property_value(props, "TAGS")
+            codes.append(java_string_hash(tags) if tags else 0)
+            keys_col.append(property_value(props, "KEYS") or "")
+            uniq_col.append(property_value(props, "UNIQ_KEY") or "")
+        else:
+            codes.append(0)
+            keys_col.append("")
+            uniq_col.append("")
+        stamps.append(store_ts)
+        flags.append(sys_flag)
+        last_ts = store_ts
+        pos = end
+    return pos, last_ts
+
+
 class DispatchDecoder:
     """Decodes a contiguous byte stream of the CommitLog, starting at ``position``."""
 
@@ -143,7 +210,15 @@ class DispatchDecoder:
         ts_at, body_len_at, shift = STORETIMESTAMP_POSITIONS, BODYLEN_POSITIONS, HOST_FLAGS_SHIFT
         min_blank, min_record = END_FILE_MIN_BLANK_LENGTH, MIN_RECORD_LENGTH
         body_len_size, topic_len_size, props_len_size = BODYLEN_LENGTH, TOPICLEN_LENGTH, PROPERTIESLEN_LENGTH
+        cols = (topics, queue_ids, queue_offsets, phys, sizes, codes, stamps, flags, keys_col, uniq_col)
+        walk = None if check_crc else walk_records  # the plain records in one go; the rest one by one below
         while limit - pos >= min_blank:
+            if walk is not None:
+                pos, walked_ts = walk(buf, pos, limit, base, cols)
+                if walked_ts:
+                    self.last_store_timestamp = walked_ts
+                if limit - pos < min_blank:
+                    break
             total, magic = unpack_prefix(buf, pos)
             if magic == BLANK_MAGIC_CODE:
                 # END_OF_FILE: the rest of this file is filler; the next record starts after it.
@@ -201,3 +276,7 @@ class DispatchDecoder:
             pos += total
         self.position = base + pos
         return pos
+
+
+# The compiled twin, when built (rocketstore._speedups); the pure-Python loop otherwise.
+walk_records = _speedups.compiled.walk_records if _speedups.compiled is not None else walk_records_py

@@ -27,11 +27,12 @@ Where this differs from RocketMQ, on purpose:
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import struct
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from rocketstore.log import get_logger
 from rocketstore.mapped_file import MappedFile
@@ -62,6 +63,12 @@ BLANK_UNIT = _UNIT.pack(0, _BLANK_SIZE, 0)
 
 # Byte value -> 1 when its top bit is set: the sign of a big-endian field's first byte.
 _SIGN = bytes(1 if b >= 0x80 else 0 for b in range(256))
+
+
+@functools.lru_cache(maxsize=512)
+def _units_struct(n: int) -> struct.Struct:
+    """``n`` units in one struct: a run of a queue is packed with one call."""
+    return struct.Struct(">" + "qiq" * n)
 
 
 def round_file_size(size: int) -> int:
@@ -252,6 +259,43 @@ class ConsumeQueue:
                 self.max_physic_offset = physical_offset + size
                 return True
         return self._put_slow(physical_offset, size, tags_code, queue_offset)
+
+    def put_positions(self, phys: Sequence[int], sizes: Sequence[int], codes: Sequence[int],
+                      queue_offsets: Sequence[int], start: int, stop: int) -> int:
+        """``put_position`` for entries ``start`` to ``stop`` of a dispatch batch's columns, all of this
+        queue; returns the index of the first entry not in the queue (``stop`` when all are).
+
+        A run that continues the queue in the current file (the common case: a batch appended to one
+        queue) is written with one pack of all its units, then published at once."""
+        n = stop - start
+        mf = self._writing
+        if n > 1 and mf is not None:
+            pos = mf.wrote_position
+            first = queue_offsets[start]
+            if (pos and first * CQ_STORE_UNIT_SIZE == mf.file_from_offset + pos
+                    and pos + n * CQ_STORE_UNIT_SIZE <= mf.file_size
+                    and phys[start] + sizes[start] > self.max_physic_offset
+                    and queue_offsets[stop - 1] - first == n - 1
+                    and queue_offsets[start:stop] == list(range(first, first + n))):
+                values = [0] * (3 * n)
+                values[0::3] = phys[start:stop]
+                values[1::3] = sizes[start:stop]
+                values[2::3] = codes[start:stop]
+                try:
+                    _units_struct(n).pack_into(mf.mm, pos, *values)
+                except ValueError:  # the mapping was closed: the queue was destroyed or shut down
+                    return start
+                except struct.error:  # a value out of range: the unit by unit path says which
+                    pass
+                else:
+                    mf.wrote_position = pos + n * CQ_STORE_UNIT_SIZE  # publish after the bytes
+                    self.max_physic_offset = phys[stop - 1] + sizes[stop - 1]
+                    return stop
+        put = self.put_position
+        for i in range(start, stop):
+            if not put(phys[i], sizes[i], codes[i], queue_offsets[i]):
+                return i
+        return stop
 
     def _put_slow(self, physical_offset: int, size: int, tags_code: int, queue_offset: int) -> bool:
         expected = queue_offset * CQ_STORE_UNIT_SIZE
@@ -621,6 +665,26 @@ class ConsumeQueueStore:
         if cq is None:
             cq = self.find_or_create(topic, queue_id)
         return cq.put_position(physical_offset, size, tags_code, queue_offset)
+
+    def put_batch(self, topics: Sequence[str], queue_ids: Sequence[int], queue_offsets: Sequence[int],
+                  phys: Sequence[int], sizes: Sequence[int], codes: Sequence[int], start: int = 0,
+                  stop: int | None = None) -> int:
+        """``put`` for entries ``start`` to ``stop`` of a dispatch batch's columns, in order, each run of
+        one queue in one call; returns the index of the first entry not put (``stop`` when all were)."""
+        stop = len(topics) if stop is None else stop
+        queues = self._queues
+        i = start
+        while i < stop:
+            topic, queue_id = topics[i], queue_ids[i]
+            j = i + 1
+            while j < stop and queue_ids[j] == queue_id and topics[j] == topic:
+                j += 1
+            cq = queues.get((topic, queue_id)) or self.find_or_create(topic, queue_id)
+            done = cq.put_positions(phys, sizes, codes, queue_offsets, i, j)
+            if done < j:
+                return done
+            i = j
+        return stop
 
     def max_physic_offset(self) -> int:
         """The end of the furthest CommitLog record any queue points at; 0 when none does."""

@@ -18,11 +18,14 @@ only entries below the count, so a reader never follows a half-written entry.
 
 from __future__ import annotations
 
+import mmap
 import os
 import struct
 import threading
 import time
+from collections.abc import Sequence
 
+from rocketstore import _speedups
 from rocketstore.checkpoint import StoreCheckpoint
 from rocketstore.log import get_logger
 from rocketstore.mapped_file import MappedFile
@@ -59,7 +62,10 @@ _unpack_int = _INT.unpack_from
 
 class IndexWriteError(OSError):
     """A key could not be indexed: no IndexFile could be created (the disk is full, most often).
-    The caller keeps its dispatch position before the message and tries again later."""
+    The caller keeps its dispatch position before the message and tries again later. ``entry`` is the
+    message of a batch it happened at (``build_index_batch``)."""
+
+    entry = -1
 
 
 # Hashes of key heads. A key is "topic#" + a UNIQ_KEY whose first 20 characters are the same for
@@ -69,7 +75,7 @@ _HEADS_MAX = 4096
 _TAIL = 12
 
 
-def index_key_hash(key: str) -> int:
+def index_key_hash_py(key: str) -> int:
     """IndexFile.indexKeyHashMethod: abs(String.hashCode(key)), 0 for Integer.MIN_VALUE.
 
     String.hashCode is a polynomial, so hash(head + tail) = hash(head) * 31**len(tail) + the tail's
@@ -99,6 +105,51 @@ def index_key_hash(key: str) -> int:
         if h > _INT_MAX:
             h = 0
     return h
+
+
+def put_message_keys_py(mm: mmap.mmap, hash_slot_num: int, index_base: int, index_num: int, count: int, slots_used: int,
+                        begin_timestamp: int, topics: Sequence[str], keys_col: Sequence[str],
+                        uniq_col: Sequence[str], phys: Sequence[int], stamps: Sequence[int], flags: Sequence[int],
+                        start: int, stop: int, skip_below: int) -> tuple[int, int, int, int, int]:
+    """``IndexFile.put_key`` for the keys of messages ``start`` to ``stop`` of a dispatch batch (columns
+    as the Dispatch stream sends them): the UNIQ_KEY, then each KEYS token, as ``topic#key``. Skips a
+    rolled-back transaction message and one below ``skip_below`` (already indexed). Stops before a
+    message whose keys do not all fit in the file (the caller rolls to the next file). The file must
+    hold an entry already (its begin time is set). Returns (index of the first message not handled,
+    new count, new hash slot count, physical offset and store time of the last message indexed; -1, 0
+    when none was)."""
+    end_phy, end_ts = -1, 0
+    i = start
+    while i < stop:
+        phy = phys[i]
+        if phy < skip_below or flags[i] & TRANSACTION_ROLLBACK_TYPE == TRANSACTION_ROLLBACK_TYPE:
+            i += 1
+            continue
+        uniq, keys = uniq_col[i], keys_col[i]
+        tokens = [k for k in keys.split(" ") if k] if keys else []
+        if uniq:
+            tokens.insert(0, uniq)
+        if count + len(tokens) > index_num:
+            break
+        if tokens:
+            ts = stamps[i]
+            time_diff = 0
+            if begin_timestamp > 0:
+                time_diff = min(max((ts - begin_timestamp) // 1000, 0), _INT_MAX)
+            topic = topics[i]
+            for key in tokens:
+                key_hash = index_key_hash_py(f"{topic}#{key}")
+                slot_pos = INDEX_HEADER_SIZE + (key_hash % hash_slot_num) * HASH_SLOT_SIZE
+                slot_value = _unpack_int(mm, slot_pos)[0]
+                if slot_value <= _INVALID_INDEX or slot_value > count:
+                    slot_value = _INVALID_INDEX
+                    slots_used += 1
+                _pack_entry(mm, index_base + count * INDEX_SIZE, key_hash, phy, time_diff, slot_value)
+                _pack_int(mm, slot_pos, count)
+                count += 1
+            end_phy, end_ts = phy, ts
+        i += 1
+    return i, count, slots_used, end_phy, end_ts
 
 
 def index_file_name(millis: int) -> str:
@@ -230,6 +281,24 @@ class IndexFile:
         # flush: after a crash it may lag the entries, which is safe as entries beyond indexCount
         # are ignored and re-dispatch indexes them again.
         return True
+
+    def put_message_keys(self, topics: Sequence[str], keys_col: Sequence[str], uniq_col: Sequence[str],
+                         phys: Sequence[int], stamps: Sequence[int], flags: Sequence[int], start: int,
+                         stop: int) -> int:
+        """The keys of messages ``start`` to ``stop`` of a dispatch batch, as ``put_key`` puts them one by
+        one; returns the index of the first message not handled (``stop``, or one whose keys do not fit).
+        The file must hold an entry already."""
+        i: int
+        i, count, slots_used, end_phy, end_ts = put_message_keys(
+            self._mm, self.hash_slot_num, self._index_base, self.index_num, self._index_count,
+            self._hash_slot_count, self._begin_timestamp, topics, keys_col, uniq_col, phys, stamps, flags, start,
+            stop, self._end_phy_offset)
+        if end_phy >= 0:
+            self._hash_slot_count = slots_used
+            self._end_phy_offset = end_phy
+            self._end_timestamp = end_ts
+            self._index_count = count  # publishes the entries to readers, as put_key does
+        return i
 
     def publish_header(self) -> None:
         """Write the in-memory header (counts, begin/end offsets and times) into the file."""
@@ -372,6 +441,31 @@ class IndexService:
                     f = self._put_key(f, f"{topic}#{key}", phy_offset, store_timestamp)
                     put += 1
         return put
+
+    def build_index_batch(self, topics: Sequence[str], keys_col: Sequence[str], uniq_col: Sequence[str],
+                          phys: Sequence[int], sizes: Sequence[int], stamps: Sequence[int], flags: Sequence[int],
+                          start: int, stop: int) -> None:
+        """``build_index`` for messages ``start`` to ``stop`` of a dispatch batch (physical offsets
+        increasing), most of them in one call per file. Raises IndexWriteError with ``entry`` = the
+        message whose keys could not be put (those before it are indexed)."""
+        if not self.message_index_enable:
+            return
+        i = start
+        while i < stop:
+            files = self._files
+            f = files[-1] if files else None
+            if f is not None and f.index_count > 1 and not f.is_write_full():
+                i = f.put_message_keys(topics, keys_col, uniq_col, phys, stamps, flags, i, stop)
+                if i >= stop:
+                    return
+            # An empty file (its first entry sets its begin time), no file, or one the next keys overflow.
+            try:
+                self.build_index(topics[i], keys_col[i], uniq_col[i] or None, phys[i], sizes[i], stamps[i],
+                                 flags[i])
+            except IndexWriteError as e:
+                e.entry = i
+                raise
+            i += 1
 
     def _put_key(self, f: IndexFile, key: str, phy_offset: int, store_timestamp: int) -> IndexFile:
         while not f.put_key(key, phy_offset, store_timestamp):
@@ -558,3 +652,12 @@ class IndexService:
             files, self._files = self._files, []
         for f in files:
             f.destroy()
+
+
+# The compiled twins, when built (rocketstore._speedups); the pure-Python code otherwise.
+if _speedups.compiled is not None:
+    index_key_hash = _speedups.compiled.index_key_hash
+    put_message_keys = _speedups.compiled.put_message_keys
+else:
+    index_key_hash = index_key_hash_py
+    put_message_keys = put_message_keys_py

@@ -62,6 +62,7 @@ from rocketstore.subscription import ALL, Subscription
 from .consume_queue import ConsumeQueue, ConsumeQueueStore
 from .dispatch_check import BLANK_HEAD_BYTES, DispatchRefused, check_batch, placement_problem, record_mismatch
 from .dispatch_health import DispatchHealth
+from .dispatch_runs import ColumnBatch, PlainWriteFailed, apply_plain, remaining_columns
 from .get_message import CQ_UNIT, GetMessageResult, Limits, get_message
 from .index_file import IndexService, IndexWriteError
 
@@ -306,6 +307,7 @@ class IndexStore:
 
     def _apply(self, batch, advanced: dict[tuple[str, int], int], verify: bool) -> int:  # type: ignore[no-untyped-def]
         assert self.index is not None
+        batch = ColumnBatch(batch)  # every column read once
         blanks = check_batch(batch, self.settings.mapped_file_size_commit_log)
         if batch.from_offset > self.position:
             self._accept_jump(batch.from_offset)
@@ -322,9 +324,15 @@ class IndexStore:
         last_ts = 0
         applied = 0
         try:
-            for topic, qid, qoff, phy, size, code, ts, flag, keys, uniq in zip(
-                    batch.topic, batch.queue_id, batch.queue_offset, batch.physical_offset, batch.size,
-                    batch.tags_code, batch.store_timestamp, batch.sys_flag, batch.keys, batch.uniq_key, strict=True):
+            try:  # a plain batch a run at a time (dispatch_runs); any other entry by entry below
+                applied, last_ts = apply_plain(self.consume_queues, self.index if build is not None else None,
+                                               batch, advanced)
+            except PlainWriteFailed as e:
+                applied, last_ts = e.applied, e.last_timestamp
+                self._write_failed(e.physical_offset, e.reason)
+                raise StoreNotWritable(self._write_error) from None
+            for topic, qid, qoff, phy, size, code, ts, flag, keys, uniq in zip(*remaining_columns(batch, applied),
+                                                                               strict=True):
                 problem = placement_problem(topic, qid, qoff)
                 if problem:
                     if phy >= start:

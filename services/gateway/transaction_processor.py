@@ -308,6 +308,10 @@ class TransactionProcessor:
     async def discard(self, half: HalfMessage) -> None:
         """Move ``half`` to TRANS_CHECK_MAX_TIME_TOPIC (resolveDiscardMsg), with op messages so it is
         never checked again."""
+        if self._ctx.topics.get(RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC) is None:
+            # As resolveDiscardMsg: the topic is made on first use (one queue, read and write).
+            await asyncio.to_thread(self._ctx.topics.create_topic_in_send_message_back_method,
+                                    RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC, 1, 6)
         moved = cl_pb.Message()
         moved.CopyFrom(half.message)
         moved.topic, moved.queue_id = RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC, 0

@@ -321,3 +321,24 @@ def test_a_thousand_concurrent_transactions_commit_exactly_what_is_consumed(gate
     wait_until(lambda: len(consume_all(endpoint, "TxMany")) >= len(committed), "the commits dispatched")
     got = consume_all(endpoint, "TxMany", settle=0.5)
     assert sorted(int(m.body) for m in got) == sorted(committed)
+
+
+@pytest.mark.parametrize("gateway", [FAST_CHECKS], indirect=True)
+def test_check_immunity_time_delays_the_first_check(gateway: Broker) -> None:
+    endpoint = _endpoint(gateway)
+    listener = Listener(LocalTransactionState.UNKNOW, LocalTransactionState.COMMIT_MESSAGE)
+    with TransactionMQProducer(endpoint, GROUP, listener) as producer:
+        result = producer.send_message_in_transaction(
+            Message("TxImmune", b"later", properties={"CHECK_IMMUNITY_TIME_IN_SECONDS": "2"}))
+        time.sleep(1.2)  # past transactionTimeOut (300 ms), within the immunity
+        assert listener.checks == [] and [t.transaction_id for t in _open(gateway)] == [result.transaction_id]
+        wait_until(lambda: _open(gateway) == [], "the check after the immunity")
+    assert [m.body for m in consume_all(endpoint, "TxImmune", settle=0.3)] == [b"later"]
+    with pytest.raises(grpc.RpcError) as refused:
+        _stub(gateway).Send(pb.SendRequest(producer_group=GROUP, topic="TxImmune", transaction=True, messages=[
+            pb.OutgoingMessage(body=b"x", properties={"CHECK_IMMUNITY_TIME_IN_SECONDS": "soon"})]), timeout=WAIT)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    with pytest.raises(grpc.RpcError) as refused:
+        _stub(gateway).Send(pb.SendRequest(producer_group=GROUP, topic="TxImmune", messages=[
+            pb.OutgoingMessage(body=b"x", properties={"TRAN_MSG": "true"})]), timeout=WAIT)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT

@@ -180,16 +180,25 @@ class TransactionProcessor:
         await self.ready()
         topic = request.topic
         queue_id = await self._choose_queue(topic, request)
-        encoded = encode_send(request.messages, RMQ_SYS_TRANS_HALF_TOPIC, HALF_QUEUE_ID,
+        outgoing = pb.OutgoingMessage()
+        outgoing.CopyFrom(request.messages[0])
+        # CHECK_IMMUNITY_TIME_IN_SECONDS is a system property a transaction producer may set (RocketMQ's
+        # putUserProperty): taken out before the user properties are checked, then stored as given.
+        immunity = outgoing.properties[CHECK_IMMUNITY] if CHECK_IMMUNITY in outgoing.properties else None
+        if immunity is not None:
+            del outgoing.properties[CHECK_IMMUNITY]
+        if immunity is not None and not (immunity.isdigit() and len(immunity) < 10):
+            raise GatewayError("INVALID_ARGUMENT", f"messages[0]: {CHECK_IMMUNITY} must be a whole number of "
+                                                   f"seconds, not {immunity!r}")
+        encoded = encode_send([outgoing], RMQ_SYS_TRANS_HALF_TOPIC, HALF_QUEUE_ID,
                               self._ctx.settings.max_message_size, self._uniq, self._tags, peer_host)
         append = cl_pb.AppendBatchRequest.FromString(encoded.payload)
         message = append.messages[0]
         message.properties_text += (f"{PROPERTY_REAL_TOPIC}\x01{topic}\x02{PROPERTY_REAL_QUEUE_ID}\x01{queue_id}\x02"
                                     f"{PROPERTY_TRANSACTION_PREPARED}\x01true\x02"
                                     f"{PROPERTY_PRODUCER_GROUP}\x01{request.producer_group}\x02")
-        props = string_to_properties(message.properties_text)
-        if props.get(CHECK_IMMUNITY, "0").strip().lstrip("-").isdigit() is False:
-            raise GatewayError("INVALID_ARGUMENT", f"{CHECK_IMMUNITY} must be a whole number of seconds")
+        if immunity is not None:
+            message.properties_text += f"{CHECK_IMMUNITY}\x01{immunity}\x02"
         appended = await self._append([message], encoded.uniq_keys)
         response = pb.SendResponse()
         # The result names the real topic and queue; its offsets are the half message's (the ones

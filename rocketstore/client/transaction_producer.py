@@ -26,6 +26,7 @@ import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 
@@ -86,7 +87,7 @@ class TransactionMQProducer:
         self._connections = [Connection(e) for e in self.endpoints]
         self._next = 0
         self._checks = ThreadPoolExecutor(max_workers=check_threads, thread_name_prefix="transaction-check")
-        self._streams: list[grpc.Future[pb.TransactionCheck]] = []
+        self._streams: list[Any] = []  # the open TransactionChecks calls (iterators that can be cancelled)
         self._threads: list[threading.Thread] = []
         self._stopped = threading.Event()
         self._started = False

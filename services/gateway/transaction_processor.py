@@ -60,7 +60,7 @@ CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
 CHECK_IMMUNITY = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 CATCH_UP_TIMEOUT = 30.0  # seconds the load waits for the index to hold what the CommitLog holds
 _OP_PROPERTIES = f"{PROPERTY_TAGS}\x01{REMOVE_TAG}\x02"
-_RESOLUTIONS = {pb.TRANSACTION_COMMIT: "commit", pb.TRANSACTION_ROLLBACK: "rollback"}
+_RESOLUTIONS: dict[int, str] = {pb.TRANSACTION_COMMIT: "commit", pb.TRANSACTION_ROLLBACK: "rollback"}
 
 
 def _to_message(m: MessageExt) -> cl_pb.Message:

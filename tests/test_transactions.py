@@ -342,3 +342,16 @@ def test_check_immunity_time_delays_the_first_check(gateway: Broker) -> None:
         _stub(gateway).Send(pb.SendRequest(producer_group=GROUP, topic="TxImmune", messages=[
             pb.OutgoingMessage(body=b"x", properties={"TRAN_MSG": "true"})]), timeout=WAIT)
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_gateway_stops_cleanly_with_a_producers_check_stream_open(gateway: Broker) -> None:
+    assert gateway.gateway is not None
+    listener = Listener(LocalTransactionState.COMMIT_MESSAGE, LocalTransactionState.COMMIT_MESSAGE)
+    producer = TransactionMQProducer(gateway.gateway.endpoint, GROUP, listener).start()
+    try:
+        producer.send_message_in_transaction(Message("TxStop", b"x"))
+        assert gateway.gateway.terminate() == 0
+    finally:
+        producer.shutdown()
+    gateway.gateway.restart()
+    assert [m.body for m in consume_all(gateway.gateway.endpoint, "TxStop", settle=0.3)] == [b"x"]

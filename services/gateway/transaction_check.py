@@ -5,7 +5,8 @@ Every ``transactionCheckInterval`` ms a round goes over the open transactions, o
 
 - older than ``fileReservedTime`` hours: its record may already be deleted; it is logged and no longer
   checked (an op message is written for it);
-- younger than ``transactionTimeOut`` ms (or its CHECK_IMMUNITY_TIME_IN_SECONDS): not yet;
+- younger than ``transactionTimeOut`` ms (or its CHECK_IMMUNITY_TIME_IN_SECONDS), or checked less than
+  ``transactionTimeOut`` ms ago (its producer may still be answering): not yet;
 - checked ``transactionCheckMax`` times: moved to TRANS_CHECK_MAX_TIME_TOPIC and logged;
 - else, when its producer group has a live producer: re-stored with TRANSACTION_CHECK_TIMES + 1 and
   the new copy sent down one producer's ``TransactionChecks`` stream, which answers with EndTransaction.
@@ -92,6 +93,8 @@ class TransactionCheckService:
             return
         if age < (half.immunity_ms or self.timeout_ms):
             return
+        if half.check_times and now - half.copy_store_timestamp < self.timeout_ms:
+            return  # checked less than transactionTimeOut ago: its producer may still be answering
         if half.check_times >= self.check_max:
             _log.warning("transaction checked transactionCheckMax times; moved to TRANS_CHECK_MAX_TIME_TOPIC",
                          transaction_id=half.transaction_id, producer_group=half.producer_group,

@@ -83,7 +83,8 @@ def _half_of(message: cl_pb.Message, commit_log_offset: int, queue_offset: int, 
     except ValueError:
         return None
     return HalfMessage(txid, props.get(PROPERTY_PRODUCER_GROUP, ""), real_topic, real_qid, message, store_timestamp,
-                       commit_log_offset, queue_offset, check_times, immunity, [queue_offset], loaded)
+                       commit_log_offset, queue_offset, check_times, immunity, [queue_offset], loaded,
+                       store_timestamp)
 
 
 def op_message(half_queue_offset: int) -> cl_pb.Message:

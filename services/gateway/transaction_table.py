@@ -37,6 +37,7 @@ class HalfMessage:
     immunity_ms: int = 0  # CHECK_IMMUNITY_TIME_IN_SECONDS, when the producer set it
     copies: list[int] = field(default_factory=list)  # queue offsets of every copy (ops go to each)
     loaded: bool = False  # found at start: a commit of it may exist without its op (a torn write)
+    copy_store_timestamp: int = 0  # when the latest copy was stored (a check is paced by it)
 
 
 class TransactionTable:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import grpc
 import grpc.aio
 
@@ -25,10 +28,10 @@ _OPTIONS = [
 ]
 
 
-def open_channel(endpoint: str) -> grpc.Channel:
+def open_channel(endpoint: str, options: Sequence[tuple[str, Any]] = ()) -> grpc.Channel:
     """An insecure channel to another rocketstore service (``host:port``), with the batch-sized
-    message limits the servers use."""
-    return grpc.insecure_channel(endpoint, options=_OPTIONS)
+    message limits the servers use (and ``options`` after them)."""
+    return grpc.insecure_channel(endpoint, options=[*_OPTIONS, *options])
 
 
 def open_aio_channel(endpoint: str) -> grpc.aio.Channel:

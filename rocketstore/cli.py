@@ -4,6 +4,7 @@
                                 [--metrics-port N] [--metrics-host H] [--set KEY=VALUE ...] [--log-level LEVEL]
     rocketstore serve index --commitlog HOST:PORT [same options]
     rocketstore serve dispatcher --commitlog HOST:PORT --index HOST:PORT [same options]
+    rocketstore serve schedule --commitlog HOST:PORT --index HOST:PORT [same options]
     rocketstore serve ha --commitlog HOST:PORT [same options]
     rocketstore demo [--data-dir DIR] [--port N] [--count N] [--no-wait] [--set KEY=VALUE ...]  (= up --demo)
     rocketstore up | send | consume | status | topic | group | query | bench   (rocketstore.commands)
@@ -63,6 +64,11 @@ SERVICES: dict[str, ServiceEntry] = {
     "dispatcher": ServiceEntry(
         "rocketstore.services.dispatcher.main",
         "the dispatcher: tails the CommitLog and feeds the index service (ReputMessageService)",
+        peers=("commitlog", "index"),
+    ),
+    "schedule": ServiceEntry(
+        "rocketstore.services.schedule.main",
+        "the schedule service: delivers delay-level messages when due (ScheduleMessageService; master only)",
         peers=("commitlog", "index"),
     ),
     "ha": ServiceEntry(

@@ -2,7 +2,8 @@
 queries, topic and group administration, broker status and benchmarks.
 
     rocketstore up [--data-dir DIR] [--config broker.properties] [--port PORT] [--with-slave]
-    rocketstore send --endpoint HOST:PORT --topic T [--tags TAG] [--keys "K1 K2"] [--body TEXT] [--count N] [--json]
+    rocketstore send --endpoint HOST:PORT --topic T [--tags TAG] [--keys "K1 K2"] [--body TEXT] [--count N]
+                     [--delay-level N] [--json]
     rocketstore consume --endpoint HOST:PORT --topic T --group G [--expression EXPR] [--count N] [--timeout S] [--json]
     rocketstore status --endpoint HOST:PORT [--json]
     rocketstore topic create|update|delete|list|stats ...
@@ -21,11 +22,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, TypedDict
 
@@ -226,6 +228,9 @@ def _add_send(commands: _SubParsers) -> None:
     p.add_argument("--sharding-key", default=None, help="choose the queue by this key (ordered messages)")
     p.add_argument("--property", metavar="KEY=VALUE", dest="properties", type=_key_value, action="append",
                    default=[], help="a user property; repeatable")
+    p.add_argument("--delay-level", type=_non_negative, default=0,
+                   help="deliver after delay level N of the broker's messageDelayLevel (1 = 1s by default; "
+                        "a level past the last is the last); not with --batch")
     p.add_argument("--producer-group", default="DEFAULT_PRODUCER")
     p.add_argument("--retries", type=_non_negative, default=2, help="retryTimesWhenSendFailed (default: 2)")
     p.add_argument("--transaction", choices=("commit", "rollback", "unknown"), default=None,
@@ -255,7 +260,8 @@ def _run_send(args: argparse.Namespace) -> int:
     def message(i: int) -> Message:
         body = body_bytes if body_bytes is not None else (
             args.body.replace("{i}", str(i)) if templated else args.body).encode()
-        return Message(args.topic, body, tags=args.tags, keys=args.keys, properties=dict(args.properties))
+        return Message(args.topic, body, tags=args.tags, keys=args.keys, properties=dict(args.properties),
+                       delay_time_level=args.delay_level)
 
     def report(r: SendResult) -> None:
         if args.json:
@@ -416,9 +422,11 @@ def _run_status(args: argparse.Namespace) -> int:
 
     with Admin(args.endpoint, timeout=args.rpc_timeout) as admin:
         s = admin.broker_status()
+    ha = replication_status(s.stats, s.commitlog_max_offset)
     if args.json:
         out = to_dict(s)
         out["endpoint"] = args.endpoint
+        out["ha"] = ha
         _emit(out)
         return EXIT_OK
     rows = [
@@ -429,11 +437,41 @@ def _run_status(args: argparse.Namespace) -> int:
         ("dispatchBehindBytes", str(s.dispatch_behind_bytes)),
         ("dispatchBehindMillis", str(s.dispatch_behind_millis)), ("diskUsedRatio", f"{s.disk_used_ratio:.3f}"),
     ]
+    rows += [(f"ha.{k}", str(v)) for k, v in ha.items()]
     rows += sorted(s.stats.items())
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         print(f"{key:<{width}}  {value}")
     return EXIT_OK
+
+
+def replication_status(stats: Mapping[str, str], max_offset: int) -> dict[str, object]:
+    """The HA rows of a broker's status, from its CommitLog's stats (``commitlog.*``): the role, the
+    connection (a master's slaves, a slave's master), both max offsets and the lag in bytes and ms."""
+    def num(key: str) -> int:
+        try:
+            return int(stats.get(f"commitlog.{key}", "-1"))
+        except ValueError:
+            return -1
+
+    role = stats.get("commitlog.brokerRole", "")
+    out: dict[str, object] = {"role": role}
+    if role == "SLAVE":
+        master, heard = stats.get("commitlog.haMasterAddress", ""), num("haMasterHeardMillisAgo")
+        out["connection"] = (f"slave of {master}, last heard {heard} ms ago" if heard >= 0
+                             else f"slave of {master}, nothing heard from it yet")
+        out["masterMaxOffset"] = num("haMasterMaxOffset")
+        out["slaveMaxOffset"] = max_offset
+    else:
+        slaves = num("slaveConnections")
+        addresses = stats.get("commitlog.slaveAddresses", "")
+        out["connection"] = (f"master of {slaves} slave(s): {addresses}" if slaves > 0
+                             else "master, no slave connected")
+        out["masterMaxOffset"] = max_offset
+        out["slaveMaxOffset"] = num("slaveAckedOffset")  # what the slave acknowledged holding
+    out["lagBytes"] = num("slaveLagBytes")
+    out["lagMillis"] = num("slaveLagMillis")
+    return out
 
 
 # --- topic ------------------------------------------------------------------------------------
@@ -935,6 +973,46 @@ def _run_bench_consume(args: argparse.Namespace) -> int:
     return EXIT_OK if meter.count >= total and meter.failed == 0 else EXIT_FAILED
 
 
+# --- doctor -----------------------------------------------------------------------------------
+
+def _add_doctor(commands: _SubParsers) -> None:
+    p = commands.add_parser(
+        "doctor", help="check a stopped store's files (offline) and repair what the CommitLog can rebuild",
+        description="Check every CommitLog record (magic, sizes, own offset, body CRC), every ConsumeQueue unit "
+                    "against the CommitLog, the IndexFiles, the checkpoint and the config JSON files of a stopped "
+                    "store; print what is wrong, where, and what to do. Exit 0 when clean, 1 when something is "
+                    "wrong, 2 when the store cannot be checked (in use by a running broker).")
+    p.add_argument("--data-dir", metavar="DIR", required=True, help="the store root directory (storePathRootDir)")
+    p.add_argument("--config", metavar="FILE", default=None,
+                   help="the broker.properties the store runs with (file sizes, store paths)")
+    p.add_argument("--set", metavar="KEY=VALUE", dest="settings", type=_key_value, action="append", default=[],
+                   help="a setting the store runs with, by its RocketMQ name (maxHashSlotNum=...); repeatable")
+    p.add_argument("--repair", action="store_true",
+                   help="rebuild damaged ConsumeQueues and IndexFiles (and the dispatch position) from the CommitLog, "
+                        "reset a damaged checkpoint, restore config files from their .bak")
+    p.add_argument("--truncate-damaged-tail", action="store_true",
+                   help="with --repair: cut the CommitLog before its first damaged record (every record after it is "
+                        "lost); never done without this option")
+    _add_json(p)
+    p.set_defaults(handler=_run_doctor)
+
+
+def _run_doctor(args: argparse.Namespace) -> int:
+    from rocketstore.doctor import run_doctor
+    from rocketstore.settings import SettingsError, load_settings
+
+    if args.truncate_damaged_tail and not args.repair:
+        print("rocketstore doctor: --truncate-damaged-tail goes with --repair", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        settings = load_settings(args.config, {**dict(args.settings), "storePathRootDir": args.data_dir}, os.environ)
+    except SettingsError as e:
+        print(f"rocketstore doctor: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    return run_doctor(settings, repair=args.repair, truncate_damaged_tail=args.truncate_damaged_tail,
+                      as_json=args.json, out=sys.stdout)
+
+
 # --- registration -----------------------------------------------------------------------------
 
 def add_commands(commands: _SubParsers) -> None:
@@ -947,6 +1025,7 @@ def add_commands(commands: _SubParsers) -> None:
     _add_group(commands)
     _add_query(commands)
     _add_bench(commands)
+    _add_doctor(commands)
     from rocketstore.transaction_commands import add_transaction_commands
 
     add_transaction_commands(commands, _add_endpoint, _add_json, _guard)

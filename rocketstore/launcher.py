@@ -1,10 +1,13 @@
 """``rocketstore up``: the embedded broker. Every service as its own process, one data directory.
 
-The internal services (commitlog, index, dispatcher) listen on loopback, where their peers are; only the
-gateway listens on ``--host`` (``--internal-host`` moves the others, e.g. to reach them for debugging).
+The internal services (commitlog, index, dispatcher) listen on loopback, where their peers are; the
+gateway and the ha service (replication, which a slave on another machine reaches) listen on ``--host``
+(``--internal-host`` moves the others, e.g. to reach them for debugging). The ha service listens on
+haListenPort; when that key is left at its default and the port is taken, on a free port instead (printed).
 
 Start order follows the data flow: commitlog (owns the CommitLog), index (reads it), dispatcher (feeds
-the index from the CommitLog), gateway (talks to commitlog and index). Each must report SERVING on the
+the index from the CommitLog), gateway (talks to commitlog and index), ha (replicates the CommitLog:
+streams it to slaves on a master, appends the master's on a SLAVE). Each must report SERVING on the
 standard gRPC health service before the next starts. Then the launcher supervises: a service that dies is
 started again on the same port, after a back-off that doubles while it keeps dying (0.5 s up to 30 s,
 reset once it has stayed up for a minute). SIGINT (Ctrl-C) or SIGTERM stops the services in reverse
@@ -33,14 +36,18 @@ from typing import TextIO
 from rocketstore.errors import DeadlineExceeded
 from rocketstore.health_client import wait_serving
 
-__all__ = ["HA_SERVICE_ORDER", "SERVICE_ORDER", "Launcher", "LaunchError", "ManagedService", "free_port", "run_up"]
+__all__ = ["HA_SERVICE_ORDER", "SERVICE_ORDER", "Launcher", "LaunchError", "ManagedService", "free_port", "ha_port",
+           "run_up", "run_with_slave"]
 
-SERVICE_ORDER = ("commitlog", "index", "dispatcher", "gateway")
-HA_SERVICE_ORDER = (*SERVICE_ORDER, "ha")  # a broker of a master/slave pair (up --with-slave)
+SERVICE_ORDER = ("commitlog", "index", "dispatcher", "schedule", "gateway")
+# What `rocketstore up` runs: the broker and its replication. On a SLAVE the schedule service only
+# answers health checks (the master's deliveries reach it replicated), ready for a promotion.
+HA_SERVICE_ORDER = (*SERVICE_ORDER, "ha")
 PEERS: dict[str, tuple[str, ...]] = {
     "commitlog": (),
     "index": ("commitlog",),
     "dispatcher": ("commitlog", "index"),
+    "schedule": ("commitlog", "index"),
     "gateway": ("commitlog", "index"),
     "ha": ("commitlog",),
 }
@@ -170,6 +177,7 @@ class Launcher:
         services: Sequence[str] = SERVICE_ORDER,
         label: str = "",
         stop_event: threading.Event | None = None,
+        preferred_ports: dict[str, int] | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.config = config
@@ -187,6 +195,9 @@ class Launcher:
         logs = Path(log_dir) if log_dir else self.store_dir / "logs"
         chosen = dict(ports or {})
         chosen["gateway"] = port or chosen.get("gateway") or free_port(host)
+        # A preferred port (haListenPort at its default) is tried first, and moved like a picked one.
+        self._preferred = {n: p for n, p in (preferred_ports or {}).items() if n in self.order and not chosen.get(n)}
+        chosen.update(self._preferred)
         for name in self.order:
             if not chosen.get(name):
                 chosen[name] = free_port(self.host_of(name))
@@ -202,8 +213,9 @@ class Launcher:
             self.services[name].command = self._command(name)
 
     def host_of(self, name: str) -> str:
-        """Where service ``name`` listens: the gateway on ``host``, the others on ``internal_host``."""
-        return self.host if name == "gateway" else self.internal_host
+        """Where service ``name`` listens: the gateway and the ha service (which slaves reach) on ``host``,
+        the others on ``internal_host``."""
+        return self.host if name in ("gateway", "ha") else self.internal_host
 
     def _command(self, name: str) -> list[str]:
         """``rocketstore serve <name>`` with the services' current ports."""
@@ -266,7 +278,11 @@ class Launcher:
                         if self._stop.is_set() or attempt == 2 or name not in self._picked \
                                 or svc.running or not self._port_taken(svc.host, svc.port):
                             raise
+                    taken = svc.port
                     svc.port = free_port(svc.host)  # lost the port we picked: take another one
+                    if name in self._preferred:
+                        self.say(f"  {name}: port {taken} is taken; listening on {svc.port} instead "
+                                 "(set haListenPort to choose the port)")
                     for later in self.order[i:]:
                         self.services[later].command = self._command(later)
                 self.say(f"  {name:<11} {svc.endpoint:<21} pid {svc.pid:<8} SERVING")
@@ -349,7 +365,7 @@ class Launcher:
                     print(f"rocketstore up: the demo failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
             while not self._stop.wait(0.2):
                 self.supervise_once()
-            self.say("stopping (gateway, dispatcher, index, commitlog)")
+            self.say(f"stopping ({', '.join(reversed(self.order))})")
             clean = self.stop()
             self.say("stopped cleanly" if clean else "stopped; a service did not exit cleanly (see its log)")
             return 0 if clean else 1
@@ -358,13 +374,36 @@ class Launcher:
                 signal.signal(sig, handler)  # type: ignore[arg-type]
 
 
+def ha_port(config: str | None, settings: Sequence[tuple[str, str]],
+            environ: dict[str, str] | None = None) -> tuple[int, bool]:
+    """The ha service's port (haListenPort) and whether it was set (in the file, the environment or a
+    flag) rather than left at its default."""
+    from rocketstore.settings import ENV_PREFIX, load_settings, lookup_key, parse_properties
+
+    environ = dict(os.environ) if environ is None else environ
+    port = load_settings(config, dict(settings), environ).ha_listen_port
+
+    def is_key(name: str) -> bool:
+        key = lookup_key(name)
+        return key is not None and key.name == "haListenPort"
+
+    names = [k for k, _ in settings]
+    names += [k[len(ENV_PREFIX):] for k in environ if k.startswith(ENV_PREFIX)]
+    config = config or environ.get(ENV_PREFIX + "CONFIG") or None
+    if config is not None:
+        names += [k for k, _, _ in parse_properties(Path(config).read_text(), config)]
+    return port, any(is_key(n) for n in names)
+
+
 def run_up(data_dir: str | None, config: str | None, port: int, *, host: str = "127.0.0.1",
            internal_host: str = "127.0.0.1", settings: Sequence[tuple[str, str]] = (), log_dir: str | None = None,
            log_level: str = "info", demo: int = 0, stop_after_demo: bool = False) -> int:
     """``rocketstore up``: the embedded broker in the foreground until Ctrl-C or SIGTERM; with ``demo``,
     a producer and a consumer exchange that many messages once it is up."""
+    ha, explicit = ha_port(config, settings)
     launcher = Launcher(data_dir, config, port, host=host, internal_host=internal_host, settings=settings,
-                        log_dir=log_dir, log_level=log_level)
+                        log_dir=log_dir, log_level=log_level, services=HA_SERVICE_ORDER,
+                        ports={"ha": ha} if explicit else None, preferred_ports=None if explicit else {"ha": ha})
 
     def run_demo(up: Launcher) -> None:
         from rocketstore.demo import run_broker_demo
@@ -388,9 +427,11 @@ def run_with_slave(data_dir: str | None, config: str | None, port: int, *, host:
     default) with its ha service, and a whole SLAVE broker beside it (data directory ``<store>-slave``,
     a gateway on a free port) replicating from it. Stops the slave first, then the master."""
     stop = threading.Event()
+    ha, explicit = ha_port(config, settings)
     master = Launcher(data_dir, config, port, host=host, internal_host=internal_host, settings=settings,
                       log_dir=log_dir, log_level=log_level,
-                      services=HA_SERVICE_ORDER, label="master: ", stop_event=stop, out=out)
+                      services=HA_SERVICE_ORDER, label="master: ", stop_event=stop, out=out,
+                      ports={"ha": ha} if explicit else None, preferred_ports=None if explicit else {"ha": ha})
     slave: Launcher | None = None
     previous: dict[int, object] = {}
     if install_signals:

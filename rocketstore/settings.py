@@ -78,7 +78,7 @@ class KeyStatus(enum.Enum):
 
 
 # The services that read settings; a key's readers are some of these.
-SERVICES = ("commitlog", "index", "dispatcher", "gateway", "ha")
+SERVICES = ("commitlog", "index", "dispatcher", "gateway", "ha", "schedule")
 
 
 class SettingsError(ValueError):
@@ -438,8 +438,8 @@ KEYS: tuple[SettingKey, ...] = (
        by="gateway", minimum=1),
     # --- store paths (MessageStoreConfig); the five below default to entries under storePathRootDir
     _k("storePathRootDir", str, "~/store", "Root of the store directory ('~' expanded).",
-       by="commitlog index dispatcher gateway", part="the gateway keeps config/ (topics, consumer offsets) under it; "
-       "the dispatcher reads the operator token from it",
+       by="commitlog index dispatcher gateway schedule", part="the gateway keeps config/ (topics, consumer offsets) "
+       "under it, the schedule service config/delayOffset.json; the dispatcher reads the operator token from it",
        check=_non_empty, normalize=_expand_path),
     _k("storePathCommitLog", str, None, "CommitLog directory.", by="commitlog", normalize=_expand_path,
        derive="commitlog"),
@@ -453,7 +453,7 @@ KEYS: tuple[SettingKey, ...] = (
        by="commitlog", part="the CommitLog's abort file; the index service keeps its own (index.abort)",
        normalize=_expand_path, derive="abort"),
     # --- file sizes
-    _k("mappedFileSizeCommitLog", int, 1073741824, "Size of each CommitLog file (bytes).", by="commitlog index ha",
+    _k("mappedFileSizeCommitLog", int, 1073741824, "Size of each CommitLog file (bytes).", by="commitlog ha index",
        minimum=1024, maximum=_JAVA_INT_MAX),
     _k("mappedFileSizeConsumeQueue", int, 6000000,
        "Size of each ConsumeQueue file (bytes); rounded up to a multiple of 20, the unit size.", by="index",
@@ -564,16 +564,16 @@ KEYS: tuple[SettingKey, ...] = (
     _k("maxMsgsNumBatch", int, 64, "Most messages a query by key returns.", by="index gateway", minimum=1),
     # --- delay messages
     _k("messageDelayLevel", str, "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h",
-       "Delay of each level, level 1 first; units s, m, h, d.", by="dispatcher gateway",
-       not_yet="delayed delivery is not built yet; the levels only set the queues of SCHEDULE_TOPIC_XXXX "
-       "(gateway) and the delivery time the dispatcher writes as a delayed message's tags code",
+       "Delay of each level, level 1 first; units s, m, h, d.", by="dispatcher gateway schedule",
        check=_check_delay_levels),
     _k("flushDelayOffsetInterval", int, 10000, "Interval of persisting the delay queues' offsets (ms).",
-       not_yet="delayed delivery is not built yet, so there are no delay offsets to persist", minimum=1),
+       ignored="the schedule service writes config/delayOffset.json after every delivered batch, so a crash "
+       "repeats at most the batch in flight rather than up to this interval's deliveries", minimum=1),
     # --- HA
     _k("brokerRole", BrokerRole, BrokerRole.ASYNC_MASTER,
-       "ASYNC_MASTER replicates in the background; SYNC_MASTER waits for a slave; SLAVE replicates.",
-       by="commitlog index gateway ha",
+       "ASYNC_MASTER replicates in the background; SYNC_MASTER waits for a slave; SLAVE replicates "
+       "(and its schedule service delivers nothing).",
+       by="commitlog index gateway ha schedule",
        part="replication, the SYNC_MASTER wait and a SLAVE's refusal of sends; "
        f"{_NO_SLAVE_READ}"),
     _k("slaveTimeout", int, 3000,

@@ -99,6 +99,11 @@ def record_positions(records: bytes | memoryview) -> np.ndarray:
     return np.array(out, dtype=np.int64)
 
 
+def _refuse_where(bad: np.ndarray, pos: np.ndarray, why: str) -> None:
+    if bad.any():
+        raise RecordLayoutError(f"record at position {int(pos[np.flatnonzero(bad)[0]])}: {why}")
+
+
 # --- gathering ---------------------------------------------------------------------------------
 def _take(u8: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
     return u8[starts[:, None] + np.arange(width)]
@@ -238,9 +243,16 @@ def decode_records(records: bytes, columns: Sequence[str] = COLUMNS, tags: Colle
     body_len = _i32(u8, body_len_pos).astype(np.int64)
     body_start = body_len_pos + BODYLEN_LENGTH
     topic_len_pos = body_start + body_len
+    # A damaged length must be refused before it is used as an index: the fields must add up to TOTALSIZE.
+    record_end = pos + _i32(u8, pos).astype(np.int64)
+    _refuse_where((body_len < 0) | (topic_len_pos + TOPICLEN_LENGTH + PROPERTIESLEN_LENGTH > record_end), pos,
+                  "its body length runs past its TOTALSIZE")
     topic_len = u8[topic_len_pos].astype(np.int64)
     props_len_pos = topic_len_pos + TOPICLEN_LENGTH + topic_len
     props_start = props_len_pos + PROPERTIESLEN_LENGTH
+    _refuse_where(props_start > record_end, pos, "its topic length runs past its TOTALSIZE")
+    _refuse_where(props_start + _i16(u8, props_len_pos).astype(np.int64) != record_end, pos,
+                  "its field lengths do not add up to its TOTALSIZE")
     wanted = set(columns)
 
     props = None

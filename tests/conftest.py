@@ -245,6 +245,15 @@ class DispatcherProcess(ServiceProcess):
     health_service = ""  # the server's overall health: it carries no service of its own
 
 
+class ScheduleProcess(ServiceProcess):
+    service = "schedule"
+    health_service = ""  # health and reflection only
+
+    @property
+    def delay_offset_file(self) -> Path:
+        return self.data_dir / "config" / "delayOffset.json"
+
+
 class GatewayProcess(ServiceProcess):
     service = "gateway"
     health_service = "rocketstore.v1.Gateway"
@@ -259,7 +268,8 @@ class GatewayProcess(ServiceProcess):
 class Broker:
     """CommitLog, index and dispatcher processes over one data directory, and optionally the gateway."""
 
-    def __init__(self, data_dir: Path, overrides: Mapping[str, str], log_dir: Path, with_gateway: bool = False) -> None:
+    def __init__(self, data_dir: Path, overrides: Mapping[str, str], log_dir: Path, with_gateway: bool = False,
+                 with_schedule: bool = False) -> None:
         self.data_dir = data_dir
         self.commitlog = CommitLogProcess(data_dir, overrides, log_dir)
         self.index = IndexProcess(data_dir, overrides, log_dir, peers={"commitlog": self.commitlog.endpoint})
@@ -267,11 +277,14 @@ class Broker:
             "commitlog": self.commitlog.endpoint, "index": self.index.endpoint})
         self.gateway = GatewayProcess(data_dir, overrides, log_dir, peers={
             "commitlog": self.commitlog.endpoint, "index": self.index.endpoint}) if with_gateway else None
+        self.schedule = ScheduleProcess(data_dir, overrides, log_dir, peers={
+            "commitlog": self.commitlog.endpoint, "index": self.index.endpoint}) if with_schedule else None
 
     @property
     def processes(self) -> list[ServiceProcess]:
         procs: list[ServiceProcess] = [self.commitlog, self.index, self.dispatcher]
-        return procs + [self.gateway] if self.gateway is not None else procs
+        procs += [p for p in (self.schedule, self.gateway) if p is not None]
+        return procs
 
     def start(self) -> Broker:
         # All at once: each service waits for (or retries) the ones it talks to.
@@ -342,9 +355,10 @@ def broker_factory(tmp_path: Path) -> Iterator[Callable[..., Broker]]:
     stopped at teardown, and each process still running must exit 0 on SIGTERM."""
     started: list[Broker] = []
 
-    def factory(overrides: Mapping[str, str] | None = None, start: bool = True, gateway: bool = False) -> Broker:
+    def factory(overrides: Mapping[str, str] | None = None, start: bool = True, gateway: bool = False,
+                schedule: bool = False) -> Broker:
         broker = Broker(tmp_path / f"broker{len(started)}", {**DEFAULT_BROKER_SETTINGS, **(overrides or {})},
-                        tmp_path, with_gateway=gateway)
+                        tmp_path, with_gateway=gateway, with_schedule=schedule)
         started.append(broker)
         return broker.start() if start else broker
 
@@ -365,3 +379,14 @@ def gateway(request: pytest.FixtureRequest, broker_factory: Callable[..., Broker
     """A running broker with its gateway (``broker.gateway.stub`` / ``.batch_read``); indirect
     parametrisation passes a dict of settings overrides."""
     return broker_factory(getattr(request, "param", None) or {}, gateway=True)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The fault suite's counts (cycles, acknowledged, lost, inputs tried), shown even with -q."""
+    import fault_counts
+
+    if fault_counts.COUNTS:
+        terminalreporter.write_sep("=", "fault suite counts")
+        for line in fault_counts.lines():
+            terminalreporter.write_line(line)
+        fault_counts.save()

@@ -246,3 +246,14 @@ def test_demo_starts_the_broker_produces_consumes_and_stops(tmp_path: Path) -> N
     assert "query by key order-4 -> ['order 4: 3 x widget']" in out
     assert "stopped cleanly" in out
     assert (tmp_path / "store" / "config" / "topics.json").exists()
+
+
+def test_send_with_a_delay_level_is_delivered_by_the_schedule_service_of_up(ep: str) -> None:
+    (sent,) = json_lines(run("send", "-e", ep, "-t", "CliDelay", "--queue-id", "0", "--body", "later",
+                             "--delay-level", "1", "--json").stdout)
+    assert sent["status"] == "SEND_OK" and sent["queueId"] == 0
+    got = json_lines(run("consume", "-e", ep, "-t", "CliDelay", "-g", "cli_delay", "--count", "1", "--timeout", "30",
+                         "--json").stdout)
+    assert [(g["msgId"], g["topic"], g["body"]) for g in got] == [(sent["msgId"], "CliDelay", "later")]
+    # Delivered as a new record: not the one stored under SCHEDULE_TOPIC_XXXX.
+    assert got[0]["offsetMsgId"] != sent["offsetMsgId"]

@@ -27,7 +27,8 @@ HELD_QUEUES = 6  # the held pulls wait on queues 0..5; queue 7 has a message for
 HELD_WAVE = 250
 POLL_MS = 20_000  # all of them are held well before the first one's poll time ends
 PROMPT = 5.0  # seconds: a send or a pull that finds messages must be answered well within this
-LATE_MARGIN = 2.0  # seconds a held pull may be answered after its poll timeout (scheduling, the network)
+LATE_MARGIN = 5.0  # seconds a held pull may be answered after its poll timeout: the one test client takes
+# seconds to read 5,000 answers on a busy machine; a pull held by a thread was 10-20 s late
 
 _CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)]
 

@@ -12,60 +12,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import DEFAULT_BROKER_SETTINGS, RPC_TIMEOUT, Broker, ServiceProcess
+from conftest import DEFAULT_BROKER_SETTINGS
+from ha_processes import HABroker, wait_for
+from ha_processes import assert_replicated as _assert_replicated
+from ha_processes import messages as _messages
 
 from rocketstore.v1 import commitlog_pb2 as cl_pb
-from rocketstore.v1 import ha_pb2, ha_pb2_grpc
-from rocketstore.v1 import index_pb2 as ix_pb
 
 SYNC_FLUSH_TIMEOUT_MS = 3000
-
-
-class HAProcess(ServiceProcess):
-    service = "ha"
-    health_service = "rocketstore.v1.HA"
-    stub: ha_pb2_grpc.HAStub | None = None
-
-    def _make_stubs(self, channel) -> None:  # noqa: ANN001
-        self.stub = ha_pb2_grpc.HAStub(channel)
-
-
-class HABroker:
-    """A Broker and its ha process."""
-
-    def __init__(self, data_dir: Path, overrides: dict[str, str], log_dir: Path, ha_port: int | None = None) -> None:
-        self.broker = Broker(data_dir, overrides, log_dir)
-        self.ha = HAProcess(data_dir, overrides, log_dir, port=ha_port,
-                            peers={"commitlog": self.broker.commitlog.endpoint})
-
-    @property
-    def processes(self) -> list[ServiceProcess]:
-        return [*self.broker.processes, self.ha]
-
-    def start(self) -> HABroker:
-        for p in self.processes:
-            p.launch()
-        for p in self.processes:
-            p.wait_serving()
-        return self
-
-    def kill9(self) -> None:
-        for p in self.processes:
-            p.kill9()
-
-    def close(self) -> list[str]:
-        failures = []
-        for p in reversed(self.processes):
-            code = p.close()
-            if code not in (None, 0):
-                failures.append(f"{p.service} exited with {code} on SIGTERM:\n{p.log_tail()}")
-        return failures
-
-    def offsets(self) -> cl_pb.Offsets:
-        return self.broker.commitlog.stub.GetOffsets(cl_pb.GetOffsetsRequest(), timeout=RPC_TIMEOUT)
-
-    def stats(self) -> dict[str, str]:
-        return dict(self.broker.commitlog.stub.GetStats(cl_pb.GetStatsRequest(), timeout=RPC_TIMEOUT).stats)
 
 
 @pytest.fixture
@@ -84,53 +38,11 @@ def pair(tmp_path: Path) -> Iterator[tuple[HABroker, HABroker]]:
 
 
 def _wait(predicate, timeout: float, what: str) -> None:  # noqa: ANN001
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+    wait_for(predicate, timeout, what)
 
 
 def _send(master: HABroker, n: int, tag: str) -> list[cl_pb.AppendResult]:
-    messages = [cl_pb.Message(topic=f"HaTopic{i % 2}", queue_id=i % 4, body=f"{tag}-{i}".encode() * 100,
-                              properties={"TAGS": tag, "KEYS": f"{tag}-{i}"}) for i in range(n)]
-    return list(master.broker.commitlog.stub.AppendBatch(cl_pb.AppendBatchRequest(messages=messages),
-                                                         timeout=RPC_TIMEOUT).results)
-
-
-def _commitlog_bytes(root: Path, start: int, end: int, file_size: int) -> bytes:
-    out = bytearray()
-    at = start
-    while at < end:
-        base = at - at % file_size
-        with open(root / "commitlog" / f"{base:020d}", "rb") as f:
-            f.seek(at - base)
-            out += f.read(min(end, base + file_size) - at)
-        at = base + file_size
-    return bytes(out)
-
-
-def _queues(b: HABroker) -> dict[tuple[str, int], list[tuple[int, bytes]]]:
-    """Every queue's (queue offset, record) pairs, read back through the broker's index."""
-    stub = b.broker.index.stub
-    out = {}
-    for q in stub.GetQueueOffsets(ix_pb.GetQueueOffsetsRequest(), timeout=RPC_TIMEOUT).queues:
-        units = []
-        for batch in stub.ReadQueue(ix_pb.ReadQueueRequest(topic=q.topic, queue_id=q.queue_id,
-                                                           start_offset=q.min_offset), timeout=RPC_TIMEOUT):
-            units.append((tuple(batch.queue_offsets), batch.records))
-        out[(q.topic, q.queue_id)] = units
-    return out
-
-
-def _assert_replicated(master: HABroker, slave: HABroker, tmp_path: Path) -> None:
-    _wait(lambda: slave.offsets().max_offset == master.offsets().max_offset, 60, "the slave to catch up")
-    s = slave.offsets()
-    size = int(DEFAULT_BROKER_SETTINGS["mapedFileSizeCommitLog"])
-    assert _commitlog_bytes(tmp_path / "slave", s.min_offset, s.max_offset, size) == \
-        _commitlog_bytes(tmp_path / "master", s.min_offset, s.max_offset, size)
-    _wait(lambda: _queues(slave) == _queues(master), 60, "the slave's ConsumeQueues to match the master's")
+    return master.append(_messages(n, tag))
 
 
 def test_a_slave_broker_replicates_a_sync_master_and_catches_up_after_kill9(pair, tmp_path: Path) -> None:
@@ -150,8 +62,8 @@ def test_a_slave_broker_replicates_a_sync_master_and_catches_up_after_kill9(pair
         t.join(120)
     assert len(statuses) == 600 and set(statuses) == {cl_pb.PUT_OK}
     assert master.offsets().max_offset > 4 * int(DEFAULT_BROKER_SETTINGS["mapedFileSizeCommitLog"])
-    _assert_replicated(master, slave, tmp_path)
-    status = slave.ha.stub.GetStatus(ha_pb2.GetHAStatusRequest(), timeout=RPC_TIMEOUT)
+    _assert_replicated(master, slave)
+    status = slave.ha_status()
     assert status.role == "SLAVE" and status.connected and status.master_address == master.ha.endpoint
     # what `rocketstore status` shows of each (the CommitLog's stats, as commitlog.*)
     assert master.stats()["slaveLagBytes"] == "0" and master.stats()["brokerRole"] == "SYNC_MASTER"
@@ -178,5 +90,5 @@ def test_a_slave_broker_replicates_a_sync_master_and_catches_up_after_kill9(pair
     for p in slave.processes:
         p.restart()
     _wait(lambda: master.stats().get("slaveConnections") == "1", 30, "the restarted slave to connect")
-    _assert_replicated(master, slave, tmp_path)
+    _assert_replicated(master, slave)
     assert {r.status for r in _send(master, 10, "back")} == {cl_pb.PUT_OK}

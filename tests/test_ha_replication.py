@@ -66,6 +66,7 @@ def test_sync_master_puts_are_acknowledged_and_the_slave_holds_the_same_bytes(pa
     assert pair.master_store.max_offset > 5 * FILE_SIZE
     _caught_up(pair)
     _same_bytes(pair, tmp_path, 0)
+    pair.slave_store.sync_queue_offsets()
     assert pair.slave_store.commitlog.topic_queue_table == pair.master_store.commitlog.topic_queue_table
 
 

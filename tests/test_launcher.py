@@ -1,5 +1,5 @@
-"""``rocketstore up``: the four services start in order and report SERVING, a service that dies is started
-again, and SIGTERM or SIGINT stops them in reverse order with exit code 0.
+"""``rocketstore up``: the four services and the ha service start in order and report SERVING, a service
+that dies is started again, and SIGTERM or SIGINT stops them in reverse order with exit code 0.
 
 ``UpProcess`` (used by the client, CLI and grpcurl tests too) runs the installed ``rocketstore up`` on a
 fresh data directory and a free gateway port, and reads the endpoints and pids it prints.
@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from rocketstore.health_client import HealthClient
-from rocketstore.launcher import SERVICE_ORDER, ManagedService
+from rocketstore.launcher import HA_SERVICE_ORDER, SERVICE_ORDER, ManagedService
 
 START_TIMEOUT = 240.0  # seconds for `rocketstore up` to print "ready" (4 services, a loaded CI machine)
 STOP_TIMEOUT = 60.0  # seconds for it to exit after SIGTERM / SIGINT
@@ -208,7 +208,7 @@ def up(tmp_path: Path) -> Iterator[UpProcess]:
 
 def test_up_starts_services_in_order_each_serving(up: UpProcess) -> None:
     services = up.services()
-    assert list(services) == list(SERVICE_ORDER)
+    assert list(services) == list(HA_SERVICE_ORDER)  # the four and the ha service (replication)
     assert services["gateway"][0] == up.endpoint
     for name, (endpoint, pid) in services.items():
         assert pid_alive(pid), name
@@ -216,7 +216,7 @@ def test_up_starts_services_in_order_each_serving(up: UpProcess) -> None:
     # Every service runs over the one data directory, and logs where the banner says.
     assert up.data_dir is not None and (up.data_dir / "commitlog").is_dir()
     assert (up.data_dir / "config").is_dir()
-    for name in SERVICE_ORDER:
+    for name in HA_SERVICE_ORDER:
         assert (up.data_dir / "logs" / f"{name}.log").stat().st_size > 0
 
 
@@ -225,7 +225,7 @@ def test_sigterm_stops_every_service_in_reverse_order_and_exits_zero(up: UpProce
     mark = len(up.lines)
     assert up.stop(signal.SIGTERM) == 0
     stopped = [m.group(1) for line in up.lines[mark:] if (m := re.match(r"\s+stopped (\w+) \(exit code 0\)", line))]
-    assert stopped == list(reversed(SERVICE_ORDER)), up.output()
+    assert stopped == list(reversed(HA_SERVICE_ORDER)), up.output()
     assert "stopped cleanly" in up.output()
     assert wait_gone(pids, 10) == []
     # A clean stop leaves no abort file: the next start does not need recovery.
@@ -310,6 +310,52 @@ def test_gateway_port_taken_fails_fast_and_leaves_nothing_running(tmp_path: Path
     assert started and wait_gone(started, 10) == []
 
 
+def test_the_ha_port_is_ha_listen_port_and_moves_only_when_left_at_its_default(tmp_path: Path) -> None:
+    from rocketstore.launcher import ha_port
+
+    config = tmp_path / "broker.properties"
+    config.write_text("haListenPort=20912\n")
+    assert ha_port(None, [], {}) == (10912, False)
+    assert ha_port(str(config), [], {}) == (20912, True)
+    assert ha_port(None, [("haListenPort", "30912")], {}) == (30912, True)
+    assert ha_port(None, [], {"ROCKETSTORE_HA_LISTEN_PORT": "40912"}) == (40912, True)
+    with socket.socket() as squatter:  # the default port is someone else's: up moves the ha service
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        taken = squatter.getsockname()[1]
+        proc = UpProcess(tmp_path / "store")
+        proc.settings["haListenPort"] = str(taken)  # set explicitly: up must not move it, and fails
+        proc.start(wait_ready=False)
+        try:
+            code = proc.wait(START_TIMEOUT)
+        finally:
+            proc.kill_all()
+    assert code == 1 and "ha exited with code" in proc.output(), proc.output()
+
+
+def test_the_default_ha_port_taken_moves_the_ha_service(tmp_path: Path) -> None:
+    squatter = socket.socket()
+    try:
+        try:
+            squatter.bind(("127.0.0.1", 10912))  # haListenPort's default
+            squatter.listen()
+        except OSError:
+            pass  # already taken by another process: the same situation
+        proc = UpProcess(tmp_path / "store")
+        try:
+            proc.start()
+            endpoint, _ = proc.services()["ha"]
+            assert not endpoint.endswith(":10912")
+            assert "ha: port 10912 is taken; listening on" in proc.output()
+            assert health_status(endpoint) == "SERVING"
+        finally:
+            code = proc.stop()
+            proc.kill_all()
+        assert code == 0, proc.output()
+    finally:
+        squatter.close()
+
+
 def test_restart_backoff_doubles_while_a_service_keeps_dying(tmp_path: Path) -> None:
     from rocketstore.launcher import Launcher
 
@@ -364,7 +410,8 @@ def test_internal_services_listen_on_loopback_and_only_the_gateway_on_host(tmp_p
 
     launcher = Launcher(str(tmp_path / "store"), None, free_port(), host="0.0.0.0", out=io.StringIO())
     hosts = {name: svc.command[svc.command.index("--host") + 1] for name, svc in launcher.services.items()}
-    assert hosts == {"commitlog": "127.0.0.1", "index": "127.0.0.1", "dispatcher": "127.0.0.1", "gateway": "0.0.0.0"}
+    assert hosts == {"commitlog": "127.0.0.1", "index": "127.0.0.1", "dispatcher": "127.0.0.1", "schedule": "127.0.0.1",
+                     "gateway": "0.0.0.0"}
     gateway = " ".join(launcher.services["gateway"].command)
     assert f"--commitlog 127.0.0.1:{launcher.services['commitlog'].port}" in gateway
     moved = Launcher(str(tmp_path / "store"), None, free_port(), internal_host="0.0.0.0", out=io.StringIO())

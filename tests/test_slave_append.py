@@ -1,9 +1,13 @@
 """A slave's append of replicated bytes (RocketMQ's appendData): bytes land at exactly their offset,
 so the slave's files are the master's byte for byte; an offset that does not continue the log is
-refused and changes nothing; the queue offset table follows the records the bytes complete, so a
-slave restarted as a master continues every queue; a slave refuses client sends, naming its master."""
+refused and changes nothing; the queue offset table follows the records the bytes complete (on its
+own thread, behind the appends), so a slave restarted as a master continues every queue; a slave
+refuses client sends, naming its master."""
 
 from __future__ import annotations
+
+import json
+import time
 
 import pytest
 from rocketstore.services.commitlog.store import NotThisRole, OffsetMismatch
@@ -38,6 +42,7 @@ def test_replicated_bytes_are_the_masters_and_the_queues_continue(stores, tmp_pa
     _copy(master, slave, 0, end, 777)  # chunks that end inside records
     assert slave.max_offset == end and slave.min_offset == 0
     assert read_log(tmp_path / "slave", 0, end) == read_log(tmp_path / "master", 0, end)
+    slave.sync_queue_offsets()
     assert slave.commitlog.topic_queue_table == master.commitlog.topic_queue_table
     assert slave.stats()["putMessageCount"] == 150
 
@@ -47,8 +52,10 @@ def test_the_queue_table_only_counts_complete_records(stores, tmp_path) -> None:
     slave = stores.start(tmp_path / "slave", **SLAVE)
     first = master.read_raw(0, 700)  # one record and part of the next
     slave.append_data(0, first)
+    slave.sync_queue_offsets()
     assert sum(slave.commitlog.topic_queue_table.values()) == 1
     slave.append_data(700, master.read_raw(700, 300))
+    slave.sync_queue_offsets()
     assert slave.commitlog.topic_queue_table == master.commitlog.topic_queue_table
 
 
@@ -84,6 +91,7 @@ def test_one_append_may_cross_a_file_end(stores, tmp_path) -> None:
     data = read_log(tmp_path / "master", 0, master.max_offset)  # the whole log, blanks included
     assert slave.append_data(0, data) == master.max_offset
     assert len(slave.commitlog.files()) == len(master.commitlog.files())
+    slave.sync_queue_offsets()
     assert slave.commitlog.topic_queue_table == master.commitlog.topic_queue_table
 
 
@@ -109,7 +117,29 @@ def test_a_restart_with_half_a_record_recovers_to_the_last_whole_record(stores, 
     again = stores.start(tmp_path / "slave", **SLAVE)
     assert again.max_offset == 2000
     _copy(master, again, 2000, master.max_offset, 1500)
+    again.sync_queue_offsets()
     assert again.commitlog.topic_queue_table == master.commitlog.topic_queue_table
+
+
+def test_the_queue_offsets_follow_the_appends_on_their_own_thread(stores, tmp_path) -> None:
+    master = _master_with(stores, tmp_path, 60)
+    slave = stores.start(tmp_path / "slave", **SLAVE)
+    _copy(master, slave, 0, master.max_offset, 5000)
+    deadline = time.monotonic() + 10
+    while slave.commitlog.topic_queue_table != master.commitlog.topic_queue_table:
+        assert time.monotonic() < deadline, "the queue offset table did not follow the replicated bytes"
+        time.sleep(0.02)
+    assert slave.stats()["putMessageCount"] == 60
+
+
+def test_the_queue_offset_snapshot_is_taken_where_the_walk_is_exact(stores, tmp_path) -> None:
+    master = _master_with(stores, tmp_path, 5, size=1000)
+    slave = stores.start(tmp_path / "slave", **SLAVE)
+    slave.append_data(0, master.read_raw(0, 2500))  # two records and half of the third
+    slave.shutdown()
+    doc = json.loads((tmp_path / "slave" / "config" / "commitlogQueueOffsets.json").read_text())
+    assert doc["physicalOffset"] == 2000, "at the end of the last whole record, not inside the third"
+    assert sorted(map(tuple, doc["queues"])) == [("T0", 0, 1), ("T1", 1, 1)]
 
 
 def test_a_master_refuses_replicated_bytes(stores, tmp_path) -> None:

@@ -164,7 +164,9 @@ def test_transaction_send_needs_a_producer_group_and_one_message(gateway: Broker
     stub = _stub(gateway)
     for request in (pb.SendRequest(topic="TxBad", transaction=True, messages=[pb.OutgoingMessage(body=b"x")]),
                     pb.SendRequest(producer_group=GROUP, topic="TxBad", transaction=True,
-                                   messages=[pb.OutgoingMessage(body=b"x"), pb.OutgoingMessage(body=b"y")])):
+                                   messages=[pb.OutgoingMessage(body=b"x"), pb.OutgoingMessage(body=b"y")]),
+                    pb.SendRequest(producer_group=GROUP, topic="TxBad", transaction=True,
+                                   messages=[pb.OutgoingMessage(body=b"x", delay_time_level=2)])):
         with pytest.raises(grpc.RpcError) as refused:
             stub.Send(request, timeout=WAIT)
         assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT

@@ -66,4 +66,63 @@ def test_up_with_slave_replicates_and_stops_cleanly(tmp_path: Path) -> None:
         code = proc.wait(120)
     assert code == 0, "\n".join(lines)
     stopped = [line for line in lines if "stopped " in line and "exit code 0" in line]
-    assert len(stopped) == 10, "\n".join(lines)
+    assert len(stopped) == 12, "\n".join(lines)
+
+
+def _status(endpoint: str) -> dict:
+    import json
+
+    out = subprocess.run([rocketstore_exe(), "status", "-e", endpoint, "--json"], capture_output=True, text=True,
+                         timeout=60, env=clean_environ())
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def test_a_slave_started_with_up_replicates_from_a_master_started_with_up(tmp_path: Path) -> None:
+    """Two brokers from their own broker.properties with plain `rocketstore up`: the master's ha service
+    listens on its haListenPort, the slave's connects there; `rocketstore status` on either shows the
+    role, the connection, both max offsets and the lag."""
+    from test_launcher import UpProcess
+
+    from rocketstore.client import Message, Producer
+
+    master_ha = free_port()
+    master_conf = tmp_path / "master.properties"
+    master_conf.write_text(f"brokerName=broker-a\nbrokerRole=SYNC_MASTER\nhaListenPort={master_ha}\n"
+                           f"storePathRootDir={tmp_path / 'a'}\nhaSendHeartbeatInterval=500\n")
+    slave_conf = tmp_path / "slave.properties"
+    slave_conf.write_text(f"brokerName=broker-a\nbrokerRole=SLAVE\nbrokerId=1\nhaListenPort={free_port()}\n"
+                          f"haMasterAddress=127.0.0.1:{master_ha}\nstorePathRootDir={tmp_path / 'a-slave'}\n")
+    master, slave = UpProcess(None, config=master_conf), UpProcess(None, config=slave_conf)
+    try:
+        master.start()
+        assert master.services()["ha"][0] == f"127.0.0.1:{master_ha}"
+        slave.start()
+        deadline = time.monotonic() + 30
+        while _status(master.endpoint)["ha"]["connection"].startswith("master, no slave"):
+            assert time.monotonic() < deadline, "the slave did not connect"
+            time.sleep(0.2)
+        with Producer(master.endpoint, send_timeout=30) as producer:
+            results = [producer.send(Message("FromUp", b"replicated %d" % i)) for i in range(5)]
+        assert {r.status.value for r in results} == {"SEND_OK"}, "SYNC_MASTER sends acknowledged by the slave"
+
+        m = _status(master.endpoint)
+        assert m["ha"]["role"] == "SYNC_MASTER" and m["ha"]["connection"].startswith("master of 1 slave")
+        end = int(m["commitlogMaxOffset"])  # int64 fields are strings in the proto's JSON
+        assert m["ha"]["masterMaxOffset"] == end == m["ha"]["slaveMaxOffset"] > 0
+        assert m["ha"]["lagBytes"] == 0
+        deadline = time.monotonic() + 30
+        while (s := _status(slave.endpoint))["ha"]["masterMaxOffset"] != end:
+            assert time.monotonic() < deadline, s
+            time.sleep(0.2)
+        assert s["ha"]["role"] == "SLAVE" and f"slave of 127.0.0.1:{master_ha}" in s["ha"]["connection"]
+        assert s["ha"]["slaveMaxOffset"] == end and s["ha"]["lagBytes"] == 0
+        assert s["ha"]["lagMillis"] == 0
+        text = subprocess.run([rocketstore_exe(), "status", "-e", slave.endpoint], capture_output=True, text=True,
+                              timeout=60, env=clean_environ()).stdout
+        assert re.search(r"^ha\.role\s+SLAVE$", text, re.M) and re.search(r"^ha\.lagBytes\s+0$", text, re.M), text
+    finally:
+        codes = [p.stop() for p in (slave, master)]
+        for p in (slave, master):
+            p.kill_all()
+    assert codes == [0, 0], master.output() + "\n" + slave.output()

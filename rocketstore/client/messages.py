@@ -104,6 +104,9 @@ class Message:
     flag: int = 0
     uniq_key: str = ""
     born_timestamp: int = 0
+    # Delay level (RocketMQ's setDelayTimeLevel): 1..the broker's level count, clamped to the last;
+    # the broker holds the message in SCHEDULE_TOPIC_XXXX until it is due. 0: no delay.
+    delay_time_level: int = 0
 
     @property
     def keys_text(self) -> str:
@@ -112,7 +115,8 @@ class Message:
     def to_proto(self) -> pb.OutgoingMessage:
         body = self.body.encode() if isinstance(self.body, str) else self.body
         return pb.OutgoingMessage(body=body, tags=self.tags, keys=self.keys_text, properties=self.properties,
-                                  flag=self.flag, born_timestamp=self.born_timestamp, uniq_key=self.uniq_key)
+                                  flag=self.flag, born_timestamp=self.born_timestamp, uniq_key=self.uniq_key,
+                                  delay_time_level=self.delay_time_level)
 
 
 @dataclass(frozen=True, slots=True)

@@ -285,3 +285,19 @@ class SlaveAck(_message.Message):
 class ReportSlaveAcksResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class SetLogicsErrorRequest(_message.Message):
+    __slots__ = ("error", "reason")
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    error: bool
+    reason: str
+    def __init__(self, error: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class SetLogicsErrorResponse(_message.Message):
+    __slots__ = ("writable", "not_writable_reason")
+    WRITABLE_FIELD_NUMBER: _ClassVar[int]
+    NOT_WRITABLE_REASON_FIELD_NUMBER: _ClassVar[int]
+    writable: bool
+    not_writable_reason: str
+    def __init__(self, writable: _Optional[bool] = ..., not_writable_reason: _Optional[str] = ...) -> None: ...

@@ -90,6 +90,11 @@ class CommitLogStub:
                 request_serializer=rocketstore_dot_v1_dot_commitlog__pb2.SlaveAck.SerializeToString,
                 response_deserializer=rocketstore_dot_v1_dot_commitlog__pb2.ReportSlaveAcksResponse.FromString,
                 _registered_method=True)
+        self.SetLogicsError = channel.unary_unary(
+                '/rocketstore.v1.CommitLog/SetLogicsError',
+                request_serializer=rocketstore_dot_v1_dot_commitlog__pb2.SetLogicsErrorRequest.SerializeToString,
+                response_deserializer=rocketstore_dot_v1_dot_commitlog__pb2.SetLogicsErrorResponse.FromString,
+                _registered_method=True)
 
 
 class CommitLogServicer:
@@ -191,6 +196,18 @@ class CommitLogServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetLogicsError(self, request, context):
+        """The dispatcher reports that the index cannot write its ConsumeQueue or IndexFile files
+        (RocketMQ's WRITE_LOGICS_QUEUE_ERROR / WRITE_INDEX_FILE_ERROR running flags), or that it
+        can again. While the error is set every append is refused with SERVICE_NOT_AVAILABLE and a
+        reason beginning "disk full:" (answered RESOURCE_EXHAUSTED to clients): a message taken
+        then could not be consumed. Needs the operator token. The flag lives in memory only: a
+        restarted CommitLog takes writes until the dispatcher reports the error again.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CommitLogServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -248,6 +265,11 @@ def add_CommitLogServicer_to_server(servicer, server):
                     servicer.ReportSlaveAcks,
                     request_deserializer=rocketstore_dot_v1_dot_commitlog__pb2.SlaveAck.FromString,
                     response_serializer=rocketstore_dot_v1_dot_commitlog__pb2.ReportSlaveAcksResponse.SerializeToString,
+            ),
+            'SetLogicsError': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetLogicsError,
+                    request_deserializer=rocketstore_dot_v1_dot_commitlog__pb2.SetLogicsErrorRequest.FromString,
+                    response_serializer=rocketstore_dot_v1_dot_commitlog__pb2.SetLogicsErrorResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -548,6 +570,33 @@ class CommitLog:
             '/rocketstore.v1.CommitLog/ReportSlaveAcks',
             rocketstore_dot_v1_dot_commitlog__pb2.SlaveAck.SerializeToString,
             rocketstore_dot_v1_dot_commitlog__pb2.ReportSlaveAcksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetLogicsError(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketstore.v1.CommitLog/SetLogicsError',
+            rocketstore_dot_v1_dot_commitlog__pb2.SetLogicsErrorRequest.SerializeToString,
+            rocketstore_dot_v1_dot_commitlog__pb2.SetLogicsErrorResponse.FromString,
             options,
             channel_credentials,
             insecure,

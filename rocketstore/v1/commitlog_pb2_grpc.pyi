@@ -16,8 +16,8 @@ Errors:
                     max_bytes out of bounds); the detail says which field.
   OUT_OF_RANGE      the offset asked for is below the smallest offset still on disk
                     (its file was deleted); the detail carries the current min offset.
-  PERMISSION_DENIED a destructive admin call (DeleteExpiredFiles with force) without the
-                    operator token (metadata rocketstore-operator-token: the content of
+  PERMISSION_DENIED a destructive admin call (DeleteExpiredFiles with force, SetLogicsError)
+                    without the operator token (metadata rocketstore-operator-token: the content of
                     <storePathRootDir>/config/operator.token).
   UNAVAILABLE       the store is shutting down or shut down.
   FAILED_PRECONDITION a replication call made to a broker of the other role (AppendData
@@ -103,6 +103,14 @@ class CommitLogStub:
     appends from these acknowledgements; when the stream ends, every slave it reported
     counts as disconnected.
     """
+    SetLogicsError: _grpc.UnaryUnaryMultiCallable[_commitlog_pb2.SetLogicsErrorRequest, _commitlog_pb2.SetLogicsErrorResponse]
+    """The dispatcher reports that the index cannot write its ConsumeQueue or IndexFile files
+    (RocketMQ's WRITE_LOGICS_QUEUE_ERROR / WRITE_INDEX_FILE_ERROR running flags), or that it
+    can again. While the error is set every append is refused with SERVICE_NOT_AVAILABLE and a
+    reason beginning "disk full:" (answered RESOURCE_EXHAUSTED to clients): a message taken
+    then could not be consumed. Needs the operator token. The flag lives in memory only: a
+    restarted CommitLog takes writes until the dispatcher reports the error again.
+    """
 
 @_typing.type_check_only
 class CommitLogAsyncStub(CommitLogStub):
@@ -155,6 +163,14 @@ class CommitLogAsyncStub(CommitLogStub):
     one message per change on one long-lived stream. A SYNC_MASTER answers its waiting
     appends from these acknowledgements; when the stream ends, every slave it reported
     counts as disconnected.
+    """
+    SetLogicsError: _aio.UnaryUnaryMultiCallable[_commitlog_pb2.SetLogicsErrorRequest, _commitlog_pb2.SetLogicsErrorResponse]  # type: ignore[assignment]
+    """The dispatcher reports that the index cannot write its ConsumeQueue or IndexFile files
+    (RocketMQ's WRITE_LOGICS_QUEUE_ERROR / WRITE_INDEX_FILE_ERROR running flags), or that it
+    can again. While the error is set every append is refused with SERVICE_NOT_AVAILABLE and a
+    reason beginning "disk full:" (answered RESOURCE_EXHAUSTED to clients): a message taken
+    then could not be consumed. Needs the operator token. The flag lives in memory only: a
+    restarted CommitLog takes writes until the dispatcher reports the error again.
     """
 
 class CommitLogServicer(metaclass=_abc_1.ABCMeta):
@@ -271,6 +287,20 @@ class CommitLogServicer(metaclass=_abc_1.ABCMeta):
         one message per change on one long-lived stream. A SYNC_MASTER answers its waiting
         appends from these acknowledgements; when the stream ends, every slave it reported
         counts as disconnected.
+        """
+
+    @_abc_1.abstractmethod
+    def SetLogicsError(
+        self,
+        request: _commitlog_pb2.SetLogicsErrorRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_commitlog_pb2.SetLogicsErrorResponse, _abc.Awaitable[_commitlog_pb2.SetLogicsErrorResponse]]:
+        """The dispatcher reports that the index cannot write its ConsumeQueue or IndexFile files
+        (RocketMQ's WRITE_LOGICS_QUEUE_ERROR / WRITE_INDEX_FILE_ERROR running flags), or that it
+        can again. While the error is set every append is refused with SERVICE_NOT_AVAILABLE and a
+        reason beginning "disk full:" (answered RESOURCE_EXHAUSTED to clients): a message taken
+        then could not be consumed. Needs the operator token. The flag lives in memory only: a
+        restarted CommitLog takes writes until the dispatcher reports the error again.
         """
 
 def add_CommitLogServicer_to_server(servicer: CommitLogServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -39,7 +39,7 @@ TRANSACTION_COMMIT: TransactionResolution
 TRANSACTION_ROLLBACK: TransactionResolution
 
 class OutgoingMessage(_message.Message):
-    __slots__ = ("body", "tags", "keys", "properties", "flag", "born_timestamp", "born_host", "uniq_key")
+    __slots__ = ("body", "tags", "keys", "properties", "flag", "born_timestamp", "born_host", "uniq_key", "delay_time_level")
     class PropertiesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -55,6 +55,7 @@ class OutgoingMessage(_message.Message):
     BORN_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
     BORN_HOST_FIELD_NUMBER: _ClassVar[int]
     UNIQ_KEY_FIELD_NUMBER: _ClassVar[int]
+    DELAY_TIME_LEVEL_FIELD_NUMBER: _ClassVar[int]
     body: bytes
     tags: str
     keys: str
@@ -63,7 +64,8 @@ class OutgoingMessage(_message.Message):
     born_timestamp: int
     born_host: str
     uniq_key: str
-    def __init__(self, body: _Optional[bytes] = ..., tags: _Optional[str] = ..., keys: _Optional[str] = ..., properties: _Optional[_Mapping[str, str]] = ..., flag: _Optional[int] = ..., born_timestamp: _Optional[int] = ..., born_host: _Optional[str] = ..., uniq_key: _Optional[str] = ...) -> None: ...
+    delay_time_level: int
+    def __init__(self, body: _Optional[bytes] = ..., tags: _Optional[str] = ..., keys: _Optional[str] = ..., properties: _Optional[_Mapping[str, str]] = ..., flag: _Optional[int] = ..., born_timestamp: _Optional[int] = ..., born_host: _Optional[str] = ..., uniq_key: _Optional[str] = ..., delay_time_level: _Optional[int] = ...) -> None: ...
 
 class ReceivedMessage(_message.Message):
     __slots__ = ("topic", "queue_id", "queue_offset", "commit_log_offset", "msg_id", "offset_msg_id", "tags", "keys", "body", "properties", "born_timestamp", "born_host", "store_timestamp", "store_host", "reconsume_times", "sys_flag", "flag", "store_size", "body_crc")
@@ -580,6 +582,32 @@ class RecordBatch(_message.Message):
     queue_offsets: _containers.RepeatedScalarFieldContainer[int]
     next_offset: int
     def __init__(self, records: _Optional[bytes] = ..., queue_offsets: _Optional[_Iterable[int]] = ..., next_offset: _Optional[int] = ...) -> None: ...
+
+class ConsumerSendBackRequest(_message.Message):
+    __slots__ = ("consumer_group", "commit_log_offset", "delay_level", "max_reconsume_times")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_LOG_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DELAY_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    MAX_RECONSUME_TIMES_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    commit_log_offset: int
+    delay_level: int
+    max_reconsume_times: int
+    def __init__(self, consumer_group: _Optional[str] = ..., commit_log_offset: _Optional[int] = ..., delay_level: _Optional[int] = ..., max_reconsume_times: _Optional[int] = ...) -> None: ...
+
+class ConsumerSendBackResponse(_message.Message):
+    __slots__ = ("topic", "reconsume_times", "delay_level", "msg_id", "commit_log_offset")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    RECONSUME_TIMES_FIELD_NUMBER: _ClassVar[int]
+    DELAY_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    MSG_ID_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_LOG_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    reconsume_times: int
+    delay_level: int
+    msg_id: str
+    commit_log_offset: int
+    def __init__(self, topic: _Optional[str] = ..., reconsume_times: _Optional[int] = ..., delay_level: _Optional[int] = ..., msg_id: _Optional[str] = ..., commit_log_offset: _Optional[int] = ...) -> None: ...
 
 class EndTransactionRequest(_message.Message):
     __slots__ = ("producer_group", "transaction_id", "commit_log_offset", "queue_offset", "resolution", "from_transaction_check", "by_operator")

@@ -109,6 +109,11 @@ class GatewayStub:
                 request_serializer=rocketstore_dot_v1_dot_gateway__pb2.GetBrokerStatusRequest.SerializeToString,
                 response_deserializer=rocketstore_dot_v1_dot_gateway__pb2.BrokerStatus.FromString,
                 _registered_method=True)
+        self.ConsumerSendBack = channel.unary_unary(
+                '/rocketstore.v1.Gateway/ConsumerSendBack',
+                request_serializer=rocketstore_dot_v1_dot_gateway__pb2.ConsumerSendBackRequest.SerializeToString,
+                response_deserializer=rocketstore_dot_v1_dot_gateway__pb2.ConsumerSendBackResponse.FromString,
+                _registered_method=True)
         self.EndTransaction = channel.unary_unary(
                 '/rocketstore.v1.Gateway/EndTransaction',
                 request_serializer=rocketstore_dot_v1_dot_gateway__pb2.EndTransactionRequest.SerializeToString,
@@ -237,6 +242,16 @@ class GatewayServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ConsumerSendBack(self, request, context):
+        """--- delay, retry and dead letters
+        RocketMQ's CONSUMER_SEND_MSG_BACK: a message the consumer could not process is stored again,
+        under %RETRY%<group> through the delay levels (level 3 + reconsume times unless one is given),
+        or in %DLQ%<group> once it was consumed max_reconsume_times times or with a negative level.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def EndTransaction(self, request, context):
         """--- transactions
         Commit, roll back or leave open (UNKNOWN) a half message (RocketMQ's END_TRANSACTION).
@@ -338,6 +353,11 @@ def add_GatewayServicer_to_server(servicer, server):
                     servicer.GetBrokerStatus,
                     request_deserializer=rocketstore_dot_v1_dot_gateway__pb2.GetBrokerStatusRequest.FromString,
                     response_serializer=rocketstore_dot_v1_dot_gateway__pb2.BrokerStatus.SerializeToString,
+            ),
+            'ConsumerSendBack': grpc.unary_unary_rpc_method_handler(
+                    servicer.ConsumerSendBack,
+                    request_deserializer=rocketstore_dot_v1_dot_gateway__pb2.ConsumerSendBackRequest.FromString,
+                    response_serializer=rocketstore_dot_v1_dot_gateway__pb2.ConsumerSendBackResponse.SerializeToString,
             ),
             'EndTransaction': grpc.unary_unary_rpc_method_handler(
                     servicer.EndTransaction,
@@ -760,6 +780,33 @@ class Gateway:
             '/rocketstore.v1.Gateway/GetBrokerStatus',
             rocketstore_dot_v1_dot_gateway__pb2.GetBrokerStatusRequest.SerializeToString,
             rocketstore_dot_v1_dot_gateway__pb2.BrokerStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ConsumerSendBack(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketstore.v1.Gateway/ConsumerSendBack',
+            rocketstore_dot_v1_dot_gateway__pb2.ConsumerSendBackRequest.SerializeToString,
+            rocketstore_dot_v1_dot_gateway__pb2.ConsumerSendBackResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -83,6 +83,12 @@ class GatewayStub:
     """One topic: its configuration and per-queue min/max offsets and last store time."""
     GetBrokerStatus: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.GetBrokerStatusRequest, _gateway_pb2.BrokerStatus]
     """Put/get rates, bytes, disk use, dispatch lag, flush mode, role."""
+    ConsumerSendBack: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.ConsumerSendBackRequest, _gateway_pb2.ConsumerSendBackResponse]
+    """--- delay, retry and dead letters
+    RocketMQ's CONSUMER_SEND_MSG_BACK: a message the consumer could not process is stored again,
+    under %RETRY%<group> through the delay levels (level 3 + reconsume times unless one is given),
+    or in %DLQ%<group> once it was consumed max_reconsume_times times or with a negative level.
+    """
     EndTransaction: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.EndTransactionRequest, _gateway_pb2.EndTransactionResponse]
     """--- transactions
     Commit, roll back or leave open (UNKNOWN) a half message (RocketMQ's END_TRANSACTION).
@@ -134,6 +140,12 @@ class GatewayAsyncStub(GatewayStub):
     """One topic: its configuration and per-queue min/max offsets and last store time."""
     GetBrokerStatus: _aio.UnaryUnaryMultiCallable[_gateway_pb2.GetBrokerStatusRequest, _gateway_pb2.BrokerStatus]  # type: ignore[assignment]
     """Put/get rates, bytes, disk use, dispatch lag, flush mode, role."""
+    ConsumerSendBack: _aio.UnaryUnaryMultiCallable[_gateway_pb2.ConsumerSendBackRequest, _gateway_pb2.ConsumerSendBackResponse]  # type: ignore[assignment]
+    """--- delay, retry and dead letters
+    RocketMQ's CONSUMER_SEND_MSG_BACK: a message the consumer could not process is stored again,
+    under %RETRY%<group> through the delay levels (level 3 + reconsume times unless one is given),
+    or in %DLQ%<group> once it was consumed max_reconsume_times times or with a negative level.
+    """
     EndTransaction: _aio.UnaryUnaryMultiCallable[_gateway_pb2.EndTransactionRequest, _gateway_pb2.EndTransactionResponse]  # type: ignore[assignment]
     """--- transactions
     Commit, roll back or leave open (UNKNOWN) a half message (RocketMQ's END_TRANSACTION).
@@ -272,6 +284,18 @@ class GatewayServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_gateway_pb2.BrokerStatus, _abc.Awaitable[_gateway_pb2.BrokerStatus]]:
         """Put/get rates, bytes, disk use, dispatch lag, flush mode, role."""
+
+    @_abc_1.abstractmethod
+    def ConsumerSendBack(
+        self,
+        request: _gateway_pb2.ConsumerSendBackRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.ConsumerSendBackResponse, _abc.Awaitable[_gateway_pb2.ConsumerSendBackResponse]]:
+        """--- delay, retry and dead letters
+        RocketMQ's CONSUMER_SEND_MSG_BACK: a message the consumer could not process is stored again,
+        under %RETRY%<group> through the delay levels (level 3 + reconsume times unless one is given),
+        or in %DLQ%<group> once it was consumed max_reconsume_times times or with a negative level.
+        """
 
     @_abc_1.abstractmethod
     def EndTransaction(

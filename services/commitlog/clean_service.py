@@ -28,18 +28,36 @@ log = get_logger(__name__)
 
 
 class RunningFlags:
-    """Why the store may refuse writes (RocketMQ's RunningFlags, the part that matters here)."""
+    """Why the store may refuse writes (RocketMQ's RunningFlags, the part that matters here): its own
+    disk is full (DISK_FULL_BIT), or the index cannot write its ConsumeQueue or IndexFile files
+    (WRITE_LOGICS_QUEUE_ERROR_BIT / WRITE_INDEX_FILE_ERROR_BIT, set and cleared by the dispatcher).
+    Either reason begins with DISK_FULL_REASON_PREFIX: both clear once space returns, and a caller
+    answers both RESOURCE_EXHAUSTED (retry later)."""
 
     def __init__(self) -> None:
         self.disk_full = False
         self.disk_full_reason = ""
+        self.logics_error = False
+        self.logics_error_reason = ""
 
     @property
     def writable(self) -> bool:
-        return not self.disk_full
+        return not self.disk_full and not self.logics_error
 
     def not_writable_reason(self) -> str:
-        return self.disk_full_reason if self.disk_full else ""
+        if self.disk_full:
+            return self.disk_full_reason
+        return self.logics_error_reason if self.logics_error else ""
+
+    def set_logics_error(self, error: bool, reason: str = "") -> bool:
+        """Set or clear the index's write error; True when that changed the flag."""
+        changed = error != self.logics_error
+        self.logics_error = error
+        self.logics_error_reason = (
+            f"{DISK_FULL_REASON_PREFIX} the index cannot write its ConsumeQueue or IndexFile files, so a "
+            f"message stored now could not be consumed; writes resume once it can ({reason or 'no reason given'})"
+        ) if error else ""
+        return changed
 
 
 def disk_used_ratio(path: str) -> float:

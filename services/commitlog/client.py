@@ -202,6 +202,15 @@ class CommitLogClient:
                              timeout=timeout, metadata=metadata)
         return DeletedFiles(r.deleted_files, r.min_offset)
 
+    def set_logics_error(self, error: bool, reason: str = "", *, timeout: float | None = None,
+                         metadata: Sequence[tuple[str, str]] = ()) -> tuple[bool, str]:
+        """Report that the index cannot write its files (``error``) or can again; while set, appends are
+        refused. Needs the operator token in ``metadata``. Answers (writable, not writable reason) after
+        the change. Idempotent, so it is retried."""
+        request = pb.SetLogicsErrorRequest(error=error, reason=reason)
+        r = self._calls.call(self._stub.SetLogicsError, request, retry=True, timeout=timeout, metadata=metadata)
+        return r.writable, r.not_writable_reason
+
     # --- replication (the HA service) --------------------------------------------------------
     def append_data(self, offset: int, data: bytes, master_max_offset: int = -1, *,
                     timeout: float | None = None) -> int:

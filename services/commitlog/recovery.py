@@ -95,12 +95,18 @@ def table_snapshot_path(settings_root: str) -> str:
     return os.path.join(settings_root, "config", "commitlogQueueOffsets.json")
 
 
-def save_table_snapshot(commitlog: CommitLog, path: str) -> None:
+def save_table_snapshot(commitlog: CommitLog, path: str,
+                        exact: tuple[dict[tuple[str, int], int], int] | None = None) -> None:
     """Persist the queue offset table with the log offset it is exact at, so a restart only
-    rescans what came after (files whose messages were deleted keep their queues' offsets)."""
-    with commitlog.put_lock:
-        table = dict(commitlog.topic_queue_table)
-        at = commitlog.mapped_file_queue.get_max_wrote_position()
+    rescans what came after (files whose messages were deleted keep their queues' offsets).
+    ``exact``: the table and its offset when it is not the log's end (a slave's walk behind its
+    appends)."""
+    if exact is not None:
+        table, at = exact
+    else:
+        with commitlog.put_lock:
+            table = dict(commitlog.topic_queue_table)
+            at = commitlog.mapped_file_queue.get_max_wrote_position()
     doc = {"physicalOffset": at, "queues": [[t, q, n] for (t, q), n in table.items()]}
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = path + ".tmp"

@@ -9,7 +9,7 @@ Errors (always with a detail that says what was wrong):
 * INVALID_ARGUMENT: a negative offset, an empty or oversized range, ``max_bytes`` out of bounds;
 * INVALID_ARGUMENT also for an append the gateway would never send (see ``append_checks``);
 * OUT_OF_RANGE: an offset below the store's min offset (its file was deleted);
-* PERMISSION_DENIED: a forced DeleteExpiredFiles without the operator token;
+* PERMISSION_DENIED: a forced DeleteExpiredFiles or a SetLogicsError without the operator token;
 * FAILED_PRECONDITION: a replication call to a broker of the other role;
 * ABORTED: AppendData at an offset that does not continue the slave's log;
 * UNAVAILABLE: the service is stopping or the store is shut down;
@@ -57,6 +57,7 @@ SERVICE_NAME = "rocketstore.v1.CommitLog"
 # Bounds on what one call may ask for; the client must accept responses this large.
 MAX_READ_BYTES = 64 * 1024 * 1024
 DEFAULT_CHUNK_BYTES = 256 * 1024
+MAX_LOGICS_REASON_BYTES = 1024
 
 AppendObserver = Callable[[Sequence["PutResult"], float], None]
 """Called after every AppendBatch with the store's results and the seconds the append took
@@ -311,6 +312,17 @@ class CommitLogServicer(pb_grpc.CommitLogServicer):
         _log.info("expired files deleted on request", force=request.force, deleted_files=deleted,
                   min_offset=min_offset)
         return pb.DeleteExpiredFilesResponse(deleted_files=deleted, min_offset=min_offset)
+
+    @rpc_errors
+    def SetLogicsError(self, request: pb.SetLogicsErrorRequest, context: _Ctx) -> pb.SetLogicsErrorResponse:
+        self._check_open()
+        if denied := self._operator.denial(context, "SetLogicsError"):
+            raise PermissionDenied(denied)
+        if len(request.reason.encode()) > MAX_LOGICS_REASON_BYTES:
+            raise _invalid(f"reason is {len(request.reason.encode())} bytes; at most {MAX_LOGICS_REASON_BYTES}")
+        self._store.set_logics_error(request.error, request.reason)
+        flags = self._store.flags
+        return pb.SetLogicsErrorResponse(writable=flags.writable, not_writable_reason=flags.not_writable_reason())
 
     # --- replication ------------------------------------------------------------------------
     @rpc_errors

@@ -6,23 +6,29 @@ record, and merged chunks may cross a file end (the file's END_OF_FILE blank is 
 
 Beyond RocketMQ, the slave keeps its queue offset table current from the records the bytes
 complete, so a slave restarted as a master continues every queue where the old master was
-(RocketMQ's slave only learns them again from its ConsumeQueues).
+(RocketMQ's slave only learns them again from its ConsumeQueues). That walk runs on its own
+thread, behind the appends: an append is answered (and acknowledged to the master) as soon as its
+bytes are in the file, and the queue offset snapshot is taken at the point the walk reached.
 """
 
 from __future__ import annotations
 
 import struct
+import threading
+import time
 
 from rocketstore.services.commitlog.commitlog import CommitLog
 
-from rocketstore.codec import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, POS_BORNHOST, host_length
-from rocketstore.log import get_logger
-from rocketstore.message import (
-    BORNHOST_V6_FLAG,
-    STOREHOSTADDRESS_V6_FLAG,
-    TRANSACTION_PREPARED_TYPE,
-    TRANSACTION_ROLLBACK_TYPE,
+from rocketstore.codec import (
+    BLANK_MAGIC_CODE,
+    BODYLEN_POSITIONS,
+    HOST_FLAGS_SHIFT,
+    MESSAGE_MAGIC_CODE,
+    MIN_RECORD_LENGTH,
+    RECORD_PREFIX,
 )
+from rocketstore.log import get_logger
+from rocketstore.message import TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE
 
 __all__ = ["OffsetMismatch", "SlaveAppender"]
 
@@ -31,6 +37,8 @@ log = get_logger(__name__)
 # TOTALSIZE, MAGICCODE, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET, PHYSICALOFFSET, SYSFLAG
 _HEAD = struct.Struct(">iIIiiqqi")
 _INT = struct.Struct(">i")
+TABLE_INTERVAL_S = 0.2  # the queue offset walk's pace when no append wakes it
+TABLE_SLICE_BYTES = 256 * 1024  # bytes of records walked between two chances for the appends to run
 
 
 class OffsetMismatch(ValueError):
@@ -50,6 +58,54 @@ class SlaveAppender:
         # The table is exact up to here: recovery rebuilt it to the recovered end.
         self._table_at = commitlog.max_offset
         self._topics: dict[bytes, str] = {}
+        self._table_lock = threading.Lock()  # one walk at a time; the snapshot reads under it
+        self._appended = threading.Event()
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # --- the queue offset walk, behind the appends ----------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._table_loop, name="SlaveQueueOffsets", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._appended.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+    def _table_loop(self) -> None:
+        while not self._stopped.is_set():
+            self._appended.wait(TABLE_INTERVAL_S)
+            if self._stopped.is_set():
+                return
+            self._appended.clear()
+            try:
+                # A slice at a time, giving the interpreter up in between: the appends (and their
+                # acknowledgements) never wait a whole walk for it.
+                while not self._stopped.is_set():
+                    with self._table_lock:
+                        at = self._table_at
+                        self._advance_table(min(self._commitlog.max_offset, at + TABLE_SLICE_BYTES))
+                        if self._table_at == at:
+                            break
+                    time.sleep(0)
+            except Exception as e:  # noqa: BLE001 - e.g. a file deleted under the walk; the snapshot says where it is
+                log.warning("the queue offset walk of replicated bytes failed; retrying", error=str(e),
+                            table_at=self._table_at)
+
+    def advance_table(self) -> int:
+        """Bring the queue offset table up to the log's max offset (the records complete below it);
+        returns the offset the table is exact at."""
+        with self._table_lock:
+            self._advance_table(self._commitlog.max_offset)
+            return self._table_at
+
+    def table_snapshot(self) -> tuple[dict[tuple[str, int], int], int]:
+        """The queue offset table brought up to date, and the log offset it is exact at."""
+        with self._table_lock:
+            self._advance_table(self._commitlog.max_offset)
+            return dict(self._commitlog.topic_queue_table), self._table_at
 
     def append(self, offset: int, data: bytes | memoryview) -> int:
         """Write ``data`` at ``offset``; returns the new max offset. Raises OffsetMismatch when
@@ -68,7 +124,8 @@ class SlaveAppender:
                                          f"{file_size} bytes) and this slave's log is empty")
                 if q.files and q.files[0].file_from_offset != offset:
                     self._drop_empty_files()
-                self._table_at = offset
+                with self._table_lock:
+                    self._table_at = offset
             elif offset != cl.max_offset:
                 raise OffsetMismatch(offset, cl.max_offset,
                                      f"offset {offset} does not continue this slave's log, whose max offset "
@@ -83,9 +140,9 @@ class SlaveAppender:
                 mf.wrote_position += n  # published once the bytes are in the file
                 done += n
                 offset += n
-            self._advance_table(offset)
             cl.put_bytes += len(view)
         cl.notify_waiters()
+        self._appended.set()
         return offset
 
     def _drop_empty_files(self) -> None:
@@ -97,13 +154,19 @@ class SlaveAppender:
         q.files = []
 
     def _advance_table(self, end: int) -> None:
-        """Walk the records completed below ``end`` and set their queues' next offsets."""
+        """Walk the records completed below ``end`` and set their queues' next offsets (under the
+        table lock). Reads only published bytes, so it needs no put lock."""
         cl = self._commitlog
         q = cl.mapped_file_queue
         table = cl.topic_queue_table
         topics = self._topics
         at = self._table_at
         file_size = cl.file_size
+        # The layout, bound to locals for the loop (codec.py names it once).
+        unpack_prefix, unpack_head, unpack_int = RECORD_PREFIX.unpack_from, _HEAD.unpack_from, _INT.unpack_from
+        body_len_at, shift, head_size = BODYLEN_POSITIONS, HOST_FLAGS_SHIFT, _HEAD.size
+        tx_mask = TRANSACTION_ROLLBACK_TYPE
+        skip = (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
         while at < end:
             mf = q.find_mapped_file_by_offset(at)
             if mf is None:
@@ -112,23 +175,21 @@ class SlaveAppender:
             limit = min(file_size, end - mf.file_from_offset)
             advanced = 0
             while limit - pos >= 8:
-                total, magic = struct.unpack_from(">iI", mm, pos)
+                total, magic = unpack_prefix(mm, pos)
                 if magic == BLANK_MAGIC_CODE:
                     pos = file_size  # the rest of the file is the blank
                     break
-                if magic != MESSAGE_MAGIC_CODE or total < 91:
+                if magic != MESSAGE_MAGIC_CODE or total < MIN_RECORD_LENGTH:
                     log.error("replicated bytes hold no record where one should start; the queue offset "
                               "table stays where it was", offset=mf.file_from_offset + pos)
                     self._table_at = end  # do not walk this again; recovery rebuilds it at the next start
                     return
-                if pos + total > limit:
+                if pos + total > limit or limit - pos < head_size:
                     break  # the rest of the record comes with the next chunk
-                _, _, _, queue_id, _, queue_offset, _, sys_flag = _HEAD.unpack_from(mm, pos)
-                tx = sys_flag & TRANSACTION_ROLLBACK_TYPE
-                if tx != TRANSACTION_PREPARED_TYPE and tx != TRANSACTION_ROLLBACK_TYPE:
-                    p = pos + POS_BORNHOST + host_length(bool(sys_flag & BORNHOST_V6_FLAG)) + 8 \
-                        + host_length(bool(sys_flag & STOREHOSTADDRESS_V6_FLAG)) + 12
-                    p += 4 + _INT.unpack_from(mm, p)[0]
+                _, _, _, queue_id, _, queue_offset, _, sys_flag = unpack_head(mm, pos)
+                if sys_flag & tx_mask not in skip:
+                    p = pos + body_len_at[(sys_flag >> shift) & 3]
+                    p += 4 + unpack_int(mm, p)[0]
                     raw = mm[p + 1:p + 1 + mm[p]]
                     topic = topics.get(raw)
                     if topic is None:

@@ -117,6 +117,7 @@ class CommitLogStore:
                 log.warning("could not create the first CommitLog file yet", error=str(e))
         if s.broker_role is BrokerRole.SLAVE:
             self._slave_appender = SlaveAppender(self.commitlog)
+            self._slave_appender.start()
         self._start_flush_services()
         self.clean_service.start()
         self._snapshot_thread = threading.Thread(target=self._snapshot_loop, name="QueueOffsetSnapshot",
@@ -185,11 +186,22 @@ class CommitLogStore:
     def _snapshot_loop(self) -> None:
         while not self._snapshot_stop.wait(max(1.0, self.settings.clean_resource_interval / 1000)):
             try:
-                recovery.save_table_snapshot(self.commitlog, self._snapshot_path)
+                self._save_table_snapshot()
                 if self.checkpoint is not None:
                     self.checkpoint.flush()
             except OSError as e:
                 log.warning("could not save the queue offset snapshot", error=str(e))
+
+    def _save_table_snapshot(self) -> None:
+        appender = self._slave_appender
+        exact = appender.table_snapshot() if appender is not None else None
+        recovery.save_table_snapshot(self.commitlog, self._snapshot_path, exact)
+
+    def sync_queue_offsets(self) -> None:
+        """A slave: bring the queue offset table up to the replicated bytes now (it follows them on
+        its own thread); a master's is always current."""
+        if self._slave_appender is not None:
+            self._slave_appender.advance_table()
 
     def shutdown(self) -> None:
         """Stop taking writes, flush everything, write the checkpoint, remove the abort file."""
@@ -199,6 +211,8 @@ class CommitLogStore:
         self._snapshot_stop.set()
         if self._snapshot_thread is not None:
             self._snapshot_thread.join(timeout=10)
+        if self._slave_appender is not None:
+            self._slave_appender.stop()
         self.clean_service.shutdown()
         if self._commit_service is not None:
             self._commit_service.shutdown()
@@ -208,7 +222,7 @@ class CommitLogStore:
         while not q.flush(0):
             pass
         self._on_flushed()
-        recovery.save_table_snapshot(self.commitlog, self._snapshot_path)
+        self._save_table_snapshot()
         self.commitlog.allocator.shutdown()
         if self.checkpoint is not None:
             self.checkpoint.shutdown()
@@ -449,6 +463,13 @@ class CommitLogStore:
         self._on_flushed()
         return q.flushed_where
 
+    def set_logics_error(self, error: bool, reason: str = "") -> None:
+        """The dispatcher's report that the index cannot (or can again) write its files."""
+        if self.flags.set_logics_error(error, reason):
+            (log.error if error else log.info)(
+                "the index cannot write: appends are refused" if error else "the index writes again: appends resume",
+                reason=reason)
+
     def delete_expired_files(self, force: bool = False) -> int:
         """Delete files past fileReservedTime now, whatever the hour of deleteWhen; with ``force``
         delete the oldest files even if not expired (never the file being written)."""
@@ -473,6 +494,7 @@ class CommitLogStore:
             "diskRatio": round(self.clean_service.last_disk_ratio, 4),
             "writable": self.flags.writable,
             "notWritableReason": self.flags.not_writable_reason(),
+            "logicsError": self.flags.logics_error,
             "deletedFiles": self.clean_service.deleted_files,
             "droppedUnconsumedMessages": self.clean_service.dropped.total,
             "droppedUnconsumed": self.clean_service.dropped.status_line(),

@@ -175,7 +175,11 @@ class DispatchDecoder:
                 raise CorruptRecord(base + pos, f"body length {body_len} or offset {physical} disagree with the record")
             topic_len = buf[p]
             p += topic_len_size
-            topic = buf[p:p + topic_len].decode()
+            try:
+                topic = buf[p:p + topic_len].decode()
+                props = buf[p + topic_len + props_len_size:end].decode()
+            except UnicodeDecodeError:  # the CRC covers only the body: damage here must not pass as text
+                raise CorruptRecord(base + pos, "the topic or the properties are not UTF-8") from None
             p += topic_len
             props_len = unpack_short(buf, p)[0] if p + props_len_size <= end else -1
             p += props_len_size
@@ -183,7 +187,6 @@ class DispatchDecoder:
                 raise CorruptRecord(base + pos, "topic and properties lengths disagree with TOTALSIZE")
             if check_crc and check_record(buf, pos, limit, physical, True) != total:
                 raise CorruptRecord(base + pos, "wrong body CRC")
-            props = buf[p:end].decode() if props_len else ""
             topics.append(topic)
             queue_ids.append(queue_id)
             queue_offsets.append(queue_offset)

@@ -9,6 +9,9 @@ is skipped entry by entry by the index service, as ``putMessagePositionInfo`` sk
 
 When the CommitLog service restarted (its instance id changed) and recovered to an end below what
 was dispatched, the index is first truncated to that end, as RocketMQ's ``truncateDirtyLogicFiles``.
+When the index cannot write its files (it refuses batches with RESOURCE_EXHAUSTED), the dispatcher
+sets the CommitLog's logics error, so appends are refused rather than stored unconsumable, and clears
+it with the first batch the index takes again (RocketMQ's makeLogicsQueueError / WRITE_INDEX_FILE_ERROR).
 With SYNC_FLUSH only flushed bytes are dispatched (a message becomes visible once it is durable).
 """
 
@@ -81,6 +84,9 @@ class Dispatcher:
         self._dispatched = 0
         self._connected = False
         self._last_error = ""
+        # The CommitLog's logics error as this dispatcher last set it; None: unknown (a fresh start,
+        # maybe after one that set it), so the first batch the index takes clears it.
+        self._logics_error: bool | None = None
 
     # --- life cycle ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -165,8 +171,8 @@ class Dispatcher:
             if self._stopped.is_set():
                 return
             ended = threading.Event()  # the index stream is over: nothing takes batches from the queue any more
-            reader = threading.Thread(target=self._read_acks, args=(acks, tail, ended), name="DispatchAcks",
-                                      daemon=True)
+            reader = threading.Thread(target=self._read_acks, args=(acks, tail, ended, commitlog),
+                                      name="DispatchAcks", daemon=True)
             reader.start()
             try:
                 for chunk in tail:
@@ -215,17 +221,41 @@ class Dispatcher:
             position = offsets.min_offset
         return min(position, offsets.max_offset)
 
-    def _read_acks(self, acks: Stream[int], tail: Stream[Any], ended: threading.Event) -> None:
+    def _read_acks(self, acks: Stream[int], tail: Stream[Any], ended: threading.Event,
+                   commitlog: CommitLogClient) -> None:
         try:
             for position in acks:
                 with self._lock:
                     self._applied = position
+                if self._logics_error is not False:
+                    self._set_logics_error(commitlog, False, "")
         except BrokerError as e:
             if e.code != "CANCELLED":
                 self._note_error(f"index stream: {e}")
+            if e.code == "RESOURCE_EXHAUSTED":
+                reason = (e.details or e.message).encode()[:1000].decode(errors="ignore")  # the RPC's bound
+                self._set_logics_error(commitlog, True, reason)
         finally:
             ended.set()
             tail.cancel()  # the index stream is gone: end the session, reconnect from its position
+
+
+    def _set_logics_error(self, commitlog: CommitLogClient, error: bool, reason: str) -> None:
+        """Tell the CommitLog whether the index can write; a failure is retried at the next ack or refusal."""
+        try:
+            writable, why = commitlog.set_logics_error(error, reason, timeout=SESSION_TIMEOUT,
+                                                       metadata=call_metadata(self._store_root))
+        except BrokerError as e:
+            _log.warning("could not tell the CommitLog whether the index can write", error=str(e),
+                         index_writes=not error)
+            return
+        changed = self._logics_error is not error
+        self._logics_error = error
+        if changed:
+            (_log.error if error else _log.info)(
+                "the index cannot write: the CommitLog refuses appends until it can" if error
+                else "the index writes again: the CommitLog takes appends", reason=reason,
+                commitlog_writable=writable, commitlog_not_writable_reason=why)
 
 
 def _end_stream(batches: queue.Queue[object]) -> None:

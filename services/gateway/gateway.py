@@ -31,6 +31,7 @@ from .context import BrokerStats, GatewayContext
 from .producer_channels import ProducerChannels
 from .pull_processor import PullMessageProcessor
 from .query_processor import QueryMessageProcessor
+from .send_back_processor import SendBackProcessor
 from .send_processor import SendMessageProcessor
 from .sender import SendBatcher
 from .transaction_check import TransactionCheckService
@@ -58,6 +59,7 @@ class Gateway:
         self._bulk_channel = bulk_channel
         self.sender = SendBatcher(commitlog.append)
         self.send = SendMessageProcessor(context, self.sender)
+        self.send_back = SendBackProcessor(context, self.sender)
         self.pull = PullMessageProcessor(context)
         self.consumers = ConsumerManageProcessor(context)
         self.query = QueryMessageProcessor(context)

@@ -13,6 +13,7 @@ from rocketstore.statuses import PutMessageStatus
 from rocketstore.v1 import gateway_pb2 as pb
 
 from .context import GatewayContext
+from .delay import delay_level_of, to_schedule_topic
 from .errors import GatewayError, check_group
 from .sender import AppendedColumns, SendBatcher, TagsCache, encode_send
 
@@ -55,6 +56,8 @@ class SendMessageProcessor:
         queue_id = await self._send_queue(topic, request)
         encoded = encode_send(request.messages, topic, queue_id, self._ctx.settings.max_message_size, self._uniq,
                               self._tags, peer_host)
+        if level := delay_level_of(request.messages, self._ctx.settings.max_delay_level):
+            encoded = to_schedule_topic(encoded, level)  # answered with the real topic and queue, as RocketMQ
         appended = await self.batcher.send(encoded, SEND_TIMEOUT)
         response = pb.SendResponse()
         fill = _send_columns if request.columnar_results else _send_results

@@ -138,6 +138,13 @@ class GatewayServicer(pb_grpc.GatewayServicer):
     async def GetBrokerStatus(self, request: pb.GetBrokerStatusRequest, context: _Context) -> pb.BrokerStatus:
         return await self._g.admin.broker_status()
 
+    # --- delay, retry and dead letters
+    @rpc_errors
+    @_facing
+    async def ConsumerSendBack(self, request: pb.ConsumerSendBackRequest,
+                               context: _Context) -> pb.ConsumerSendBackResponse:
+        return await self._g.send_back.send_back(request)
+
     # --- transactions
     @rpc_errors
     @_facing

@@ -178,6 +178,9 @@ class TransactionProcessor:
             raise GatewayError("INVALID_ARGUMENT", f"a transaction send carries exactly one message, not "
                                                    f"{len(request.messages)}")
         check_group(request.producer_group, "producer_group")
+        if request.messages[0].delay_time_level:
+            # RocketMQ's sendMessageInTransaction clears DELAY: a half message is never delayed.
+            raise GatewayError("INVALID_ARGUMENT", "messages[0]: a transaction message cannot carry a delay level")
         await self.ready()
         topic = request.topic
         queue_id = await self._choose_queue(topic, request)

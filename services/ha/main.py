@@ -30,13 +30,17 @@ __all__ = ["serve", "slave_connector"]
 
 SERVICE = "ha"
 MAX_WORKERS = 32  # each slave connection holds a worker
+# The replication stream's receive window: gRPC's 64 KiB default lets the master have about two
+# 32 KiB chunks in flight, so every chunk waited for the slave to take the one before it.
+STREAM_WINDOW_BYTES = 16 * 1024 * 1024
+STREAM_OPTIONS = [("grpc.http2.lookahead_bytes", STREAM_WINDOW_BYTES)]
 
 _log = get_logger("rocketstore.ha")
 
 
 def slave_connector(master_address: str):  # type: ignore[no-untyped-def]
     """Opens Replicate streams to ``master_address`` (one channel for every reconnect)."""
-    stub = ha_pb2_grpc.HAStub(open_channel(master_address))
+    stub = ha_pb2_grpc.HAStub(open_channel(master_address, STREAM_OPTIONS))
 
     def connect(reports: Iterator[tuple[int, str, int, int, int]]) -> ReplicateCall:
         messages = (ha_pb2.SlaveReport(max_offset=m, broker_name=n, broker_id=i, check_offset=co, check_crc32=cc)

@@ -30,7 +30,7 @@ __all__ = ["AckReporter", "HAMaster", "MasterConnection", "OffsetGone", "SlaveSi
 log = get_logger("rocketstore.ha.master")
 
 TAIL_CHUNK_BYTES = 1024 * 1024  # read from the CommitLog in large chunks, cut into transfers here
-QUEUE_CHUNKS = 256  # transfers read ahead of the slave per connection
+QUEUE_CHUNKS = 8  # CommitLog reads (each cut into transfers) read ahead of the slave per connection
 
 
 class SlaveSilent(TimeoutError):
@@ -172,7 +172,9 @@ class MasterConnection:
         self._closed = threading.Event()
         self._slave_error: Exception | None = None  # from the report side: ends the stream at once
         self._tail: TailStream | None = None
-        self._queue: queue.Queue[tuple[int, memoryview, int] | BaseException] = queue.Queue(QUEUE_CHUNKS)
+        # One item per CommitLog read, already cut into transfers: one hand-over between the threads
+        # per read, not per transfer.
+        self._queue: queue.Queue[tuple[list[tuple[int, memoryview]], int] | BaseException] = queue.Queue(QUEUE_CHUNKS)
         self.status = ConnectionStatus(self.connection_id, peer, "", 0, -1, 0, 0, 0)
 
     # --- the stream ----------------------------------------------------------------------------
@@ -219,11 +221,14 @@ class MasterConnection:
             if isinstance(item, BaseException):
                 raise item
             if item is not None:
-                offset, data, master_max = item
-                st.sent_offset = offset + len(data)
+                pieces, master_max = item
                 st.master_max_offset = max(st.master_max_offset, master_max)
-                last_sent = now
-                yield offset, data, master_max
+                for offset, data in pieces:
+                    st.sent_offset = offset + len(data)
+                    yield offset, data, master_max
+                    if self._slave_error is not None:
+                        raise self._slave_error
+                last_sent = time.monotonic()
             elif now - last_sent >= self._heartbeat_s:
                 last_sent = now
                 yield st.sent_offset, b"", st.master_max_offset
@@ -263,16 +268,15 @@ class MasterConnection:
         assert tail is not None
         try:
             for chunk in tail:
-                offset, data, master_max = chunk.offset, chunk.data, chunk.max_offset
-                for piece in chunks(offset, data, self._batch, self._file_size):
-                    while not self._closed.is_set():
-                        try:
-                            self._queue.put((piece[0], piece[1], master_max), timeout=0.5)
-                            break
-                        except queue.Full:
-                            continue
-                    if self._closed.is_set():
-                        return
+                item = (list(chunks(chunk.offset, chunk.data, self._batch, self._file_size)), chunk.max_offset)
+                while not self._closed.is_set():
+                    try:
+                        self._queue.put(item, timeout=0.5)
+                        break
+                    except queue.Full:
+                        continue
+                if self._closed.is_set():
+                    return
         except Exception as e:  # noqa: BLE001 - the CommitLog went away: end this connection with it
             if not self._closed.is_set():
                 self._queue.put(e)  # after the data read before it; the queue drains while open

@@ -28,6 +28,7 @@ from rocketstore.subscription import Subscription, SubscriptionError, parse_expr
 from rocketstore.v1 import index_pb2 as pb
 from rocketstore.v1 import index_pb2_grpc as pb_grpc
 
+from .dispatch_check import placement_problem
 from .store import DispatchGap, DispatchRefused, IndexStore, StoreNotWritable
 
 __all__ = ["SERVICE_NAME", "IndexServicer"]
@@ -238,6 +239,9 @@ def _check_topic(topic: str) -> None:
         raise InvalidArgument("topic is empty")
     if len(topic.encode()) > MAX_TOPIC_LENGTH:
         raise InvalidArgument(f"topic is {len(topic.encode())} bytes; at most {MAX_TOPIC_LENGTH}")
+    problem = placement_problem(topic, 0, 0)  # ".." or a "/" cannot name a ConsumeQueue directory
+    if problem:
+        raise InvalidArgument(problem)
 
 
 def _check_queue(topic: str, queue_id: int) -> None:

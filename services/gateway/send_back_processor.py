@@ -1,0 +1,100 @@
+"""Consumer send-back (RocketMQ 4.9's ``SendMessageProcessor.consumerSendMsgBack``): a message a consumer
+could not process is read back from the CommitLog and stored again, under ``%RETRY%<group>`` (1 queue,
+created on first use) through SCHEDULE_TOPIC_XXXX at level 3 + reconsume times, or in ``%DLQ%<group>``
+once it has been consumed ``max_reconsume_times`` times (or when the level asked for is negative).
+
+The message stored again keeps body, flag, sys flag, born time and host and every property, with
+RETRY_TOPIC = its original topic (kept from the first send-back on), ORIGIN_MESSAGE_ID = the first
+offset msgId, and reconsume times + 1."""
+
+from __future__ import annotations
+
+import asyncio
+
+from rocketstore.codec import decode_message
+from rocketstore.message import (
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_MAX_RECONSUME_TIMES,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_RETRY_TOPIC,
+    properties_to_string,
+)
+from rocketstore.v1 import commitlog_pb2 as cl_pb
+from rocketstore.v1 import gateway_pb2 as pb
+
+from .context import GatewayContext
+from .delay import schedule_properties
+from .errors import GatewayError, check_group
+from .send_processor import SEND_TIMEOUT, _check_stored
+from .sender import EncodedSend, SendBatcher
+from .topics import DLQ_GROUP_TOPIC_PREFIX, RMQ_SYS_SCHEDULE_TOPIC, TopicError, retry_topic
+
+__all__ = ["DEFAULT_MAX_RECONSUME_TIMES", "SendBackProcessor"]
+
+DEFAULT_MAX_RECONSUME_TIMES = 16  # SubscriptionGroupConfig.retryMaxTimes
+RETRY_BASE_LEVEL = 3  # a retry waits at level 3 + reconsume times (10 s, 30 s, 1 m, ... by default)
+_HOST_FLAGS = 0x30
+
+
+class SendBackProcessor:
+    def __init__(self, context: GatewayContext, batcher: SendBatcher) -> None:
+        self._ctx = context
+        self._batcher = batcher
+
+    async def send_back(self, request: pb.ConsumerSendBackRequest) -> pb.ConsumerSendBackResponse:
+        group = request.consumer_group
+        check_group(group, "consumer_group")
+        (record,) = await self._ctx.commitlog.read_records([(request.commit_log_offset, 0)])
+        if record is None:
+            raise GatewayError("NOT_FOUND", f"no message at CommitLog offset {request.commit_log_offset}; give the "
+                                            "commit_log_offset of a received message")
+        try:
+            msg = decode_message(record)
+        except ValueError as e:
+            raise GatewayError("INVALID_ARGUMENT", f"CommitLog offset {request.commit_log_offset} does not start a "
+                                                   f"message: {e}") from None
+        max_times = request.max_reconsume_times if request.max_reconsume_times > 0 else DEFAULT_MAX_RECONSUME_TIMES
+        props = dict(msg.properties)
+        props.setdefault(PROPERTY_RETRY_TOPIC, msg.topic)
+        props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, msg.msg_id)
+        props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
+        for name in ("REAL_TOPIC", "REAL_QID"):
+            props.pop(name, None)
+        props[PROPERTY_MAX_RECONSUME_TIMES] = str(max_times)
+        level = request.delay_level
+        to_dlq = msg.reconsume_times >= max_times or level < 0
+        if to_dlq:
+            topic, level = DLQ_GROUP_TOPIC_PREFIX + group, 0
+        else:
+            topic = retry_topic(group)
+            level = min(level or RETRY_BASE_LEVEL + msg.reconsume_times, self._ctx.settings.max_delay_level)
+        await self._topic(topic)
+        text = properties_to_string(props)
+        store_topic, store_queue = topic, 0
+        if level:
+            text += schedule_properties(topic, 0, level)
+            store_topic, store_queue = RMQ_SYS_SCHEDULE_TOPIC, level - 1
+        out = cl_pb.Message(topic=store_topic, queue_id=store_queue, flag=msg.flag, body=msg.body,
+                            properties_text=text, sys_flag=msg.sys_flag & ~_HOST_FLAGS,
+                            born_timestamp=msg.born_timestamp, born_host=msg.born_host,
+                            reconsume_times=msg.reconsume_times + 1)
+        payload = cl_pb.AppendBatchRequest(columnar=True, messages=[out]).SerializeToString()
+        appended = await self._batcher.send(EncodedSend(payload, [msg.uniq_key or ""], len(msg.body)), SEND_TIMEOUT)
+        columns, i = appended.columns, appended.start
+        if any(columns.statuses[i:i + 1]):
+            _check_stored(columns.statuses[i:i + 1], columns.reasons[i:i + 1])
+        self._ctx.stats.stored(1, columns.wrote_bytes[i])
+        return pb.ConsumerSendBackResponse(topic=topic, reconsume_times=msg.reconsume_times + 1, delay_level=level,
+                                           msg_id=msg.uniq_key or msg.msg_id,
+                                           commit_log_offset=columns.wrote_offsets[i])
+
+    async def _topic(self, topic: str) -> None:
+        if self._ctx.topics.get(topic) is not None:
+            return
+        try:
+            config = await asyncio.to_thread(self._ctx.topics.create_topic_in_send_message_method, topic,
+                                             queue_nums=1)
+        except TopicError as e:
+            raise GatewayError("INVALID_ARGUMENT", str(e)) from None
+        if config is None:
+            raise GatewayError("FAILED_PRECONDITION", f"topic {topic!r} could not be created")

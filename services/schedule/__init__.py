@@ -1,0 +1,1 @@
+"""The schedule service: RocketMQ's ScheduleMessageService (delay levels) as its own process."""

@@ -1,0 +1,532 @@
+"""The fault suite: the broker probed as bad luck and as an attacker would, on the real processes.
+
+- kill -9 of a random service (CommitLog, index, dispatcher, gateway) under a SYNC_FLUSH load, for N
+  cycles; afterwards every acknowledged message is present, intact (CRC-checked) and consumable in order;
+- random bytes corrupted in every kind of file (CommitLog, ConsumeQueue, IndexFile, checkpoint, config
+  JSON): the broker refuses to start naming the file, or starts and never serves a damaged record as good;
+- a full disk under each store path (a size-limited tmpfs): writes are refused or held, nothing
+  acknowledged is lost, and everything goes on once space returns;
+- hostile input to every RPC of the CommitLog and index services (Hypothesis over the protobuf requests,
+  and random bytes): no crash, no INTERNAL answer, and no change to stored data beyond what a well-formed
+  append adds; and to the record decoders (codec, dispatcher, Spark) with random and mutated records.
+
+The counts (cycles, acknowledged, lost, inputs tried) are printed at the end of the run (conftest's
+terminal summary). CI runs it in a few minutes; ``ROCKETSTORE_SOAK_CYCLES=N`` (``bench/fault_soak.py``)
+makes a soak of it: N kill cycles, and more corruptions and fuzzed inputs in proportion.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import fault_counts
+import grpc
+import pytest
+from conftest import RPC_TIMEOUT, Broker, ServiceProcess
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from rocketstore.services.dispatcher.decode import CorruptRecord, DispatchDecoder
+from rocketstore.spark.decode import RecordLayoutError, decode_records
+from test_dispatch_crash import Acked, Load, verify, wait_caught_up, wait_for
+
+from rocketstore.codec import check_record, decode_message, encode_message
+from rocketstore.errors import DeadlineExceeded
+from rocketstore.health_client import wait_serving
+from rocketstore.message import Message
+from rocketstore.v1 import commitlog_pb2 as cl_pb
+from rocketstore.v1 import gateway_pb2 as gw_pb
+from rocketstore.v1 import index_pb2 as ix_pb
+
+SOAK = int(os.environ.get("ROCKETSTORE_SOAK_CYCLES", "0") or 0)
+KILL_CYCLES = SOAK or 6
+CORRUPTIONS_PER_KIND = max(1, SOAK // 5) if SOAK else 1
+FUZZ_EXAMPLES = max(25, SOAK * 10) if SOAK else 25  # per RPC
+DECODER_EXAMPLES = max(300, SOAK * 100) if SOAK else 300
+GW_TOPIC = "FaultGw"
+
+
+# --- shared checks ----------------------------------------------------------------------------------------
+def _queue_contents(broker: Broker, topic: str, queue_id: int) -> dict[int, tuple[bytes, int]]:
+    """{queue offset: (body, CommitLog offset)} of a queue through GetMessage; every record is CRC-checked
+    and must be the one its queue offset names."""
+    out: dict[int, tuple[bytes, int]] = {}
+    offset = 0
+    while True:
+        r = broker.index.client.get_message(topic, queue_id, offset, 32)
+        if r.status not in (ix_pb.GET_FOUND, ix_pb.GET_NO_MATCHED_MESSAGE, ix_pb.GET_OFFSET_TOO_SMALL,
+                            ix_pb.GET_OFFSET_FOUND_NULL, ix_pb.GET_MESSAGE_WAS_REMOVING):
+            return out
+        pos = 0
+        for qo in r.queue_offsets:
+            m = decode_message(r.records, pos, check_crc=True)  # raises on a damaged record served as good
+            assert (m.topic, m.queue_id, m.queue_offset) == (topic, queue_id, qo), \
+                f"{topic}/{queue_id}@{qo} served the record of {m.topic}/{m.queue_id}@{m.queue_offset}"
+            out[qo] = (m.body, m.commitlog_offset)
+            pos += m.store_size
+        if r.next_begin_offset <= offset:
+            return out
+        offset = r.next_begin_offset
+
+
+def _lost(broker: Broker, acked: list[Acked]) -> list[Acked]:
+    held: dict[tuple[str, int], dict[int, tuple[bytes, int]]] = {}
+    missing = []
+    for a in acked:
+        key = (a.topic, a.queue_id)
+        if key not in held:
+            held[key] = _queue_contents(broker, *key)
+        if held[key].get(a.queue_offset) != (a.body, a.wrote_offset):
+            missing.append(a)
+    return missing
+
+
+class GatewayLoad:
+    """Sends through the gateway from a thread (batches of 10); the same bookkeeping as ``Load``."""
+
+    def __init__(self, broker: Broker, tag: str) -> None:
+        assert broker.gateway is not None
+        self._gateway = broker.gateway
+        self.tag = tag
+        self.acked: list[Acked] = []
+        self.attempted: set[bytes] = set()
+        self.refused: list[str] = []
+        self.failed_calls = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> GatewayLoad:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(RPC_TIMEOUT + 5)
+
+    def _run(self) -> None:
+        seq = 0
+        while not self._stop.is_set():
+            bodies = [f"{self.tag}/{seq + i:08d}|".encode() * 5 for i in range(10)]
+            qid = seq // 10 % 4
+            seq += 10
+            self.attempted.update(bodies)
+            try:
+                stub = self._gateway.stub
+                assert stub is not None
+                r = stub.Send(gw_pb.SendRequest(topic=GW_TOPIC, queue_id=qid, messages=[
+                    gw_pb.OutgoingMessage(body=b, tags="G") for b in bodies]), timeout=5)
+            except (grpc.RpcError, AttributeError):
+                self.failed_calls += 1
+                self._stop.wait(0.05)
+                continue
+            for b, res in zip(bodies, r.results, strict=True):
+                if res.status == gw_pb.SEND_OK:
+                    self.acked.append(Acked(GW_TOPIC, res.queue_id, res.queue_offset, b, res.commit_log_offset))
+                elif res.status != gw_pb.SEND_FLUSH_DISK_TIMEOUT:
+                    self.refused.append(gw_pb.SendStatus.Name(res.status))
+            self._stop.wait(0.002)
+
+
+# --- kill -9 under a SYNC_FLUSH load ------------------------------------------------------------------------
+def test_random_kill9_of_any_service_under_a_sync_flush_load_loses_nothing(broker_factory) -> None:
+    seed = random.randrange(1 << 30)
+    rng = random.Random(seed)
+    broker: Broker = broker_factory({"flushDiskType": "SYNC_FLUSH"}, gateway=True)
+    assert broker.gateway is not None and broker.gateway.stub is not None
+    broker.gateway.stub.CreateTopic(gw_pb.CreateTopicRequest(topic=GW_TOPIC, read_queue_nums=4, write_queue_nums=4),
+                                    timeout=RPC_TIMEOUT)
+    victims: dict[str, int] = {}
+    with Load(broker.commitlog.endpoint, "kill", batch=20) as load, GatewayLoad(broker, "gw") as gw_load:
+        for _ in range(KILL_CYCLES):
+            time.sleep(rng.uniform(0.2, 0.7))
+            proc: ServiceProcess = rng.choice(broker.processes)
+            proc.kill9()
+            victims[proc.service] = victims.get(proc.service, 0) + 1
+            time.sleep(rng.uniform(0.0, 0.3))
+            proc.restart()
+        time.sleep(0.3)
+    acked = load.acked + gw_load.acked
+    assert len(load.acked) > 200 and gw_load.acked, f"too little load (seed {seed})"
+    wait_caught_up(broker)
+    lost = _lost(broker, acked)
+    fault_counts.add("kill -9 under SYNC_FLUSH load", cycles=KILL_CYCLES, acknowledged=len(acked), lost=len(lost),
+                     **{f"killed {k}": v for k, v in victims.items()})
+    assert not lost, f"{len(lost)} acknowledged messages lost (seed {seed}, kills {victims}): {lost[:3]}"
+    assert not load.refused and not gw_load.refused
+    load.attempted |= gw_load.attempted
+    verify(broker, load)  # every queue is exactly the CommitLog's records, in order, CRC-checked
+
+
+# --- corruption of random bytes in every kind of file --------------------------------------------------------
+def _files_of(broker: Broker, kind: str) -> list[Path]:
+    root = broker.data_dir
+    if kind == "commitlog":
+        end = broker.commitlog.client.offsets().max_offset
+        return [p for p in sorted((root / "commitlog").iterdir()) if int(p.name) < end]
+    if kind == "consumequeue":
+        return sorted(p for p in (root / "consumequeue").rglob("*") if p.is_file())
+    if kind == "indexfile":
+        return sorted((root / "index").iterdir())
+    if kind == "checkpoint":
+        return [root / "checkpoint"]
+    return sorted(p for p in (root / "config").iterdir() if p.name.endswith(".json"))
+
+
+def _start_or_refusal(proc: ServiceProcess, timeout: float = 30.0) -> str | None:
+    """Start the process; None once it serves, or its log when it exits first (a refusal to start)."""
+    proc.launch()
+    p = proc.proc
+    assert p is not None
+
+    def check() -> None:
+        if p.poll() is not None:
+            raise EOFError
+
+    try:
+        wait_serving(proc.endpoint, timeout, service=proc.health_service, name=proc.service, check=check)
+    except EOFError:
+        return proc.log_text()
+    except DeadlineExceeded:
+        pytest.fail(f"{proc.service} neither served nor exited:\n{proc.log_tail()}")
+    return None
+
+
+@pytest.mark.parametrize("kind", ["commitlog", "consumequeue", "indexfile", "checkpoint", "config"])
+def test_corrupted_bytes_in_any_file_are_refused_or_never_served_as_good(broker_factory, kind: str) -> None:
+    for trial in range(CORRUPTIONS_PER_KIND):
+        seed = random.randrange(1 << 30)
+        rng = random.Random(seed)
+        broker: Broker = broker_factory()
+        with Load(broker.commitlog.endpoint, f"c{trial}", batch=25, pause=0) as load:
+            wait_for("400 messages", lambda: len(load.acked) >= 400)  # noqa: B023 - used at once
+        wait_caught_up(broker)
+        victim = rng.choice(_files_of(broker, kind))
+        for proc in reversed(broker.processes):
+            assert proc.terminate() == 0
+        data = bytearray(victim.read_bytes())
+        used = len(data.rstrip(b"\0")) or len(data)
+        flips = rng.randint(1, 8)
+        for _ in range(flips):
+            at = rng.randrange(used)
+            data[at] = rng.randrange(256) if rng.random() < 0.5 else data[at] ^ (1 << rng.randrange(8))
+        victim.write_bytes(bytes(data))
+
+        refusal = None
+        for proc in broker.processes:
+            refusal = _start_or_refusal(proc)
+            if refusal is not None:
+                assert victim.name in refusal, f"{proc.service} refused to start without naming {victim}:\n{refusal}"
+                break
+        served_bad = 0
+        if refusal is None:
+            try:
+                wait_caught_up(broker)
+            except pytest.fail.Exception:
+                pass  # dispatch may stop at a damaged record: what is served is still checked below
+            queues = {(a.topic, a.queue_id) for a in load.acked}
+            by_key = {(a.topic, a.queue_id, a.queue_offset): a for a in load.acked}
+            for topic, qid in queues:
+                for qo, (body, phy) in _queue_contents(broker, topic, qid).items():
+                    a = by_key.get((topic, qid, qo))
+                    if a is None or (a.body, a.wrote_offset) != (body, phy):
+                        served_bad += 1
+        fault_counts.add("corrupted files", **{f"{kind} files": 1, "bytes corrupted": flips,
+                                                "refused to start": int(refusal is not None),
+                                                "damaged records served as good": served_bad})
+        assert served_bad == 0, (f"{served_bad} records served that are not what was acknowledged "
+                                 f"(seed {seed}, {victim})")
+
+
+# --- a full disk under each store path -----------------------------------------------------------------------
+@pytest.fixture
+def tmpfs(tmp_path: Path) -> Iterator[Callable[[Path, str], Path]]:
+    mounted: list[Path] = []
+
+    def mount(where: Path, size: str = "4m") -> Path:
+        where.mkdir(parents=True, exist_ok=True)
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+                              capture_output=True, text=True)
+        assert done.returncode == 0, f"cannot mount a tmpfs (the tests run as root): {done.stderr}"
+        mounted.append(where)
+        return where
+
+    yield mount
+    for where in reversed(mounted):
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def _fill(disk: Path) -> Path:
+    filler = disk / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        while os.write(fd, b"\x01" * 4096):
+            pass
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    return filler
+
+
+@pytest.mark.parametrize("path", ["commitlog", "consumequeue", "index", "root"])
+def test_full_disk_under_each_store_path_loses_nothing_acknowledged(broker_factory, tmpfs, tmp_path: Path,
+                                                                   path: str) -> None:
+    elsewhere = tmp_path / f"disks-{path}"
+    # cleanFileForciblyEnable=false: the safe setting (the Kubernetes default); with true a full disk deletes
+    # the oldest files, consumed or not, by design (reported as droppedUnconsumed).
+    overrides = {"flushDiskType": "SYNC_FLUSH", "cleanResourceInterval": "200", "cleanFileForciblyEnable": "false"}
+    broker: Broker = broker_factory(overrides, start=False)
+    if path == "root":  # the checkpoint and the config files; the data files live elsewhere
+        disk = tmpfs(broker.data_dir)
+        for key, sub in (("storePathCommitLog", "commitlog"), ("storePathConsumeQueue", "consumequeue"),
+                         ("storePathIndex", "index")):
+            for proc in broker.processes:
+                proc.overrides[key] = str(elsewhere / sub)
+    else:
+        disk = tmpfs(elsewhere)
+        key = {"commitlog": "storePathCommitLog", "consumequeue": "storePathConsumeQueue",
+               "index": "storePathIndex"}[path]
+        for proc in broker.processes:
+            proc.overrides[key] = str(disk / path)
+    broker.start()
+    with Load(broker.commitlog.endpoint, f"full-{path}", batch=10) as load:
+        wait_for("100 messages", lambda: len(load.acked) >= 100)
+        filler = _fill(disk)
+        time.sleep(2.0)
+        full_acked = len(load.acked)
+        filler.unlink()
+        wait_for("appends taken again", lambda: len(load.acked) > full_acked + 100, timeout=60)
+    for proc in broker.processes:
+        assert proc.running, f"{proc.service} died on a full {path} disk:\n{proc.log_tail()}"
+    wait_caught_up(broker)
+    lost = _lost(broker, load.acked)
+    fault_counts.add("full disk", **{f"{path} path": 1}, acknowledged=len(load.acked), lost=len(lost),
+                     refused=len(load.refused))
+    assert not lost, f"{len(lost)} acknowledged messages lost with a full {path} disk: {lost[:3]}"
+
+
+# --- hostile input to every RPC of the internal services -----------------------------------------------------
+_INTS = {"int32": (-(1 << 31), (1 << 31) - 1), "sint32": (-(1 << 31), (1 << 31) - 1),
+         "int64": (-(1 << 63), (1 << 63) - 1), "sint64": (-(1 << 63), (1 << 63) - 1),
+         "uint32": (0, (1 << 32) - 1), "uint64": (0, (1 << 64) - 1)}
+
+
+def _scalar(field) -> st.SearchStrategy:  # type: ignore[no-untyped-def]
+    t = field.type
+    fd = field.__class__
+    if t == fd.TYPE_BOOL:
+        return st.booleans()
+    if t == fd.TYPE_STRING:
+        return st.one_of(st.text(max_size=40), st.sampled_from(["", "..", "../../x", "a\x01b\x02c", "T" * 300,
+                                                                 "%RETRY%G", "DemoTopic"]))
+    if t == fd.TYPE_BYTES:
+        return st.one_of(st.binary(max_size=300), st.just(b"\xda\xa3\x20\xa7" * 10))
+    if t == fd.TYPE_ENUM:
+        return st.integers(-2, len(field.enum_type.values) + 2)
+    if t in (fd.TYPE_DOUBLE, fd.TYPE_FLOAT):
+        return st.floats(allow_nan=True)
+    name = {fd.TYPE_INT32: "int32", fd.TYPE_SINT32: "sint32", fd.TYPE_SFIXED32: "int32", fd.TYPE_INT64: "int64",
+            fd.TYPE_SINT64: "int64", fd.TYPE_SFIXED64: "int64", fd.TYPE_UINT32: "uint32",
+            fd.TYPE_FIXED32: "uint32", fd.TYPE_UINT64: "uint64", fd.TYPE_FIXED64: "uint64"}[t]
+    low, high = _INTS[name]
+    return st.one_of(st.integers(low, high), st.sampled_from([v for v in (0, 1, -1, 20, 1023, 1024, 65536, low, high)
+                                                              if low <= v <= high]))
+
+
+def _message(descriptor, depth: int = 0) -> st.SearchStrategy:  # type: ignore[no-untyped-def]
+    """Protobuf messages of ``descriptor``'s type with random values in random subsets of its fields."""
+    from google.protobuf import message_factory
+
+    cls = message_factory.GetMessageClass(descriptor)
+    fields = {}
+    for f in descriptor.fields:
+        if f.message_type is not None and f.message_type.GetOptions().map_entry:
+            k, v = f.message_type.fields_by_name["key"], f.message_type.fields_by_name["value"]
+            fields[f.name] = st.dictionaries(_scalar(k), _scalar(v), max_size=4)
+        elif f.message_type is not None:
+            if depth > 2:
+                continue
+            inner = _message(f.message_type, depth + 1)
+            fields[f.name] = st.lists(inner, max_size=4) if f.is_repeated else inner
+        else:
+            fields[f.name] = st.lists(_scalar(f), max_size=6) if f.is_repeated else _scalar(f)
+
+    @st.composite
+    def build(draw):  # type: ignore[no-untyped-def]
+        msg = cls()
+        for name, strategy in fields.items():
+            if not draw(st.booleans()):
+                continue
+            value = draw(strategy)
+            target = getattr(msg, name)
+            try:
+                if isinstance(value, dict):
+                    for k, v in value.items():
+                        target[k] = v
+                elif isinstance(value, list):
+                    target.extend(value)
+                elif hasattr(value, "SerializeToString"):
+                    target.CopyFrom(value)
+                else:
+                    setattr(msg, name, value)
+            except (ValueError, TypeError):
+                pass  # e.g. an unpaired surrogate in a string: a client could not send it either
+        return msg
+
+    return build()
+
+
+_BAD_CODES = {grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN, grpc.StatusCode.DATA_LOSS}
+
+
+def _snapshot(broker: Broker) -> tuple[bytes, dict[str, bytes]]:
+    end = broker.commitlog.client.offsets().max_offset
+    log = b"".join(p.read_bytes() for p in sorted((broker.data_dir / "commitlog").iterdir()))[:end]
+    queues = {str(p.relative_to(broker.data_dir)): p.read_bytes().rstrip(b"\0")
+              for p in (broker.data_dir / "consumequeue").rglob("*") if p.is_file()}
+    return log, queues
+
+
+def _call(channel: grpc.Channel, service: str, method, payload: bytes) -> grpc.StatusCode:  # type: ignore[no-untyped-def]
+    path = f"/{service}/{method.name}"
+    try:
+        if method.client_streaming:
+            call = (channel.stream_stream if method.server_streaming else channel.stream_unary)(path)
+            parts = [payload[i:i + 200] for i in range(0, len(payload), 200)] or [b""]
+            result = call(iter(parts), timeout=2)
+        else:
+            call = (channel.unary_stream if method.server_streaming else channel.unary_unary)(path)
+            result = call(payload, timeout=2)
+        if method.server_streaming:
+            for _ in result:  # at most a few answers, then the deadline or the end
+                pass
+    except grpc.RpcError as e:
+        return e.code()
+    return grpc.StatusCode.OK
+
+
+def _fuzz_service(broker: Broker, proc: ServiceProcess, service_descriptor, section: str) -> None:  # type: ignore[no-untyped-def]
+    channel = grpc.insecure_channel(proc.endpoint)
+    service = service_descriptor.full_name
+    before_log, before_queues = _snapshot(broker)
+    codes: dict[str, int] = {}
+    bad: list[str] = []
+    tried = 0
+    for method in service_descriptor.methods:
+        @settings(max_examples=FUZZ_EXAMPLES, deadline=None, derandomize=False, database=None,
+                  suppress_health_check=list(HealthCheck))
+        @given(st.one_of(_message(method.input_type).map(lambda m: m.SerializeToString()),
+                         st.binary(max_size=200)))
+        def fuzz(payload: bytes) -> None:
+            nonlocal tried
+            tried += 1
+            code = _call(channel, service, method, payload)  # noqa: B023 - the loop's method, used at once
+            codes[code.name] = codes.get(code.name, 0) + 1
+            if code in _BAD_CODES:
+                bad.append(f"{method.name}({payload[:60]!r}): {code.name}")  # noqa: B023
+
+        fuzz()
+    channel.close()
+    assert proc.running, f"the {proc.service} service died under hostile input:\n{proc.log_tail()}"
+    wait_serving(proc.endpoint, 10, service=proc.health_service)
+    after_log, after_queues = _snapshot(broker)
+    fault_counts.add(section, **{"inputs tried": tried, "crashes": int(not proc.running),
+                                 "INTERNAL or UNKNOWN answers": len(bad)})
+    assert not bad, f"{len(bad)} hostile requests answered INTERNAL/UNKNOWN: {bad[:5]}"
+    # Stored bytes are unchanged, except what an accepted append added after the old end.
+    assert after_log[:len(before_log)] == before_log, "hostile input changed CommitLog bytes"
+    for name, data in before_queues.items():
+        assert after_queues.get(name, b"")[:len(data)] == data, f"hostile input changed {name}"
+
+
+def _seed(broker: Broker) -> None:
+    msgs = [cl_pb.Message(topic="Fuzz", queue_id=i % 2, body=f"fuzz-{i}".encode() * 20,
+                          properties={"TAGS": "T", "KEYS": f"k{i}"}, born_host="127.0.0.1:1") for i in range(50)]
+    broker.commitlog.client.append(msgs)
+    wait_caught_up(broker)
+
+
+def test_hostile_input_to_every_commitlog_rpc(broker_factory) -> None:
+    broker: Broker = broker_factory()
+    _seed(broker)
+    _fuzz_service(broker, broker.commitlog, cl_pb.DESCRIPTOR.services_by_name["CommitLog"], "hostile RPCs: commitlog")
+    wait_caught_up(broker)
+    verify(broker)
+
+
+def test_hostile_input_to_every_index_rpc(broker_factory) -> None:
+    broker: Broker = broker_factory()
+    _seed(broker)
+    _fuzz_service(broker, broker.index, ix_pb.DESCRIPTOR.services_by_name["Index"], "hostile RPCs: index")
+    wait_caught_up(broker)
+    verify(broker)
+
+
+# --- hostile records for the decoders -------------------------------------------------------------------------
+def _valid_records(rng: random.Random) -> bytes:
+    out = b""
+    for i in range(rng.randint(1, 4)):
+        m = Message(topic=rng.choice(["T", "Topic-A", "%RETRY%g"]), body=rng.randbytes(rng.randint(0, 80)),
+                    queue_id=rng.randint(0, 7), properties={"TAGS": "x", "KEYS": f"k{i}"}, born_host="127.0.0.1:1")
+        out += encode_message(m, i, len(out), 1_700_000_000_000)
+    return out
+
+
+@st.composite
+def _records(draw):  # type: ignore[no-untyped-def]
+    """Random bytes, or valid records with bytes flipped, cut or inserted."""
+    if draw(st.booleans()):
+        return draw(st.binary(max_size=400))
+    data = bytearray(_valid_records(random.Random(draw(st.integers(0, 1 << 30)))))
+    for _ in range(draw(st.integers(1, 6))):
+        op = draw(st.sampled_from(["flip", "cut", "insert"]))
+        at = draw(st.integers(0, max(0, len(data) - 1)))
+        if op == "flip" and data:
+            data[at] ^= 1 << draw(st.integers(0, 7))
+        elif op == "cut":
+            del data[at:at + draw(st.integers(1, 30))]
+        else:
+            data[at:at] = draw(st.binary(min_size=1, max_size=8))
+    return bytes(data)
+
+
+def test_decoders_survive_random_and_mutated_records() -> None:
+    tried = 0
+
+    @settings(max_examples=DECODER_EXAMPLES, deadline=None, database=None)
+    @given(_records())
+    def fuzz(data: bytes) -> None:
+        nonlocal tried
+        tried += 1
+        pos = 0
+        while pos < len(data):  # the codec: a record is valid (and decodes) or it is refused, never a crash
+            size = check_record(data, pos, len(data), None, True)
+            if size <= 0:
+                with pytest.raises(ValueError):
+                    decode_message(data, pos, check_crc=True)
+                break
+            try:  # whole and CRC-valid, yet its topic, hosts or properties may still be refused
+                m = decode_message(data, pos, check_crc=True)
+                assert m.store_size == size
+            except ValueError:
+                pass
+            pos += size
+        try:  # the dispatcher's decoder: requests, or CorruptRecord
+            columns = DispatchDecoder(0, (1000,), check_crc=True).feed(0, data)
+            assert columns.next_offset <= len(data)
+        except CorruptRecord:
+            pass
+        try:  # the Spark decoder: a batch, or RecordLayoutError
+            decode_records(data)
+        except (RecordLayoutError, ValueError):
+            pass
+
+    fuzz()
+    fault_counts.add("hostile records for the decoders", **{"inputs tried": tried})
+    assert tried >= DECODER_EXAMPLES // 2
+

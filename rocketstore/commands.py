@@ -233,6 +233,8 @@ def _add_send(commands: _SubParsers) -> None:
                         "a level past the last is the last); not with --batch")
     p.add_argument("--producer-group", default="DEFAULT_PRODUCER")
     p.add_argument("--retries", type=_non_negative, default=2, help="retryTimesWhenSendFailed (default: 2)")
+    p.add_argument("--transaction", choices=("commit", "rollback", "unknown"), default=None,
+                   help="send each message as a transaction whose local transaction ends with this state")
     _add_json(p)
     p.set_defaults(handler=_guard("send", _run_send))
 
@@ -268,6 +270,10 @@ def _run_send(args: argparse.Namespace) -> int:
             print(f"{r.status.value:<8} msgId={r.msg_id} offsetMsgId={r.offset_msg_id} "
                   f"queue={r.topic}#{r.queue_id} queueOffset={r.queue_offset}")
 
+    if args.transaction:
+        from rocketstore.transaction_commands import run_send_transaction
+
+        return run_send_transaction(args, message, _emit)
     target = _SendTarget(queue_id=args.queue_id, sharding_key=args.sharding_key)
     sent = 0
     t0 = time.perf_counter()
@@ -1020,3 +1026,6 @@ def add_commands(commands: _SubParsers) -> None:
     _add_query(commands)
     _add_bench(commands)
     _add_doctor(commands)
+    from rocketstore.transaction_commands import add_transaction_commands
+
+    add_transaction_commands(commands, _add_endpoint, _add_json, _guard)

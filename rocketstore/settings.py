@@ -355,7 +355,6 @@ class _Range(TypedDict):
 _PORT: _Range = {"minimum": 0, "maximum": 65535}
 _RATIO: _Range = {"minimum": 0, "maximum": 100}
 _NO_SLAVE_READ = "reads from a slave (suggestPullingFromSlave routing) are not built yet"
-_NO_TX = "transaction check-back is not built yet; prepared messages are stored and never checked back"
 _POOL_ONLY = "only while the transient store pool is active (transientStorePoolEnable, ASYNC_FLUSH, a master)"
 _DELETE_AT_ONCE = ("a deleted file is closed and unlinked at once (no reference count can hold it), so no "
                    "deletion hangs and there is nothing to retry or force")
@@ -426,15 +425,17 @@ KEYS: tuple[SettingKey, ...] = (
     _k("autoCreateSubscriptionGroup", bool, True, "Create an unknown consumer group on first use.",
        ignored="there is no subscription group table; a consumer group exists from its first heartbeat, "
        "pull or commit, and cannot be refused"),
-    _k("checkTransactionMessageEnable", bool, False, "Old-style switch for transaction check-back.",
-       not_yet=_NO_TX),
+    _k("checkTransactionMessageEnable", bool, True, "Run the transaction check service on a master.",
+       by="gateway", part="on by default here (RocketMQ 4.9 starts its check service on every master whatever "
+       "this key says); false stops the broker's check-backs, so open transactions wait for their producer or "
+       "an operator"),
     _k("transactionTimeOut", int, 6000,
        "Age after which a half (prepared) message is checked back with its producer (ms).",
-       not_yet=_NO_TX, minimum=0),
+       by="gateway", minimum=0),
     _k("transactionCheckMax", int, 15, "Check-backs before a half message is discarded.",
-       not_yet=_NO_TX, minimum=1),
+       by="gateway", minimum=1),
     _k("transactionCheckInterval", int, 60000, "Interval between transaction check rounds (ms).",
-       not_yet=_NO_TX, minimum=1),
+       by="gateway", minimum=1),
     # --- store paths (MessageStoreConfig); the five below default to entries under storePathRootDir
     _k("storePathRootDir", str, "~/store", "Root of the store directory ('~' expanded).",
        by="commitlog index dispatcher gateway schedule", part="the gateway keeps config/ (topics, consumer offsets) "
@@ -513,8 +514,9 @@ KEYS: tuple[SettingKey, ...] = (
        ignored="RocketMQ's mode for a store fed by an outside replicator (DUP_INFO records, a confirm offset); "
        "here only the CommitLog's own appends write records"),
     # --- deletion of expired files and disk space
-    _k("fileReservedTime", int, 72, "Hours a CommitLog file is kept after its last write.", by="commitlog",
-       part="the index deletes its files once the CommitLog no longer holds their messages", minimum=0),
+    _k("fileReservedTime", int, 72, "Hours a CommitLog file is kept after its last write.",
+       by="commitlog gateway", part="the index deletes its files once the CommitLog no longer holds their "
+       "messages; the gateway's transaction check no longer checks half messages older than this", minimum=0),
     _k("deleteWhen", str, "04", "Hours of the day when expired files are deleted, separated by ';'.",
        by="commitlog", check=_check_delete_when),
     _k("diskMaxUsedSpaceRatio", int, 75,

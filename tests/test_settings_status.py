@@ -80,12 +80,19 @@ def test_readers_are_the_services_whose_code_reads_the_key() -> None:
 
 
 @pytest.mark.parametrize("name", [
-    "slaveReadEnable", "checkTransactionMessageEnable", "transactionTimeOut", "transactionCheckMax",
-    "transactionCheckInterval",
+    "slaveReadEnable",
 ])
 def test_features_not_built_yet_say_not_yet(name: str) -> None:
     key = lookup_key(name)
     assert key is not None and key.status is KeyStatus.NOT_YET
+
+
+@pytest.mark.parametrize("name", [
+    "checkTransactionMessageEnable", "transactionTimeOut", "transactionCheckMax", "transactionCheckInterval",
+])
+def test_transaction_keys_are_honoured_by_the_gateways_check(name: str) -> None:
+    key = lookup_key(name)
+    assert key is not None and key.status is KeyStatus.HONOURED and key.readers == ("gateway",)
 
 
 @pytest.mark.parametrize("name", [
@@ -105,11 +112,11 @@ def test_a_key_with_no_effect_set_away_from_its_default_is_warned_once(tmp_path:
     path = tmp_path / "broker.properties"
     path.write_text("slaveReadEnable=true\nuseEpollNativeSelector=true\n", encoding="utf-8")
     with capture_logs() as logs:
-        load_settings(str(path), overrides={"transactionCheckMax": "7"}, environ=NO_ENV)
-        load_settings(str(path), overrides={"transactionCheckMax": "7"}, environ=NO_ENV)  # same process
+        load_settings(str(path), overrides={"sendMessageThreadPoolNums": "7"}, environ=NO_ENV)
+        load_settings(str(path), overrides={"sendMessageThreadPoolNums": "7"}, environ=NO_ENV)  # same process
     warnings = {entry["key"]: entry for entry in _warnings(logs)}
     assert len(_warnings(logs)) == 3
-    assert set(warnings) == {"slaveReadEnable", "useEpollNativeSelector", "transactionCheckMax"}
+    assert set(warnings) == {"slaveReadEnable", "useEpollNativeSelector", "sendMessageThreadPoolNums"}
     assert all(entry["log_level"] == "warning" for entry in warnings.values())
 
     epoll = warnings["useEpollNativeSelector"]
@@ -118,9 +125,9 @@ def test_a_key_with_no_effect_set_away_from_its_default_is_warned_once(tmp_path:
     assert epoll["source"] == f"in {path} line 2"
     slave_read = warnings["slaveReadEnable"]
     assert slave_read["status"] == "not yet" and "slave" in str(slave_read["reason"])
-    check_max = warnings["transactionCheckMax"]
-    assert check_max["value"] == "7" and check_max["source"] == "in flag transactionCheckMax"
-    assert "transaction" in str(check_max["reason"])
+    pool = warnings["sendMessageThreadPoolNums"]
+    assert pool["value"] == "7" and pool["source"] == "in flag sendMessageThreadPoolNums"
+    assert pool["reason"] == lookup_key("sendMessageThreadPoolNums").note  # type: ignore[union-attr]
 
 
 def test_keys_at_their_default_are_silent_even_when_set() -> None:
@@ -140,22 +147,22 @@ def test_honoured_keys_away_from_their_default_are_silent() -> None:
 
 def test_a_key_set_by_environment_is_warned_with_its_variable() -> None:
     with capture_logs() as logs:
-        load_settings(environ={"ROCKETSTORE_TRANSACTION_CHECK_MAX": "3"})
+        load_settings(environ={"ROCKETSTORE_SLAVE_READ_ENABLE": "true"})
     (warning,) = _warnings(logs)
-    assert warning["key"] == "transactionCheckMax" and warning["value"] == "3"
-    assert warning["source"] == "in environment variable ROCKETSTORE_TRANSACTION_CHECK_MAX"
+    assert warning["key"] == "slaveReadEnable" and warning["value"] == "true"
+    assert warning["source"] == "in environment variable ROCKETSTORE_SLAVE_READ_ENABLE"
 
 
 def test_a_started_service_logs_one_warning_per_ineffective_key(
     commitlog_factory: Callable[..., CommitLogProcess],
 ) -> None:
-    proc = commitlog_factory({"transactionCheckMax": "7", "longPollingEnable": "false",
+    proc = commitlog_factory({"slaveReadEnable": "true", "longPollingEnable": "false",
                               "useEpollNativeSelector": "false", "flushDiskType": "SYNC_FLUSH"})
     lines = [json.loads(line) for line in proc.log_text().splitlines() if line.startswith("{")]
     warned = [line for line in lines if line.get("event") == WARNING]
-    assert sorted(line["key"] for line in warned) == ["longPollingEnable", "transactionCheckMax"]
+    assert sorted(line["key"] for line in warned) == ["longPollingEnable", "slaveReadEnable"]
     by_key = {line["key"]: line for line in warned}
-    assert by_key["transactionCheckMax"]["value"] == "7"
+    assert by_key["slaveReadEnable"]["value"] == "true"
     assert by_key["longPollingEnable"]["reason"] == lookup_key("longPollingEnable").note  # type: ignore[union-attr]
     assert all(line["level"] == "warning" for line in warned)
 

@@ -45,6 +45,12 @@ from .messages import (
 )
 from .producer import Producer, SendCallback
 from .selector import HashSelector, QueueSelector, RandomSelector, RoundRobinSelector
+from .transaction_producer import (
+    LocalTransactionState,
+    TransactionListener,
+    TransactionMQProducer,
+    TransactionSendResult,
+)
 
 __all__ = [
     "Admin",
@@ -56,6 +62,7 @@ __all__ = [
     "DeadlineExceededError",
     "HashSelector",
     "InvalidArgumentError",
+    "LocalTransactionState",
     "Message",
     "MessageListener",
     "MessageModel",
@@ -76,6 +83,9 @@ __all__ = [
     "SendCallback",
     "SendResult",
     "SendStatus",
+    "TransactionListener",
+    "TransactionMQProducer",
+    "TransactionSendResult",
     "UnavailableError",
     "decode_records",
 ]

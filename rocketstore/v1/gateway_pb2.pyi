@@ -20,6 +20,12 @@ class PullStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PULL_NO_NEW_MSG: _ClassVar[PullStatus]
     PULL_NO_MATCHED_MSG: _ClassVar[PullStatus]
     PULL_OFFSET_ILLEGAL: _ClassVar[PullStatus]
+
+class TransactionResolution(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TRANSACTION_UNKNOWN: _ClassVar[TransactionResolution]
+    TRANSACTION_COMMIT: _ClassVar[TransactionResolution]
+    TRANSACTION_ROLLBACK: _ClassVar[TransactionResolution]
 SEND_OK: SendStatus
 SEND_FLUSH_DISK_TIMEOUT: SendStatus
 SEND_FLUSH_SLAVE_TIMEOUT: SendStatus
@@ -28,6 +34,9 @@ PULL_FOUND: PullStatus
 PULL_NO_NEW_MSG: PullStatus
 PULL_NO_MATCHED_MSG: PullStatus
 PULL_OFFSET_ILLEGAL: PullStatus
+TRANSACTION_UNKNOWN: TransactionResolution
+TRANSACTION_COMMIT: TransactionResolution
+TRANSACTION_ROLLBACK: TransactionResolution
 
 class OutgoingMessage(_message.Message):
     __slots__ = ("body", "tags", "keys", "properties", "flag", "born_timestamp", "born_host", "uniq_key", "delay_time_level")
@@ -108,18 +117,20 @@ class ReceivedMessage(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., commit_log_offset: _Optional[int] = ..., msg_id: _Optional[str] = ..., offset_msg_id: _Optional[str] = ..., tags: _Optional[str] = ..., keys: _Optional[str] = ..., body: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ..., born_timestamp: _Optional[int] = ..., born_host: _Optional[str] = ..., store_timestamp: _Optional[int] = ..., store_host: _Optional[str] = ..., reconsume_times: _Optional[int] = ..., sys_flag: _Optional[int] = ..., flag: _Optional[int] = ..., store_size: _Optional[int] = ..., body_crc: _Optional[int] = ...) -> None: ...
 
 class SendRequest(_message.Message):
-    __slots__ = ("producer_group", "topic", "queue_id", "messages", "columnar_results")
+    __slots__ = ("producer_group", "topic", "queue_id", "messages", "columnar_results", "transaction")
     PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     COLUMNAR_RESULTS_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_FIELD_NUMBER: _ClassVar[int]
     producer_group: str
     topic: str
     queue_id: int
     messages: _containers.RepeatedCompositeFieldContainer[OutgoingMessage]
     columnar_results: bool
-    def __init__(self, producer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[OutgoingMessage, _Mapping]]] = ..., columnar_results: _Optional[bool] = ...) -> None: ...
+    transaction: bool
+    def __init__(self, producer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[OutgoingMessage, _Mapping]]] = ..., columnar_results: _Optional[bool] = ..., transaction: _Optional[bool] = ...) -> None: ...
 
 class SendResult(_message.Message):
     __slots__ = ("status", "msg_id", "offset_msg_id", "queue_id", "queue_offset", "commit_log_offset", "store_timestamp", "topic")
@@ -597,3 +608,91 @@ class ConsumerSendBackResponse(_message.Message):
     msg_id: str
     commit_log_offset: int
     def __init__(self, topic: _Optional[str] = ..., reconsume_times: _Optional[int] = ..., delay_level: _Optional[int] = ..., msg_id: _Optional[str] = ..., commit_log_offset: _Optional[int] = ...) -> None: ...
+
+class EndTransactionRequest(_message.Message):
+    __slots__ = ("producer_group", "transaction_id", "commit_log_offset", "queue_offset", "resolution", "from_transaction_check", "by_operator")
+    PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_LOG_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    RESOLUTION_FIELD_NUMBER: _ClassVar[int]
+    FROM_TRANSACTION_CHECK_FIELD_NUMBER: _ClassVar[int]
+    BY_OPERATOR_FIELD_NUMBER: _ClassVar[int]
+    producer_group: str
+    transaction_id: str
+    commit_log_offset: int
+    queue_offset: int
+    resolution: TransactionResolution
+    from_transaction_check: bool
+    by_operator: bool
+    def __init__(self, producer_group: _Optional[str] = ..., transaction_id: _Optional[str] = ..., commit_log_offset: _Optional[int] = ..., queue_offset: _Optional[int] = ..., resolution: _Optional[_Union[TransactionResolution, str]] = ..., from_transaction_check: _Optional[bool] = ..., by_operator: _Optional[bool] = ...) -> None: ...
+
+class EndTransactionResponse(_message.Message):
+    __slots__ = ("msg_id", "commit_log_offset", "queue_offset", "topic", "queue_id")
+    MSG_ID_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_LOG_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    msg_id: str
+    commit_log_offset: int
+    queue_offset: int
+    topic: str
+    queue_id: int
+    def __init__(self, msg_id: _Optional[str] = ..., commit_log_offset: _Optional[int] = ..., queue_offset: _Optional[int] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ...) -> None: ...
+
+class TransactionChecksRequest(_message.Message):
+    __slots__ = ("producer_group", "client_id")
+    PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    producer_group: str
+    client_id: str
+    def __init__(self, producer_group: _Optional[str] = ..., client_id: _Optional[str] = ...) -> None: ...
+
+class TransactionCheck(_message.Message):
+    __slots__ = ("message", "transaction_id", "commit_log_offset", "queue_offset")
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_LOG_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    message: ReceivedMessage
+    transaction_id: str
+    commit_log_offset: int
+    queue_offset: int
+    def __init__(self, message: _Optional[_Union[ReceivedMessage, _Mapping]] = ..., transaction_id: _Optional[str] = ..., commit_log_offset: _Optional[int] = ..., queue_offset: _Optional[int] = ...) -> None: ...
+
+class ListTransactionsRequest(_message.Message):
+    __slots__ = ("producer_group",)
+    PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    producer_group: str
+    def __init__(self, producer_group: _Optional[str] = ...) -> None: ...
+
+class PendingTransaction(_message.Message):
+    __slots__ = ("transaction_id", "producer_group", "topic", "queue_id", "commit_log_offset", "queue_offset", "age_ms", "check_times", "tags", "keys")
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_LOG_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    CHECK_TIMES_FIELD_NUMBER: _ClassVar[int]
+    TAGS_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    transaction_id: str
+    producer_group: str
+    topic: str
+    queue_id: int
+    commit_log_offset: int
+    queue_offset: int
+    age_ms: int
+    check_times: int
+    tags: str
+    keys: str
+    def __init__(self, transaction_id: _Optional[str] = ..., producer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., commit_log_offset: _Optional[int] = ..., queue_offset: _Optional[int] = ..., age_ms: _Optional[int] = ..., check_times: _Optional[int] = ..., tags: _Optional[str] = ..., keys: _Optional[str] = ...) -> None: ...
+
+class ListTransactionsResponse(_message.Message):
+    __slots__ = ("transactions",)
+    TRANSACTIONS_FIELD_NUMBER: _ClassVar[int]
+    transactions: _containers.RepeatedCompositeFieldContainer[PendingTransaction]
+    def __init__(self, transactions: _Optional[_Iterable[_Union[PendingTransaction, _Mapping]]] = ...) -> None: ...

@@ -114,6 +114,21 @@ class GatewayStub:
                 request_serializer=rocketstore_dot_v1_dot_gateway__pb2.ConsumerSendBackRequest.SerializeToString,
                 response_deserializer=rocketstore_dot_v1_dot_gateway__pb2.ConsumerSendBackResponse.FromString,
                 _registered_method=True)
+        self.EndTransaction = channel.unary_unary(
+                '/rocketstore.v1.Gateway/EndTransaction',
+                request_serializer=rocketstore_dot_v1_dot_gateway__pb2.EndTransactionRequest.SerializeToString,
+                response_deserializer=rocketstore_dot_v1_dot_gateway__pb2.EndTransactionResponse.FromString,
+                _registered_method=True)
+        self.TransactionChecks = channel.unary_stream(
+                '/rocketstore.v1.Gateway/TransactionChecks',
+                request_serializer=rocketstore_dot_v1_dot_gateway__pb2.TransactionChecksRequest.SerializeToString,
+                response_deserializer=rocketstore_dot_v1_dot_gateway__pb2.TransactionCheck.FromString,
+                _registered_method=True)
+        self.ListTransactions = channel.unary_unary(
+                '/rocketstore.v1.Gateway/ListTransactions',
+                request_serializer=rocketstore_dot_v1_dot_gateway__pb2.ListTransactionsRequest.SerializeToString,
+                response_deserializer=rocketstore_dot_v1_dot_gateway__pb2.ListTransactionsResponse.FromString,
+                _registered_method=True)
 
 
 class GatewayServicer:
@@ -237,6 +252,30 @@ class GatewayServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def EndTransaction(self, request, context):
+        """--- transactions
+        Commit, roll back or leave open (UNKNOWN) a half message (RocketMQ's END_TRANSACTION).
+        FAILED_PRECONDITION: the transaction is already resolved; NOT_FOUND: no such half message.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TransactionChecks(self, request, context):
+        """A transaction producer's stream: it registers the producer in its group, and the broker's
+        checks of the group's open transactions come down it (answered with EndTransaction).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListTransactions(self, request, context):
+        """Open half messages (admin): age and check count of each.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GatewayServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -319,6 +358,21 @@ def add_GatewayServicer_to_server(servicer, server):
                     servicer.ConsumerSendBack,
                     request_deserializer=rocketstore_dot_v1_dot_gateway__pb2.ConsumerSendBackRequest.FromString,
                     response_serializer=rocketstore_dot_v1_dot_gateway__pb2.ConsumerSendBackResponse.SerializeToString,
+            ),
+            'EndTransaction': grpc.unary_unary_rpc_method_handler(
+                    servicer.EndTransaction,
+                    request_deserializer=rocketstore_dot_v1_dot_gateway__pb2.EndTransactionRequest.FromString,
+                    response_serializer=rocketstore_dot_v1_dot_gateway__pb2.EndTransactionResponse.SerializeToString,
+            ),
+            'TransactionChecks': grpc.unary_stream_rpc_method_handler(
+                    servicer.TransactionChecks,
+                    request_deserializer=rocketstore_dot_v1_dot_gateway__pb2.TransactionChecksRequest.FromString,
+                    response_serializer=rocketstore_dot_v1_dot_gateway__pb2.TransactionCheck.SerializeToString,
+            ),
+            'ListTransactions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTransactions,
+                    request_deserializer=rocketstore_dot_v1_dot_gateway__pb2.ListTransactionsRequest.FromString,
+                    response_serializer=rocketstore_dot_v1_dot_gateway__pb2.ListTransactionsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -753,6 +807,87 @@ class Gateway:
             '/rocketstore.v1.Gateway/ConsumerSendBack',
             rocketstore_dot_v1_dot_gateway__pb2.ConsumerSendBackRequest.SerializeToString,
             rocketstore_dot_v1_dot_gateway__pb2.ConsumerSendBackResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EndTransaction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketstore.v1.Gateway/EndTransaction',
+            rocketstore_dot_v1_dot_gateway__pb2.EndTransactionRequest.SerializeToString,
+            rocketstore_dot_v1_dot_gateway__pb2.EndTransactionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TransactionChecks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/rocketstore.v1.Gateway/TransactionChecks',
+            rocketstore_dot_v1_dot_gateway__pb2.TransactionChecksRequest.SerializeToString,
+            rocketstore_dot_v1_dot_gateway__pb2.TransactionCheck.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTransactions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketstore.v1.Gateway/ListTransactions',
+            rocketstore_dot_v1_dot_gateway__pb2.ListTransactionsRequest.SerializeToString,
+            rocketstore_dot_v1_dot_gateway__pb2.ListTransactionsResponse.FromString,
             options,
             channel_credentials,
             insecure,

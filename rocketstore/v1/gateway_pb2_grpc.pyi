@@ -89,6 +89,17 @@ class GatewayStub:
     under %RETRY%<group> through the delay levels (level 3 + reconsume times unless one is given),
     or in %DLQ%<group> once it was consumed max_reconsume_times times or with a negative level.
     """
+    EndTransaction: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.EndTransactionRequest, _gateway_pb2.EndTransactionResponse]
+    """--- transactions
+    Commit, roll back or leave open (UNKNOWN) a half message (RocketMQ's END_TRANSACTION).
+    FAILED_PRECONDITION: the transaction is already resolved; NOT_FOUND: no such half message.
+    """
+    TransactionChecks: _grpc.UnaryStreamMultiCallable[_gateway_pb2.TransactionChecksRequest, _gateway_pb2.TransactionCheck]
+    """A transaction producer's stream: it registers the producer in its group, and the broker's
+    checks of the group's open transactions come down it (answered with EndTransaction).
+    """
+    ListTransactions: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.ListTransactionsRequest, _gateway_pb2.ListTransactionsResponse]
+    """Open half messages (admin): age and check count of each."""
 
 @_typing.type_check_only
 class GatewayAsyncStub(GatewayStub):
@@ -135,6 +146,17 @@ class GatewayAsyncStub(GatewayStub):
     under %RETRY%<group> through the delay levels (level 3 + reconsume times unless one is given),
     or in %DLQ%<group> once it was consumed max_reconsume_times times or with a negative level.
     """
+    EndTransaction: _aio.UnaryUnaryMultiCallable[_gateway_pb2.EndTransactionRequest, _gateway_pb2.EndTransactionResponse]  # type: ignore[assignment]
+    """--- transactions
+    Commit, roll back or leave open (UNKNOWN) a half message (RocketMQ's END_TRANSACTION).
+    FAILED_PRECONDITION: the transaction is already resolved; NOT_FOUND: no such half message.
+    """
+    TransactionChecks: _aio.UnaryStreamMultiCallable[_gateway_pb2.TransactionChecksRequest, _gateway_pb2.TransactionCheck]  # type: ignore[assignment]
+    """A transaction producer's stream: it registers the producer in its group, and the broker's
+    checks of the group's open transactions come down it (answered with EndTransaction).
+    """
+    ListTransactions: _aio.UnaryUnaryMultiCallable[_gateway_pb2.ListTransactionsRequest, _gateway_pb2.ListTransactionsResponse]  # type: ignore[assignment]
+    """Open half messages (admin): age and check count of each."""
 
 class GatewayServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -274,6 +296,35 @@ class GatewayServicer(metaclass=_abc_1.ABCMeta):
         under %RETRY%<group> through the delay levels (level 3 + reconsume times unless one is given),
         or in %DLQ%<group> once it was consumed max_reconsume_times times or with a negative level.
         """
+
+    @_abc_1.abstractmethod
+    def EndTransaction(
+        self,
+        request: _gateway_pb2.EndTransactionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.EndTransactionResponse, _abc.Awaitable[_gateway_pb2.EndTransactionResponse]]:
+        """--- transactions
+        Commit, roll back or leave open (UNKNOWN) a half message (RocketMQ's END_TRANSACTION).
+        FAILED_PRECONDITION: the transaction is already resolved; NOT_FOUND: no such half message.
+        """
+
+    @_abc_1.abstractmethod
+    def TransactionChecks(
+        self,
+        request: _gateway_pb2.TransactionChecksRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_gateway_pb2.TransactionCheck], _abc.AsyncIterator[_gateway_pb2.TransactionCheck]]:
+        """A transaction producer's stream: it registers the producer in its group, and the broker's
+        checks of the group's open transactions come down it (answered with EndTransaction).
+        """
+
+    @_abc_1.abstractmethod
+    def ListTransactions(
+        self,
+        request: _gateway_pb2.ListTransactionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.ListTransactionsResponse, _abc.Awaitable[_gateway_pb2.ListTransactionsResponse]]:
+        """Open half messages (admin): age and check count of each."""
 
 def add_GatewayServicer_to_server(servicer: GatewayServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 

@@ -9,6 +9,8 @@ stopped together.
 | ``QueryMessageProcessor`` | ``query_processor.py`` | QueryMessage |
 | ``AdminBrokerProcessor`` | ``admin_processor.py`` | topics, topic stats, broker status |
 | ``BatchReadProcessor`` | ``batch_read.py`` | ListQueues, ReadQueue |
+| ``TransactionProcessor`` | ``transaction_processor.py`` (+ ``transaction_check.py``, | half messages, |
+| | ``producer_channels.py``, ``transaction_table.py``) | EndTransaction, checks |
 
 Everything runs on one event loop: a held pull or a stream costs a coroutine, not a thread.
 """
@@ -26,11 +28,14 @@ from .admin_processor import AdminBrokerProcessor
 from .batch_read import BatchReadProcessor
 from .consumer_manage import ConsumerManageProcessor
 from .context import BrokerStats, GatewayContext
+from .producer_channels import ProducerChannels
 from .pull_processor import PullMessageProcessor
 from .query_processor import QueryMessageProcessor
 from .send_back_processor import SendBackProcessor
 from .send_processor import SendMessageProcessor
 from .sender import SendBatcher
+from .transaction_check import TransactionCheckService
+from .transaction_processor import TransactionProcessor
 
 __all__ = ["Gateway"]
 
@@ -60,6 +65,9 @@ class Gateway:
         self.query = QueryMessageProcessor(context)
         self.admin = AdminBrokerProcessor(context)
         self.batch_read = BatchReadProcessor(context, self.admin, bulk_index or index)
+        self.producers = ProducerChannels()
+        self.transactions = TransactionProcessor(context, self.sender, self.send.choose_queue)
+        self.transaction_check = TransactionCheckService(self.transactions, self.producers)
 
     @classmethod
     def connect(cls, settings: Settings, commitlog_endpoint: str, index_endpoint: str) -> Gateway:
@@ -75,9 +83,11 @@ class Gateway:
     def start(self) -> None:
         self.context.hold.start()
         self.consumers.start()
+        self.transaction_check.start()
 
     async def shutdown(self) -> None:
         """Stop taking sends, answer the held pulls, persist the consumer offsets, close the clients."""
+        await self.transaction_check.stop()
         self.sender.close()
         await self.context.hold.stop()
         await self.consumers.stop()

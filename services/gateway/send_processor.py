@@ -70,6 +70,9 @@ class SendMessageProcessor:
                    commit_log_offset=columns.wrote_offsets[start], producer_group=request.producer_group)
         return response
 
+    async def choose_queue(self, topic: str, request: pb.SendRequest) -> int:
+        return await self._send_queue(topic, request)
+
     async def _send_queue(self, topic: str, request: pb.SendRequest) -> int:
         """The queue a send goes to: the one asked for, else the topic's next in round robin."""
         config = await self._ctx.topic_for_send(topic)

@@ -19,6 +19,7 @@ from rocketstore.v1 import gateway_pb2_grpc as pb_grpc
 
 from .errors import client_facing
 from .gateway import Gateway
+from .producer_channels import stream_checks
 
 __all__ = ["BATCH_READ_SERVICE", "GATEWAY_SERVICE", "BatchReadServicer", "GatewayServicer", "peer_host"]
 
@@ -59,6 +60,8 @@ class GatewayServicer(pb_grpc.GatewayServicer):
     @rpc_errors
     @_facing
     async def Send(self, request: pb.SendRequest, context: _Context) -> pb.SendResponse:
+        if request.transaction:
+            return await self._g.transactions.send_half(request, peer_host(context))
         return await self._g.send.send(request, peer_host(context))
 
     @rpc_errors
@@ -141,6 +144,26 @@ class GatewayServicer(pb_grpc.GatewayServicer):
     async def ConsumerSendBack(self, request: pb.ConsumerSendBackRequest,
                                context: _Context) -> pb.ConsumerSendBackResponse:
         return await self._g.send_back.send_back(request)
+
+    # --- transactions
+    @rpc_errors
+    @_facing
+    async def EndTransaction(self, request: pb.EndTransactionRequest,
+                             context: _Context) -> pb.EndTransactionResponse:
+        return await self._g.transactions.end(request)
+
+    @rpc_errors
+    @_facing
+    async def ListTransactions(self, request: pb.ListTransactionsRequest,
+                               context: _Context) -> pb.ListTransactionsResponse:
+        await self._g.transactions.ready()
+        return self._g.transactions.list_open(request.producer_group)
+
+    @rpc_errors
+    @_facing
+    async def TransactionChecks(self, request: pb.TransactionChecksRequest,  # type: ignore[override]
+                                context: _Context) -> None:
+        await stream_checks(self._g.producers, request, context)
 
 
 class BatchReadServicer(pb_grpc.BatchReadServicer):

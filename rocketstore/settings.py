@@ -453,8 +453,9 @@ KEYS: tuple[SettingKey, ...] = (
        by="commitlog", part="the CommitLog's abort file; the index service keeps its own (index.abort)",
        normalize=_expand_path, derive="abort"),
     # --- file sizes
-    _k("mappedFileSizeCommitLog", int, 1073741824, "Size of each CommitLog file (bytes).", by="commitlog ha index",
-       minimum=1024, maximum=_JAVA_INT_MAX),
+    _k("mappedFileSizeCommitLog", int, 1073741824, "Size of each CommitLog file (bytes).",
+       by="commitlog gateway ha index", part="the gateway refuses a message no file could hold before any of "
+       "its send is appended", minimum=1024, maximum=_JAVA_INT_MAX),
     _k("mappedFileSizeConsumeQueue", int, 6000000,
        "Size of each ConsumeQueue file (bytes); rounded up to a multiple of 20, the unit size.", by="index",
        minimum=1, maximum=_JAVA_INT_MAX - _CQ_UNIT_SIZE, normalize=_round_up_to_cq_unit),

@@ -267,6 +267,7 @@ def test_a_closed_batcher_refuses_sends() -> None:
 
 def test_a_full_disk_is_resource_exhausted_and_a_store_going_away_unavailable() -> None:
     from rocketstore.services.gateway.send_processor import _check_stored
+
     from rocketstore.statuses import DISK_FULL_REASON_PREFIX, PutMessageStatus
 
     refused = int(PutMessageStatus.SERVICE_NOT_AVAILABLE)

@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import time
+from typing import TextIO
 
 from rocketstore import health_client
 from rocketstore.errors import DeadlineExceeded
@@ -15,10 +16,11 @@ from rocketstore.errors import DeadlineExceeded
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
-def wait_serving(endpoint: str, proc: subprocess.Popen, timeout: float = 30.0) -> None:  # type: ignore[type-arg]
+def wait_serving(endpoint: str, proc: subprocess.Popen[bytes] | subprocess.Popen[str], timeout: float = 30.0) -> None:
     def check() -> None:
         if proc.poll() is not None:
             raise RuntimeError(f"the CommitLog service exited with code {proc.returncode}")
@@ -30,11 +32,11 @@ def wait_serving(endpoint: str, proc: subprocess.Popen, timeout: float = 30.0) -
             from None
 
 
-def run_broker_demo(endpoint: str, count: int = 20, out=sys.stdout) -> None:  # type: ignore[no-untyped-def]
+def run_broker_demo(endpoint: str, count: int = 20, out: TextIO = sys.stdout) -> None:
     """What a user of the broker does first, against a running gateway: create a topic, send
     messages (one at a time and as a batch), consume them back with a tag filter, look one up by
     key, and show the group's progress and the broker's status."""
-    from rocketstore.client import Admin, Message, Producer, PullConsumer, PullStatus
+    from rocketstore.client import Admin, Message, Producer, PullConsumer, PullStatus, ReceivedMessage
 
     def say(text: str) -> None:
         print(text, file=out, flush=True)
@@ -56,14 +58,15 @@ def run_broker_demo(endpoint: str, count: int = 20, out=sys.stdout) -> None:  # 
         say(f"demo: sent a batch of 10 into queue 0, offsets {batch[0].queue_offset}..{batch[-1].queue_offset}")
 
         expected = sum(1 for i in range(count) if i % 2 == 0) + 10
-        got, deadline = [], time.monotonic() + 30
+        got: list[ReceivedMessage] = []
+        deadline = time.monotonic() + 30
         offsets = dict.fromkeys(range(4), 0)
         while len(got) < expected and time.monotonic() < deadline:
             for qid in range(4):
-                r = consumer.pull((topic, qid), offsets[qid], 32, "TagA", poll_timeout=0.2)
-                if r.status == PullStatus.FOUND:
-                    got.extend(r.messages)
-                offsets[qid] = r.next_begin_offset
+                pulled = consumer.pull((topic, qid), offsets[qid], 32, "TagA", poll_timeout=0.2)
+                if pulled.status == PullStatus.FOUND:
+                    got.extend(pulled.messages)
+                offsets[qid] = pulled.next_begin_offset
         consumer.commit({(topic, q): o for q, o in offsets.items()})
         say(f"demo: consumed {len(got)} messages tagged TagA with group {group} (expected {expected}), e.g. "
             f"{got[0].body.decode()!r} from queue {got[0].queue_id}" if got else "demo: consumed nothing")

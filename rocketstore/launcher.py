@@ -246,7 +246,8 @@ class Launcher:
             return os.path.abspath(self.data_dir)
         from rocketstore.settings import load_settings
 
-        return os.path.abspath(load_settings(self.config, {}, os.environ).store_path_root_dir)
+        root: str = load_settings(self.config, {}, os.environ).store_path_root_dir
+        return os.path.abspath(root)
 
     @property
     def gateway_endpoint(self) -> str:

@@ -85,7 +85,7 @@ class MappedFile:
         self.wrote_position = self.committed_position = self.flushed_position = position
 
     @property
-    def write_target(self):
+    def write_target(self) -> bytearray | mmap.mmap:
         """Where appends land: the transient buffer if there is one, else the mapping."""
         return self.write_buffer if self.write_buffer is not None else self.mm
 

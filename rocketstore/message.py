@@ -9,6 +9,7 @@ import ipaddress
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 # --- property names (RocketMQ's MessageConst) --------------------------------------------
 PROPERTY_KEYS = "KEYS"
@@ -147,6 +148,33 @@ def format_host(addr: bytes, port: int) -> str:
 
 
 # --- the message types ---------------------------------------------------------------------
+class StorableMessage(Protocol):
+    """What the store reads of a message to append: ``Message``'s fields. The CommitLog service
+    appends the protobuf ``rocketstore.v1.Message`` of a request as it is (same field names, plus an
+    optional ``properties_text``, read with getattr), so both types are storable without a copy."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def body(self) -> bytes: ...
+    @property
+    def queue_id(self) -> int: ...
+    @property
+    def flag(self) -> int: ...
+    @property
+    def properties(self) -> Mapping[str, str]: ...
+    @property
+    def sys_flag(self) -> int: ...
+    @property
+    def born_timestamp(self) -> int: ...
+    @property
+    def born_host(self) -> str: ...
+    @property
+    def reconsume_times(self) -> int: ...
+    @property
+    def prepared_transaction_offset(self) -> int: ...
+
+
 @dataclass(slots=True)
 class Message:
     """A message to store (RocketMQ's MessageExtBrokerInner, before the store fills in

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 import prometheus_client
@@ -24,8 +24,8 @@ from grpc_reflection.v1alpha import reflection
 from rocketstore.log import get_logger
 from rocketstore.servicing import DecodeRequests
 
-__all__ = ["MAX_MESSAGE_BYTES", "GrpcServer", "RpcLatencyInterceptor", "run_until_signal", "set_metrics_host",
-           "start_metrics_server"]
+__all__ = ["MAX_MESSAGE_BYTES", "GrpcServer", "RpcLatencyInterceptor", "StoppableServer", "metric_value",
+           "run_until_signal", "set_metrics_host", "start_metrics_server"]
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 """Send and receive limit of every server: a batch of records must fit in one message."""
@@ -135,7 +135,24 @@ class GrpcServer:
         self.stop(0)
 
 
-def run_until_signal(server: GrpcServer, on_stop: Callable[[], None], grace: float = 5.0) -> None:
+class StoppableServer(Protocol):
+    """What ``run_until_signal`` needs of a server: where it serves (for the log) and how to stop it.
+    A ``GrpcServer``, or a wrapper that closes its servicer's streams before stopping it."""
+
+    @property
+    def endpoint(self) -> str: ...
+
+    def stop(self, grace: float | None = ...) -> None: ...
+
+
+def metric_value(value: object) -> float:
+    """A service's stat (a number, a flag, or numeric text) as a Prometheus sample value."""
+    if isinstance(value, int | float | str):
+        return float(value)
+    raise TypeError(f"a stat of type {type(value).__name__} is not a metric value: {value!r}")
+
+
+def run_until_signal(server: StoppableServer, on_stop: Callable[[], None], grace: float = 5.0) -> None:
     """Serve until SIGTERM or SIGINT, then stop the server and call ``on_stop`` (flush, checkpoint, ...).
 
     The server stops first so no request changes the state while ``on_stop`` persists it. Further

@@ -30,11 +30,13 @@ from google.protobuf.message import DecodeError
 from rocketstore.errors import BrokerError
 from rocketstore.log import get_logger
 
-__all__ = ["AioDecodeRequests", "DecodeRequests", "decoding_handler", "request_fields", "rpc_errors"]
+__all__ = ["AioDecodeRequests", "DecodeRequests", "decoding_handler", "request_fields", "rpc_errors",
+           "until_stream_ends"]
 
 _log = get_logger("rocketstore.servicing")
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+_T = TypeVar("_T")
 
 # Request fields worth a log line: where the failed request pointed.
 _FIELDS = ("topic", "queue_id", "offset", "queue_offset", "start_offset", "end_offset", "from_offset",
@@ -62,6 +64,17 @@ def request_fields(request: object) -> dict[str, Any]:
         fields.setdefault("queue_id", getattr(first, "queue_id", 0))
         fields["messages"] = len(request.messages)  # type: ignore[attr-defined]
     return fields
+
+
+def until_stream_ends(requests: Iterator[_T]) -> Iterator[_T]:
+    """The requests of a client (or bidirectional) stream, ending quietly when the client goes away
+    (it cancelled, or its connection dropped) where grpc's iterator would raise ``grpc.RpcError``: the
+    servicer then finishes as for a stream its client closed (a CommitLog drops the slaves an HA
+    service reported when that service goes away)."""
+    try:
+        yield from requests
+    except grpc.RpcError:
+        return
 
 
 def _status(self: object, method: str, request: object, exc: BaseException) -> BrokerError:

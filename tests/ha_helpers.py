@@ -11,7 +11,7 @@ from pathlib import Path
 from rocketstore.services.commitlog.client import CommitLogClient
 from rocketstore.services.commitlog.servicer import SERVICE_NAME, CommitLogServicer
 from rocketstore.services.commitlog.store import CommitLogStore
-from rocketstore.services.ha.main import slave_connector
+from rocketstore.services.ha.client import HAClient
 from rocketstore.services.ha.master import HAMaster
 from rocketstore.services.ha.servicer import SERVICE_NAME as HA_SERVICE_NAME
 from rocketstore.services.ha.servicer import HAServicer
@@ -85,7 +85,7 @@ class ReplicaPair:
                          "haMasterAddress": self.ha_master.endpoint, **overrides}
         self.slave_store = self.stores.start(root or self.root / "slave", **settings_over)
         self.slave = ServedStore(self.slave_store)
-        self.ha_slave = HASlave(self.slave_store.settings, self.slave.link, slave_connector(self.ha_master.endpoint),
+        self.ha_slave = HASlave(self.slave_store.settings, self.slave.link, HAClient(self.ha_master.endpoint).replicate,
                                 retry_s=0.1)
         self.ha_slave.start()
         return self.ha_slave

@@ -11,11 +11,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from conftest import DEFAULT_BROKER_SETTINGS, RPC_TIMEOUT, Broker, ServiceProcess
+from rocketstore.services.ha.client import HAClient, HAStatus
 
 from rocketstore.codec import decode_message
 from rocketstore.message import MessageExt
 from rocketstore.v1 import commitlog_pb2 as cl_pb
-from rocketstore.v1 import ha_pb2, ha_pb2_grpc
 from rocketstore.v1 import index_pb2 as ix_pb
 
 FILE_SIZE = int(DEFAULT_BROKER_SETTINGS["mapedFileSizeCommitLog"])
@@ -24,10 +24,10 @@ FILE_SIZE = int(DEFAULT_BROKER_SETTINGS["mapedFileSizeCommitLog"])
 class HAProcess(ServiceProcess):
     service = "ha"
     health_service = "rocketstore.v1.HA"
-    stub: ha_pb2_grpc.HAStub | None = None
+    client: HAClient | None = None
 
     def _make_stubs(self, channel) -> None:  # noqa: ANN001
-        self.stub = ha_pb2_grpc.HAStub(channel)
+        self.client = HAClient(self.endpoint, channel=channel)
 
 
 class HABroker:
@@ -93,9 +93,9 @@ class HABroker:
     def stats(self) -> dict[str, str]:
         return dict(self.broker.commitlog.stub.GetStats(cl_pb.GetStatsRequest(), timeout=RPC_TIMEOUT).stats)
 
-    def ha_status(self) -> ha_pb2.HAStatus:
-        assert self.ha.stub is not None
-        return self.ha.stub.GetStatus(ha_pb2.GetHAStatusRequest(), timeout=RPC_TIMEOUT)
+    def ha_status(self) -> HAStatus:
+        assert self.ha.client is not None
+        return self.ha.client.status(timeout=RPC_TIMEOUT)
 
     def append(self, messages: list[cl_pb.Message], timeout: float = RPC_TIMEOUT) -> list[cl_pb.AppendResult]:
         return list(self.broker.commitlog.stub.AppendBatch(cl_pb.AppendBatchRequest(messages=messages),

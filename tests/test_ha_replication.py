@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import grpc
 import pytest
 from ha_helpers import ReplicaPair, ServedStore, wait_until
-from rocketstore.services.ha.main import slave_connector
+from rocketstore.services.ha.client import HAClient
 from rocketstore.services.ha.slave import HASlave
 from storage_helpers import FILE_SIZE, msg, read_log, sized_msg
 
@@ -162,7 +162,7 @@ def _slave(stores, tmp_path, master_endpoint: str, **overrides: object) -> tuple
     store = stores.start(tmp_path / "slave", brokerRole="SLAVE", brokerId=1, haMasterAddress=master_endpoint,
                          **overrides)
     served = ServedStore(store)
-    slave = HASlave(store.settings, served.link, slave_connector(master_endpoint), retry_s=0.05)
+    slave = HASlave(store.settings, served.link, HAClient(master_endpoint).replicate, retry_s=0.05)
     slave.start()
     return slave, served
 

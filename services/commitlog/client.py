@@ -148,7 +148,7 @@ class CommitLogClient:
         self.endpoint = endpoint
         self._own_channel = channel is None
         self._channel = channel if channel is not None else open_channel(endpoint)
-        self._stub = pb_grpc.CommitLogStub(self._channel)  # type: ignore[no-untyped-call]
+        self._stub = pb_grpc.CommitLogStub(self._channel)
         self._calls = Caller(SERVICE, timeout, wait_for_ready=wait_for_ready)
 
     # --- appends (never retried: a failed append may have been stored) -----------------------
@@ -286,7 +286,7 @@ class AsyncCommitLogClient:
         self.endpoint = endpoint
         self._own_channel = channel is None
         self._channel = channel if channel is not None else open_aio_channel(endpoint)
-        self._stub = pb_grpc.CommitLogStub(self._channel)  # type: ignore[no-untyped-call]
+        self._stub = pb_grpc.CommitLogStub(self._channel)
         self._calls = Caller(SERVICE, timeout, wait_for_ready=wait_for_ready)
         self._append_method: grpc.aio.StreamStreamMultiCallable[bytes, pb.AppendBatchResponse] = \
             self._channel.stream_stream(

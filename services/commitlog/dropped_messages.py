@@ -18,6 +18,7 @@ takes a second or two of the clean-up thread, once, when the file goes.
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import struct
 import threading
@@ -49,7 +50,7 @@ ConsumerOffsets = dict[str, dict[str, dict[int, int]]]
 """topic -> group -> queue id -> the group's next offset to consume."""
 
 
-def count_file_messages(buf, limit: int) -> FileMessages:
+def count_file_messages(buf: bytes | bytearray | mmap.mmap, limit: int) -> FileMessages:
     """The consumable messages of one CommitLog file's bytes ``buf[:limit]`` by topic and queue.
     Prepared and rolled-back transaction records are not consumable and are left out."""
     out: FileMessages = {}

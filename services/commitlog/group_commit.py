@@ -22,7 +22,7 @@ import itertools
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from rocketstore.log import get_logger
 
@@ -135,7 +135,7 @@ def resolve_in_loop(requests: list[GroupCommitRequest]) -> None:
             d.prune()
 
 
-def _wake_tasks(requests: list[GroupCommitRequest]) -> None:
+def _wake_tasks(requests: Sequence[GroupCommitRequest]) -> None:
     """One call into each event loop for all its completed requests."""
     by_loop: dict[asyncio.AbstractEventLoop, list[GroupCommitRequest]] = {}
     for req in requests:

@@ -9,19 +9,21 @@ The process then exits 0; a crash or kill -9 leaves the abort file, and the next
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from rocketstore.codec import RECORD_SIZE_SLACK
 from rocketstore.log import configure_logging, get_logger
 from rocketstore.operator_token import ensure_token, token_path
-from rocketstore.server import GrpcServer, run_until_signal, start_metrics_server
+from rocketstore.server import GrpcServer, metric_value, run_until_signal, start_metrics_server
 from rocketstore.v1 import commitlog_pb2_grpc
 
 from .servicer import SERVICE_NAME, CommitLogServicer
 from .store import CommitLogStore, StoreStartError
 
 if TYPE_CHECKING:
+    from prometheus_client.core import Metric
+
     from rocketstore.settings import Settings
 
     from .store import PutResult
@@ -168,7 +170,7 @@ class _StoreCollector:
     def describe(self) -> list[object]:
         return []  # dynamic: the names come from stats()
 
-    def collect(self):  # type: ignore[no-untyped-def]
+    def collect(self) -> Iterator[Metric]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         store = self._store
@@ -183,7 +185,7 @@ class _StoreCollector:
         yield offsets
         yield CounterMetricFamily("rocketstore_commitlog_corrupt_records",
                                   "Distinct CommitLog records found corrupt on read (never served).",
-                                  value=float(stats.get("corruptRecords", 0)))
+                                  value=metric_value(stats.get("corruptRecords", 0)))
         dropped = CounterMetricFamily(
             "rocketstore_commitlog_dropped_unconsumed_messages",
             "Messages deleted with their CommitLog file before every consumer group of their topic consumed "

@@ -24,7 +24,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import grpc
 
@@ -40,7 +40,7 @@ from rocketstore.errors import (
 )
 from rocketstore.log import get_logger
 from rocketstore.operator_token import OperatorGuard
-from rocketstore.servicing import rpc_errors
+from rocketstore.servicing import rpc_errors, until_stream_ends
 from rocketstore.v1 import commitlog_pb2 as pb
 from rocketstore.v1 import commitlog_pb2_grpc as pb_grpc
 
@@ -174,7 +174,8 @@ class CommitLogServicer(pb_grpc.CommitLogServicer):
 
     @staticmethod
     def _fill_columns(results: PutResults, columns: pb.AppendColumns) -> None:
-        columns.statuses.extend(results.statuses)
+        # PutMessageStatus is an IntEnum numbered as the proto enum: its members are the wire values.
+        columns.statuses.extend(cast("list[pb.PutMessageStatus]", results.statuses))
         if any(results.reasons):
             columns.reasons.extend(results.reasons)
         columns.wrote_offsets.extend(results.wrote_offsets)
@@ -344,7 +345,8 @@ class CommitLogServicer(pb_grpc.CommitLogServicer):
         self._check_open()
         seen: dict[str, None] = {}
         try:
-            for ack in requests:
+            # When the HA service goes away the stream simply ends: its slaves are dropped below.
+            for ack in until_stream_ends(requests):
                 self._store.report_slave(ack.connection_id, ack.slave_address, ack.acked_offset, ack.connected)
                 if ack.connected:
                     seen[ack.connection_id] = None
@@ -352,8 +354,6 @@ class CommitLogServicer(pb_grpc.CommitLogServicer):
                     seen.pop(ack.connection_id, None)
         except NotThisRole as e:
             raise FailedPrecondition(str(e)) from e
-        except grpc.RpcError:
-            pass  # the HA service went away: its slaves are dropped below
         finally:
             self._store.replica.drop(list(seen))
         return pb.ReportSlaveAcksResponse()

@@ -11,6 +11,7 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
+from typing import cast
 
 from rocketstore.services.commitlog import recovery
 from rocketstore.services.commitlog.clean_service import CleanCommitLogService, RunningFlags
@@ -24,7 +25,7 @@ from rocketstore.services.commitlog.slave_append import OffsetMismatch, SlaveApp
 from rocketstore.checkpoint import StoreCheckpoint
 from rocketstore.file_lock import FileLockHeld, lock_file, unlock_file
 from rocketstore.log import get_logger
-from rocketstore.message import Message, wait_store_msg_ok
+from rocketstore.message import Message, StorableMessage, wait_store_msg_ok
 from rocketstore.settings import BrokerRole, FlushDiskType, Settings
 from rocketstore.statuses import PutMessageStatus
 
@@ -259,11 +260,12 @@ class CommitLogStore:
         return None
 
     def put_message(self, msg: Message) -> PutResult:
-        return self.put_messages([msg])[0]
+        result: PutResult = self.put_messages([msg])[0]
+        return result
 
-    def put_messages(self, msgs: Sequence[Message]) -> PutResults:
+    def put_messages(self, msgs: Sequence[StorableMessage]) -> PutResults:
         """Append ``msgs`` in order as one batch; one result per message, in the same order.
-        A message is anything with Message's attribute names (a protobuf message works).
+        A message is a ``Message`` or anything with its fields (the protobuf message of a request).
         Returns once the messages are as durable as flushDiskType and brokerRole ask."""
         results, end, waiting = self._append(msgs)
         if waiting:
@@ -277,7 +279,7 @@ class CommitLogStore:
                 self._replica_outcome(in_sync, acked, waiting, results)
         return results
 
-    async def put_messages_async(self, msgs: Sequence[Message]) -> PutResults:
+    async def put_messages_async(self, msgs: Sequence[StorableMessage]) -> PutResults:
         """``put_messages`` for asyncio callers: the append runs at once on the caller's thread and
         the durability wait is awaited, so many concurrent tasks share each group commit without a
         thread of their own."""
@@ -301,7 +303,7 @@ class CommitLogStore:
             return False, None
         return True, self.replica.request(end, self._slave_timeout, loop)
 
-    def _append(self, msgs: Sequence[Message]) -> tuple[PutResults, int, list[int]]:
+    def _append(self, msgs: Sequence[StorableMessage]) -> tuple[PutResults, int, list[int]]:
         """Check, encode and append; returns the results, the log end after the batch (0 when
         nothing was written) and the indexes of the messages that wait for durability."""
         results = PutResults(len(msgs), self.commitlog.msg_id_prefix)
@@ -310,7 +312,9 @@ class CommitLogStore:
             for i in range(len(msgs)):
                 results.set_status(i, *refusal)
             return results, 0, []
-        records, results = self.commitlog.encode(msgs)
+        # CommitLog.encode (and the codec under it) reads only StorableMessage's fields, though its
+        # annotation still says Message.
+        records, results = self.commitlog.encode(cast(Sequence[Message], msgs))
         end = self.commitlog.append(records, results)
         if not end:
             return results, 0, []
@@ -408,7 +412,8 @@ class CommitLogStore:
                 bad = find_corrupt(data, offset)
                 if bad:
                     self._note_corrupt(bad)
-                    data = CorruptRange(zero_spans(data, offset, bad), bad)
+                    out.append(CorruptRange(zero_spans(data, offset, bad), bad))
+                    continue
             out.append(data)
         return out
 

@@ -8,46 +8,29 @@ on haListenPort as well (health, status), so a slave promoted by configuration n
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from rocketstore.services.commitlog.client import CommitLogClient
 
-from rocketstore.channel import open_channel
 from rocketstore.log import configure_logging, get_logger
 from rocketstore.server import GrpcServer, run_until_signal, start_metrics_server
 from rocketstore.settings import BrokerRole
-from rocketstore.v1 import ha_pb2, ha_pb2_grpc
+from rocketstore.v1 import ha_pb2_grpc
 
+from .client import HAClient
 from .master import HAMaster
 from .servicer import SERVICE_NAME, HAServicer
-from .slave import HASlave, ReplicateCall
+from .slave import HASlave
 
 if TYPE_CHECKING:
     from rocketstore.settings import Settings
 
-__all__ = ["serve", "slave_connector"]
+__all__ = ["serve"]
 
 SERVICE = "ha"
 MAX_WORKERS = 32  # each slave connection holds a worker
-# The replication stream's receive window: gRPC's 64 KiB default lets the master have about two
-# 32 KiB chunks in flight, so every chunk waited for the slave to take the one before it.
-STREAM_WINDOW_BYTES = 16 * 1024 * 1024
-STREAM_OPTIONS = [("grpc.http2.lookahead_bytes", STREAM_WINDOW_BYTES)]
 
 _log = get_logger("rocketstore.ha")
-
-
-def slave_connector(master_address: str):  # type: ignore[no-untyped-def]
-    """Opens Replicate streams to ``master_address`` (one channel for every reconnect)."""
-    stub = ha_pb2_grpc.HAStub(open_channel(master_address, STREAM_OPTIONS))
-
-    def connect(reports: Iterator[tuple[int, str, int, int, int]]) -> ReplicateCall:
-        messages = (ha_pb2.SlaveReport(max_offset=m, broker_name=n, broker_id=i, check_offset=co, check_crc32=cc)
-                    for m, n, i, co, cc in reports)
-        return stub.Replicate(messages, wait_for_ready=True)  # type: ignore[return-value]
-
-    return connect
 
 
 def serve(settings: Settings, host: str = "127.0.0.1", port: int | None = None, metrics_port: int | None = None,
@@ -56,11 +39,13 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int | None = None, 
     link = CommitLogClient(commitlog)
     master: HAMaster | None = None
     slave: HASlave | None = None
+    to_master: HAClient | None = None
     if settings.broker_role is BrokerRole.SLAVE:
         if not settings.ha_master_address:
             _log.error("a SLAVE needs haMasterAddress (its master's HA host:port)")
             return 2
-        slave = HASlave(settings, link, slave_connector(settings.ha_master_address))
+        to_master = HAClient(settings.ha_master_address)  # one channel for every reconnect
+        slave = HASlave(settings, link, to_master.replicate)
     else:
         master = HAMaster(settings, link)
     servicer = HAServicer(settings, master, slave, link.max_offset_now)
@@ -81,6 +66,8 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int | None = None, 
             slave.stop()
         if master is not None:
             master.stop()
+        if to_master is not None:
+            to_master.close()
         link.close()
 
     run_until_signal(server, stop, 2.0)

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
-from rocketstore.services.commitlog.client import Offsets, TailChunk
+from rocketstore.services.commitlog.client import Offsets, RawRead, TailChunk
 
 from rocketstore.log import get_logger
 from rocketstore.settings import Settings
@@ -50,8 +50,7 @@ class MasterLink(Protocol):
     """What the master side needs of its CommitLog (``CommitLogClient``)."""
 
     def offsets(self) -> Offsets: ...
-    def read_raw(self, offset: int, max_bytes: int):  # noqa: ANN201 - a RawRead
-        ...
+    def read_raw(self, offset: int, max_bytes: int) -> RawRead: ...
     def tail(self, from_offset: int, *, max_chunk_bytes: int = 0) -> TailStream: ...
     def report_slave_acks(self, acks: Iterator[tuple[str, str, int, bool]]) -> None: ...
 

@@ -19,13 +19,14 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
-import grpc
-from rocketstore.services.commitlog.client import Offsets
+from rocketstore.services.commitlog.client import Offsets, RawRead
 
-from rocketstore.errors import BrokerError
+from rocketstore.errors import BrokerError, FailedPrecondition, OutOfRange
 from rocketstore.log import get_logger
 from rocketstore.settings import Settings
 
+from .client import SERVICE as HA_SERVICE
+from .client import Report
 from .transfer import crc32
 
 __all__ = ["HASlave", "SlaveLink", "SlaveStatus"]
@@ -41,27 +42,32 @@ class SlaveLink(Protocol):
     """What the slave side needs of its CommitLog (``CommitLogClient``)."""
 
     def offsets(self) -> Offsets: ...
-    def read_raw(self, offset: int, max_bytes: int):  # noqa: ANN201 - a RawRead
-        ...
+    def read_raw(self, offset: int, max_bytes: int) -> RawRead: ...
     def append_data(self, offset: int, data: bytes, master_max_offset: int = -1) -> int: ...
 
 
 class TransferLike(Protocol):
-    offset: int
-    data: bytes
-    master_max_offset: int
+    """One chunk from the master (``rocketstore.services.ha.client.Transfer``)."""
+
+    @property
+    def offset(self) -> int: ...
+    @property
+    def data(self) -> bytes: ...
+    @property
+    def master_max_offset(self) -> int: ...
 
 
 class ReplicateCall(Protocol):
-    """An open Replicate stream: iterate the master's transfers; ``cancel()`` closes it."""
+    """An open Replicate stream (``HAClient.replicate``): iterate the master's transfers (failures are
+    ``BrokerError``); ``cancel()`` closes it."""
 
     def __iter__(self) -> Iterator[TransferLike]: ...
-    def cancel(self) -> bool: ...
+    def cancel(self) -> None: ...
 
 
-Connect = Callable[[Iterator[tuple[int, str, int, int, int]]], ReplicateCall]
+Connect = Callable[[Iterator[Report]], ReplicateCall]
 """Opens a Replicate stream sending the given reports (max offset, broker name, broker id, check
-offset, check crc32)."""
+offset, check crc32): ``HAClient(haMasterAddress).replicate``."""
 
 
 @dataclass(slots=True)
@@ -86,7 +92,7 @@ class _Session:
     """One connection's reports: the first with the tail check, then the max offset after each
     append and at least every heartbeat interval, until closed."""
 
-    def __init__(self, first: tuple[int, str, int, int, int], heartbeat_s: float) -> None:
+    def __init__(self, first: Report, heartbeat_s: float) -> None:
         self._first = first
         self._heartbeat_s = heartbeat_s
         self._cond = threading.Condition()
@@ -95,7 +101,7 @@ class _Session:
         self.closed = False
         self.reason = ""
 
-    def reports(self) -> Iterator[tuple[int, str, int, int, int]]:
+    def reports(self) -> Iterator[Report]:
         yield self._first
         while True:
             with self._cond:
@@ -152,20 +158,24 @@ class HASlave:
             wait = self._retry_s
             try:
                 self._session()
-            except grpc.RpcError as e:
-                code, details = e.code(), e.details()  # type: ignore[attr-defined]
-                if code is grpc.StatusCode.FAILED_PRECONDITION or code is grpc.StatusCode.OUT_OF_RANGE:
-                    self._refused(details)
+            except BrokerError as e:
+                if e.service != HA_SERVICE:  # the local CommitLog service
+                    self._stopped_by(e)
+                elif isinstance(e, FailedPrecondition | OutOfRange):  # the master refuses this slave
+                    self._refused(e.details or e.message)
                     wait = max(self._retry_s, self._heartbeat_s)
-                elif not self._stopped.is_set():
+                elif not self._stopped.is_set():  # the master went away, or ended the stream
                     log.warning("replication stream ended; reconnecting", master=self.status.master_address,
-                                code=code.name if code else "", details=details)
-            except Exception as e:  # noqa: BLE001 - the local CommitLog is away, a bad chunk, ...
-                if not self._stopped.is_set():
-                    log.warning("replication stopped; reconnecting", master=self.status.master_address, error=str(e))
+                                code=e.code, details=e.details or e.message)
+            except Exception as e:  # noqa: BLE001 - a bad chunk, ...
+                self._stopped_by(e)
             finally:
                 self.status.connected = False
             self._stopped.wait(wait)
+
+    def _stopped_by(self, e: Exception) -> None:
+        if not self._stopped.is_set():
+            log.warning("replication stopped; reconnecting", master=self.status.master_address, error=str(e))
 
     def _refused(self, details: str) -> None:
         if self.status.error != details:
@@ -229,8 +239,8 @@ class HASlave:
     def _received(call: ReplicateCall, session: _Session) -> Iterable[TransferLike]:
         try:
             yield from call
-        except grpc.RpcError as e:
-            if session.closed and e.code() is grpc.StatusCode.CANCELLED:  # type: ignore[attr-defined]
+        except BrokerError as e:
+            if session.closed and e.code == "CANCELLED":
                 return  # we closed it ourselves
             raise
 

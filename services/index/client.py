@@ -107,7 +107,7 @@ class IndexClient:
         self.endpoint = endpoint
         self._own_channel = channel is None
         self._channel = channel if channel is not None else open_channel(endpoint)
-        self._stub = pb_grpc.IndexStub(self._channel)  # type: ignore[no-untyped-call]
+        self._stub = pb_grpc.IndexStub(self._channel)
         self._calls = Caller(SERVICE, timeout, wait_for_ready=wait_for_ready)
 
     # --- building the index -------------------------------------------------------------------
@@ -197,7 +197,7 @@ class AsyncIndexClient:
         self.endpoint = endpoint
         self._own_channel = channel is None
         self._channel = channel if channel is not None else open_aio_channel(endpoint)
-        self._stub = pb_grpc.IndexStub(self._channel)  # type: ignore[no-untyped-call]
+        self._stub = pb_grpc.IndexStub(self._channel)
         self._calls = Caller(SERVICE, timeout, wait_for_ready=wait_for_ready)
 
     async def get_message(self, topic: str, queue_id: int, offset: int, max_messages: int, *, expression: str = "",

@@ -7,10 +7,11 @@ ends its streams, the server drains, then everything is flushed and the dispatch
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from rocketstore.log import configure_logging, get_logger
-from rocketstore.server import GrpcServer, RpcLatencyInterceptor, run_until_signal, start_metrics_server
+from rocketstore.server import GrpcServer, RpcLatencyInterceptor, metric_value, run_until_signal, start_metrics_server
 from rocketstore.v1 import index_pb2_grpc
 
 from .commitlog_client import RemoteCommitLog
@@ -77,13 +78,13 @@ class _ClosingServer:
 
 def _register_metrics(store: IndexStore) -> None:
     from prometheus_client import REGISTRY
-    from prometheus_client.core import GaugeMetricFamily
+    from prometheus_client.core import GaugeMetricFamily, Metric
 
     class Collector:
         def describe(self) -> list[object]:
             return []
 
-        def collect(self):  # type: ignore[no-untyped-def]
+        def collect(self) -> Iterator[Metric]:
             stats = store.stats()
             for name, help_text in (("dispatchBehindBytes", "CommitLog bytes not yet in the ConsumeQueues."),
                                     ("dispatchBehindMillis", "Age of the oldest undispatched message (ms)."),
@@ -98,7 +99,7 @@ def _register_metrics(store: IndexStore) -> None:
                                     ("consumeQueuesRebuilt", "ConsumeQueues found short at start and rebuilt."),
                                     ("consumeQueues", "ConsumeQueues held."),
                                     ("indexFiles", "IndexFiles held.")):
-                yield GaugeMetricFamily(f"rocketstore_index_{_snake(name)}", help_text, value=float(stats[name]))
+                yield GaugeMetricFamily(f"rocketstore_index_{_snake(name)}", help_text, value=metric_value(stats[name]))
 
     REGISTRY.register(Collector())
 

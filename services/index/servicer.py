@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import grpc
 
@@ -131,8 +131,9 @@ class IndexServicer(pb_grpc.IndexServicer):
             request.topic, request.queue_id, request.offset, request.max_messages, subscription,
             with_bodies=not request.without_bodies))
         return pb.GetMessageResponse(
-            status=int(r.status), next_begin_offset=r.next_begin_offset, min_offset=r.min_offset,
-            max_offset=r.max_offset, suggest_pulling_from_slave=r.suggest_pulling_from_slave,
+            # GetMessageStatus is an IntEnum numbered as the proto enum: its number is the wire value.
+            status=cast(pb.GetMessageStatus, int(r.status)), next_begin_offset=r.next_begin_offset,
+            min_offset=r.min_offset, max_offset=r.max_offset, suggest_pulling_from_slave=r.suggest_pulling_from_slave,
             records=b"".join(r.records), queue_offsets=r.queue_offsets, physical_offsets=r.physical_offsets,
             sizes=r.sizes)
 

@@ -33,8 +33,8 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from rocketstore.checkpoint import StoreCheckpoint
 from rocketstore.codec import (
@@ -176,9 +176,9 @@ class IndexStore:
                                   s.message_index_enable, s.max_msgs_num_batch)
         self.index.load(self.last_exit_ok)
         saved = self._load_position()
-        self.position = saved.get("position", 0)
-        self.commitlog_instance_id = saved.get("commitlogInstanceId", "")
-        self._saved_queues = _queue_table_of(saved)
+        self.position = saved.position
+        self.commitlog_instance_id = saved.commitlog_instance_id
+        self._saved_queues = saved.queues
         self._saved = (self.position, self.commitlog_instance_id)
         self._rebuild_short_queues()
         if len(self.index.files) < before:
@@ -228,13 +228,14 @@ class IndexStore:
             self._lock_fd = None
 
     # --- the dispatch position -----------------------------------------------------------------
-    def _load_position(self) -> dict:
+    def _load_position(self) -> _SavedPosition:
         try:
-            return load_json(self._position_path, check=_check_position) or {}
+            saved = load_json(self._position_path, check=_check_position)
         except ConfigFileError as e:
             # Unreadable, backup too: start over from 0; every entry already held is skipped, nothing is lost.
             _log.warning("dispatch position unreadable; rebuilding from the CommitLog's start", error=str(e))
-            return {}
+            return _SavedPosition()
+        return _position_of(saved) if saved else _SavedPosition()
 
     def _save_position(self, position: int, instance_id: str, queues: dict[str, dict[str, int]]) -> None:
         persist_json(self._position_path, {"position": position, "commitlogInstanceId": instance_id,
@@ -613,7 +614,8 @@ class IndexStore:
         if record is None or len(record) < MIN_RECORD_LENGTH:
             return None
         sys_flag = _INT.unpack_from(record, POS_SYSFLAG)[0]
-        return _LONG.unpack_from(record, store_timestamp_position(sys_flag))[0]
+        store_timestamp: int = _LONG.unpack_from(record, store_timestamp_position(sys_flag))[0]
+        return store_timestamp
 
     def offset_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
         cq = self.consume_queues.find(topic, queue_id)
@@ -713,7 +715,25 @@ def _count_files(path: str) -> int:
         return 0
 
 
-def _queue_table_of(saved: dict) -> dict[str, dict[str, int]]:
+@dataclass(frozen=True, slots=True)
+class _SavedPosition:
+    """The dispatch position file: how far the index has dispatched, in which CommitLog run, and the
+    queue table saved with it."""
+
+    position: int = 0
+    commitlog_instance_id: str = ""
+    queues: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+def _position_of(saved: dict[str, Any]) -> _SavedPosition:
+    """The saved position of a position file's JSON object (its position checked by ``_check_position``)."""
+    position = saved.get("position", 0)
+    instance_id = saved.get("commitlogInstanceId", "")
+    return _SavedPosition(position if isinstance(position, int) else 0,
+                          instance_id if isinstance(instance_id, str) else "", _queue_table_of(saved))
+
+
+def _queue_table_of(saved: dict[str, Any]) -> dict[str, dict[str, int]]:
     """The queue table of a saved position; {} when absent or malformed (nothing is checked then)."""
     queues = saved.get("queues")
     if not isinstance(queues, dict):
@@ -726,7 +746,7 @@ def _queue_table_of(saved: dict) -> dict[str, dict[str, int]]:
     return out
 
 
-def _check_position(data: dict) -> None:
+def _check_position(data: dict[str, Any]) -> None:
     if not isinstance(data.get("position"), int) or data["position"] < 0:
         raise ValueError(f"no valid position in {data!r}")
 

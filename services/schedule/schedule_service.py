@@ -179,7 +179,7 @@ class ScheduleMessageService:
 
     def _append(self, messages: list[cl_pb.Message], level: int, offset: int) -> None:
         response = self._commitlog.append(messages, columnar=True)
-        statuses = list(response.columns.statuses)
+        statuses: list[int] = list(response.columns.statuses)  # the proto enum's numbers: PutMessageStatus's
         failed = [s for s in statuses if s not in (PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT,
                                                    PutMessageStatus.FLUSH_SLAVE_TIMEOUT,
                                                    PutMessageStatus.SLAVE_NOT_AVAILABLE)]

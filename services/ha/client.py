@@ -1,0 +1,119 @@
+"""The HA service as other processes call it: ``HAClient`` (a slave's replication stream from its
+master, and any broker's replication status).
+
+Plain values in and out (``Transfer``, ``HAStatus``). Every failure is a ``rocketstore.errors.BrokerError``
+naming "the ha service": a master that refuses a slave (its log diverged, or the slave asks for bytes the
+master no longer holds) answers ``FailedPrecondition`` / ``OutOfRange``; a master that went away,
+``Unavailable``. The stream is never retried here: the slave reconnects from its own max offset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import grpc
+
+from rocketstore.channel import open_channel
+from rocketstore.rpc_client import Caller, Stream
+from rocketstore.v1 import ha_pb2 as pb
+from rocketstore.v1 import ha_pb2_grpc as pb_grpc
+
+__all__ = ["SERVICE", "STATUS_TIMEOUT", "STREAM_OPTIONS", "HAClient", "HAStatus", "Report", "SlaveConnection",
+           "Transfer"]
+
+SERVICE = "ha"
+STATUS_TIMEOUT = 10.0
+"""Deadline of a status query (all attempts together)."""
+# The replication stream's receive window: gRPC's 64 KiB default lets the master have about two
+# 32 KiB chunks in flight, so every chunk waited for the slave to take the one before it.
+STREAM_WINDOW_BYTES = 16 * 1024 * 1024
+STREAM_OPTIONS = [("grpc.http2.lookahead_bytes", STREAM_WINDOW_BYTES)]
+
+Report = tuple[int, str, int, int, int]
+"""A slave's report: (max offset, broker name, broker id, check offset, check crc32); the name, id and
+check only in the first report of a stream."""
+
+
+@dataclass(frozen=True, slots=True)
+class Transfer:
+    """One chunk of the master's CommitLog: ``data`` starts at ``offset`` (empty: a heartbeat); the
+    master's max offset when it was read."""
+
+    offset: int
+    data: bytes
+    master_max_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class SlaveConnection:
+    """One slave connection as its master sees it."""
+
+    connection_id: str
+    slave_address: str
+    broker_name: str
+    broker_id: int
+    start_offset: int
+    acked_offset: int
+    sent_offset: int
+    lag_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class HAStatus:
+    """A broker's replication: a master's slave connections, or a slave's view of its master."""
+
+    role: str
+    max_offset: int  # -1: its CommitLog service did not answer
+    slaves: list[SlaveConnection]
+    master_address: str
+    connected: bool
+    master_max_offset: int
+    lag_bytes: int
+    lag_millis: int
+    error: str  # a slave: why it does not replicate ("" while it does)
+
+    @classmethod
+    def from_proto(cls, s: pb.HAStatus) -> HAStatus:
+        slaves = [SlaveConnection(c.connection_id, c.slave_address, c.broker_name, c.broker_id, c.start_offset,
+                                  c.acked_offset, c.sent_offset, c.lag_bytes) for c in s.slaves]
+        return cls(s.role, s.max_offset, slaves, s.master_address, s.connected, s.master_max_offset, s.lag_bytes,
+                   s.lag_millis, s.error)
+
+
+def _transfer(t: pb.Transfer) -> Transfer:
+    return Transfer(t.offset, t.data, t.master_max_offset)
+
+
+class HAClient:
+    """The HA service at ``endpoint`` (a master's haListenPort, or a slave's)."""
+
+    def __init__(self, endpoint: str, *, timeout: float = STATUS_TIMEOUT, channel: grpc.Channel | None = None) -> None:
+        self.endpoint = endpoint
+        self._own_channel = channel is None
+        self._channel = channel if channel is not None else open_channel(endpoint, STREAM_OPTIONS)
+        self._stub = pb_grpc.HAStub(self._channel)
+        self._calls = Caller(SERVICE, timeout)
+
+    def replicate(self, reports: Iterator[Report]) -> Stream[Transfer]:
+        """Open a Replicate stream that sends ``reports`` (the first with the tail check) and answers
+        the master's transfers. Waits for the master to be reachable; ``cancel()`` closes it (its
+        iteration then fails with a ``Refused`` of code CANCELLED)."""
+        messages = (pb.SlaveReport(max_offset=m, broker_name=n, broker_id=i, check_offset=co, check_crc32=cc)
+                    for m, n, i, co, cc in reports)
+        return Stream(self._stub.Replicate(messages, wait_for_ready=True), SERVICE, "Replicate", _transfer)
+
+    def status(self, *, timeout: float | None = None) -> HAStatus:
+        """GetStatus (retried on UNAVAILABLE within its deadline: it changes nothing)."""
+        return HAStatus.from_proto(self._calls.call(self._stub.GetStatus, pb.GetHAStatusRequest(), retry=True,
+                                                    timeout=timeout))
+
+    def close(self) -> None:
+        if self._own_channel:
+            self._channel.close()
+
+    def __enter__(self) -> HAClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

@@ -7,7 +7,8 @@ queries, topic and group administration, broker status and benchmarks.
     rocketstore consume --endpoint HOST:PORT --topic T --group G [--expression EXPR] [--count N] [--timeout S] [--json]
     rocketstore status --endpoint HOST:PORT [--json]
     rocketstore topic create|update|delete|list|stats ...
-    rocketstore group list|progress|reset-offset ...
+    rocketstore group list|progress|reset-offset|create|update|delete|show ...   (rocketstore.retry_commands)
+    rocketstore dlq list|show|resend --endpoint HOST:PORT --group G [--json]
     rocketstore query --endpoint HOST:PORT (--msg-id ID --topic T | --offset-msg-id ID | --key K --topic T
                                             | --topic T --queue-id Q --offset O) [--json]
     rocketstore bench produce|consume --endpoint HOST:PORT --topic T [--count N] [--size BYTES] [--threads K]
@@ -551,7 +552,8 @@ def _run_topic_stats(args: argparse.Namespace) -> int:
 # --- group ------------------------------------------------------------------------------------
 
 def _add_group(commands: _SubParsers) -> None:
-    group = commands.add_parser("group", help="consumer groups: members, progress (lag), offset reset")
+    group = commands.add_parser("group", help="consumer groups: members, progress (lag), offset reset, "
+                                             "subscription group configuration")
     sub = group.add_subparsers(dest="group_command", metavar="ACTION", required=True)
     p = sub.add_parser("list", help="consumer groups with their members and subscriptions")
     _add_endpoint(p)
@@ -571,6 +573,9 @@ def _add_group(commands: _SubParsers) -> None:
     p.add_argument("--to", required=True, help="earliest, latest, or a time: ms since the epoch or ISO")
     _add_json(p)
     p.set_defaults(handler=_guard("group reset-offset", _run_group_reset))
+    from rocketstore.retry_commands import add_group_config_actions  # it imports this module's helpers
+
+    add_group_config_actions(sub)
 
 
 def _run_group_list(args: argparse.Namespace) -> int:
@@ -946,3 +951,6 @@ def add_commands(commands: _SubParsers) -> None:
     _add_group(commands)
     _add_query(commands)
     _add_bench(commands)
+    from rocketstore.retry_commands import add_dlq
+
+    add_dlq(commands)

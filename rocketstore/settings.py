@@ -424,8 +424,7 @@ KEYS: tuple[SettingKey, ...] = (
     _k("autoCreateTopicEnable", bool, True, "Create an unknown topic on first send (off in production).",
        by="gateway"),
     _k("autoCreateSubscriptionGroup", bool, True, "Create an unknown consumer group on first use.",
-       ignored="there is no subscription group table; a consumer group exists from its first heartbeat, "
-       "pull or commit, and cannot be refused"),
+       by="gateway"),
     _k("checkTransactionMessageEnable", bool, False, "Old-style switch for transaction check-back.",
        not_yet=_NO_TX),
     _k("transactionTimeOut", int, 6000,

@@ -49,6 +49,9 @@ class ConsumerManageProcessor:
         check_group(request.consumer_group)
         if not request.client_id:
             raise GatewayError("INVALID_ARGUMENT", "client_id is empty")
+        group = ctx.subscription_group(request.consumer_group)
+        if group.retry_queue_nums > 0:  # as RocketMQ's heartbeat: the group's retry topic exists from now on
+            ctx.topics.create_retry_topic(request.consumer_group)
         subscriptions = {}
         for s in request.subscriptions:
             ctx.topic_for_read(s.topic)

@@ -152,7 +152,9 @@ def test_group_list_and_progress(ep: str) -> None:
                 break
             time.sleep(0.2)
         assert len(groups["listed_group"]["members"]) == 1
-        assert groups["listed_group"]["subscriptions"] == [{"topic": "CliGroups", "expression": "*"}]
+        # As RocketMQ's consumerConnection shows it: the topic and the group's retry topic.
+        assert sorted(groups["listed_group"]["subscriptions"], key=lambda x: x["topic"]) == [
+            {"topic": "%RETRY%listed_group", "expression": "*"}, {"topic": "CliGroups", "expression": "*"}]
         assert "listed_group" in run("group", "list", "-e", ep).stdout
         while time.monotonic() < deadline:  # consumed and committed (the next pull carries the offset)
             progress = json_lines(run("group", "progress", "-e", ep, "-g", "listed_group", "--json").stdout)

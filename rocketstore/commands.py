@@ -3,7 +3,7 @@ queries, topic and group administration, broker status and benchmarks.
 
     rocketstore up [--data-dir DIR] [--config broker.properties] [--port PORT] [--with-slave]
     rocketstore send --endpoint HOST:PORT --topic T [--tags TAG] [--keys "K1 K2"] [--body TEXT] [--count N]
-                     [--delay-level N] [--json]
+                     [--delay-level N | --deliver-at MS_OR_ISO | --delay SECONDS] [--json]
     rocketstore consume --endpoint HOST:PORT --topic T --group G [--expression EXPR] [--count N] [--timeout S] [--json]
     rocketstore status --endpoint HOST:PORT [--json]
     rocketstore topic create|update|delete|list|stats ...
@@ -231,6 +231,11 @@ def _add_send(commands: _SubParsers) -> None:
     p.add_argument("--delay-level", type=_non_negative, default=0,
                    help="deliver after delay level N of the broker's messageDelayLevel (1 = 1s by default; "
                         "a level past the last is the last); not with --batch")
+    p.add_argument("--deliver-at", type=_timestamp, default=0, metavar="MS_OR_ISO",
+                   help="deliver at this time (RocketMQ 5's TIMER_DELIVER_MS): ms since the epoch or an ISO "
+                        "date-time; at most the broker's timerMaxDelaySec (3 days by default) ahead")
+    p.add_argument("--delay", type=_non_negative, default=0, metavar="SECONDS",
+                   help="deliver this many seconds after it is stored (TIMER_DELAY_SEC)")
     p.add_argument("--producer-group", default="DEFAULT_PRODUCER")
     p.add_argument("--retries", type=_non_negative, default=2, help="retryTimesWhenSendFailed (default: 2)")
     _add_json(p)
@@ -259,7 +264,8 @@ def _run_send(args: argparse.Namespace) -> int:
         body = body_bytes if body_bytes is not None else (
             args.body.replace("{i}", str(i)) if templated else args.body).encode()
         return Message(args.topic, body, tags=args.tags, keys=args.keys, properties=dict(args.properties),
-                       delay_time_level=args.delay_level)
+                       delay_time_level=args.delay_level, delivery_timestamp=args.deliver_at,
+                       delay_seconds=args.delay)
 
     def report(r: SendResult) -> None:
         if args.json:

@@ -3,11 +3,12 @@ queries, topic and group administration, broker status and benchmarks.
 
     rocketstore up [--data-dir DIR] [--config broker.properties] [--port PORT] [--with-slave]
     rocketstore send --endpoint HOST:PORT --topic T [--tags TAG] [--keys "K1 K2"] [--body TEXT] [--count N]
-                     [--delay-level N] [--json]
+                     [--delay-level N | --deliver-at MS_OR_ISO | --delay SECONDS] [--json]
     rocketstore consume --endpoint HOST:PORT --topic T --group G [--expression EXPR] [--count N] [--timeout S] [--json]
     rocketstore status --endpoint HOST:PORT [--json]
     rocketstore topic create|update|delete|list|stats ...
-    rocketstore group list|progress|reset-offset ...
+    rocketstore group list|progress|reset-offset|create|update|delete|show ...   (rocketstore.retry_commands)
+    rocketstore dlq list|show|resend --endpoint HOST:PORT --group G [--json]
     rocketstore query --endpoint HOST:PORT (--msg-id ID --topic T | --offset-msg-id ID | --key K --topic T
                                             | --topic T --queue-id Q --offset O) [--json]
     rocketstore bench produce|consume --endpoint HOST:PORT --topic T [--count N] [--size BYTES] [--threads K]
@@ -231,6 +232,11 @@ def _add_send(commands: _SubParsers) -> None:
     p.add_argument("--delay-level", type=_non_negative, default=0,
                    help="deliver after delay level N of the broker's messageDelayLevel (1 = 1s by default; "
                         "a level past the last is the last); not with --batch")
+    p.add_argument("--deliver-at", type=_timestamp, default=0, metavar="MS_OR_ISO",
+                   help="deliver at this time (RocketMQ 5's TIMER_DELIVER_MS): ms since the epoch or an ISO "
+                        "date-time; at most the broker's timerMaxDelaySec (3 days by default) ahead")
+    p.add_argument("--delay", type=_non_negative, default=0, metavar="SECONDS",
+                   help="deliver this many seconds after it is stored (TIMER_DELAY_SEC)")
     p.add_argument("--producer-group", default="DEFAULT_PRODUCER")
     p.add_argument("--retries", type=_non_negative, default=2, help="retryTimesWhenSendFailed (default: 2)")
     p.add_argument("--transaction", choices=("commit", "rollback", "unknown"), default=None,
@@ -261,7 +267,8 @@ def _run_send(args: argparse.Namespace) -> int:
         body = body_bytes if body_bytes is not None else (
             args.body.replace("{i}", str(i)) if templated else args.body).encode()
         return Message(args.topic, body, tags=args.tags, keys=args.keys, properties=dict(args.properties),
-                       delay_time_level=args.delay_level)
+                       delay_time_level=args.delay_level, delivery_timestamp=args.deliver_at,
+                       delay_seconds=args.delay)
 
     def report(r: SendResult) -> None:
         if args.json:
@@ -590,7 +597,8 @@ def _run_topic_stats(args: argparse.Namespace) -> int:
 # --- group ------------------------------------------------------------------------------------
 
 def _add_group(commands: _SubParsers) -> None:
-    group = commands.add_parser("group", help="consumer groups: members, progress (lag), offset reset")
+    group = commands.add_parser("group", help="consumer groups: members, progress (lag), offset reset, "
+                                             "subscription group configuration")
     sub = group.add_subparsers(dest="group_command", metavar="ACTION", required=True)
     p = sub.add_parser("list", help="consumer groups with their members and subscriptions")
     _add_endpoint(p)
@@ -610,6 +618,9 @@ def _add_group(commands: _SubParsers) -> None:
     p.add_argument("--to", required=True, help="earliest, latest, or a time: ms since the epoch or ISO")
     _add_json(p)
     p.set_defaults(handler=_guard("group reset-offset", _run_group_reset))
+    from rocketstore.retry_commands import add_group_config_actions  # it imports this module's helpers
+
+    add_group_config_actions(sub)
 
 
 def _run_group_list(args: argparse.Namespace) -> int:
@@ -1029,3 +1040,6 @@ def add_commands(commands: _SubParsers) -> None:
     from rocketstore.transaction_commands import add_transaction_commands
 
     add_transaction_commands(commands, _add_endpoint, _add_json, _guard)
+    from rocketstore.retry_commands import add_dlq
+
+    add_dlq(commands)

@@ -160,6 +160,11 @@ def parse_delay_levels(text: str) -> tuple[int, ...]:
         raise ValueError(f"messageDelayLevel={text!r}: {exc.expected}") from None
 
 
+def snap_timer_precision(ms: int) -> int:
+    """timerPrecisionMs as RocketMQ's setter keeps it: the largest of 100, 200, 500, 1000 not above it."""
+    return max([p for p in (100, 200, 500, 1000) if p <= ms] or [100])
+
+
 def _parse_delay_levels(text: str) -> tuple[int, ...]:
     expected = "expected space-separated delays like '1s 5s 1m 2h 1d' (units s, m, h, d)"
     words = text.split()
@@ -423,8 +428,7 @@ KEYS: tuple[SettingKey, ...] = (
     _k("autoCreateTopicEnable", bool, True, "Create an unknown topic on first send (off in production).",
        by="gateway"),
     _k("autoCreateSubscriptionGroup", bool, True, "Create an unknown consumer group on first use.",
-       ignored="there is no subscription group table; a consumer group exists from its first heartbeat, "
-       "pull or commit, and cannot be refused"),
+       by="gateway"),
     _k("checkTransactionMessageEnable", bool, True, "Run the transaction check service on a master.",
        by="gateway", part="on by default here (RocketMQ 4.9 starts its check service on every master whatever "
        "this key says); false stops the broker's check-backs, so open transactions wait for their producer or "
@@ -567,6 +571,11 @@ KEYS: tuple[SettingKey, ...] = (
     _k("messageDelayLevel", str, "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h",
        "Delay of each level, level 1 first; units s, m, h, d.", by="dispatcher gateway schedule",
        check=_check_delay_levels),
+    _k("timerMaxDelaySec", int, 259200, "The furthest ahead a timed message may be delivered (s); 3 days.",
+       by="gateway", minimum=1),
+    _k("timerPrecisionMs", int, 1000, "Slot width of the timer wheel (ms): a timed message is delivered within "
+       "this much after its time. RocketMQ snaps it to 100, 200, 500 or 1000.", by="gateway schedule",
+       minimum=100, maximum=1000),
     _k("flushDelayOffsetInterval", int, 10000, "Interval of persisting the delay queues' offsets (ms).",
        ignored="the schedule service writes config/delayOffset.json after every delivered batch, so a crash "
        "repeats at most the batch in flight rather than up to this interval's deliveries", minimum=1),

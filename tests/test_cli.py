@@ -152,7 +152,9 @@ def test_group_list_and_progress(ep: str) -> None:
                 break
             time.sleep(0.2)
         assert len(groups["listed_group"]["members"]) == 1
-        assert groups["listed_group"]["subscriptions"] == [{"topic": "CliGroups", "expression": "*"}]
+        # As RocketMQ's consumerConnection shows it: the topic and the group's retry topic.
+        assert sorted(groups["listed_group"]["subscriptions"], key=lambda x: x["topic"]) == [
+            {"topic": "%RETRY%listed_group", "expression": "*"}, {"topic": "CliGroups", "expression": "*"}]
         assert "listed_group" in run("group", "list", "-e", ep).stdout
         while time.monotonic() < deadline:  # consumed and committed (the next pull carries the offset)
             progress = json_lines(run("group", "progress", "-e", ep, "-g", "listed_group", "--json").stdout)
@@ -257,3 +259,17 @@ def test_send_with_a_delay_level_is_delivered_by_the_schedule_service_of_up(ep: 
     assert [(g["msgId"], g["topic"], g["body"]) for g in got] == [(sent["msgId"], "CliDelay", "later")]
     # Delivered as a new record: not the one stored under SCHEDULE_TOPIC_XXXX.
     assert got[0]["offsetMsgId"] != sent["offsetMsgId"]
+
+
+def test_send_at_a_time_and_after_seconds_is_delivered_by_the_timer_of_up(ep: str) -> None:
+    at = int(time.time() * 1000) + 1500
+    (first,) = json_lines(run("send", "-e", ep, "-t", "CliTimer", "--queue-id", "0", "--body", "at",
+                              "--deliver-at", str(at), "--json").stdout)
+    (second,) = json_lines(run("send", "-e", ep, "-t", "CliTimer", "--queue-id", "0", "--body", "after",
+                               "--delay", "1", "--json").stdout)
+    got = json_lines(run("consume", "-e", ep, "-t", "CliTimer", "-g", "cli_timer", "--count", "2", "--timeout", "30",
+                         "--json").stdout)
+    assert sorted((g["msgId"], g["body"]) for g in got) == sorted([(first["msgId"], "at"), (second["msgId"], "after")])
+    assert all(g["properties"]["REAL_TOPIC"] == "CliTimer" for g in got)
+    refused = run("send", "-e", ep, "-t", "CliTimer", "--delay", "300000", check=False)
+    assert refused.returncode == 1 and "timerMaxDelaySec=259200" in refused.stderr

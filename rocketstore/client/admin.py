@@ -113,6 +113,40 @@ class Admin:
         self.commit_offsets(group, topic, offsets)
         return offsets
 
+    # --- subscription groups and dead letters ----------------------------------------------
+    def create_subscription_group(self, group: str, **fields: Any) -> pb.SubscriptionGroup:
+        """updateSubGroup for a new group: ``fields`` are SubscriptionGroup's (retry_max_times=3, ...),
+        the others take RocketMQ's defaults. Raises ClientError(ALREADY_EXISTS) if it exists."""
+        return self._conn.call(self._conn.gateway.CreateSubscriptionGroup,
+                               pb.SubscriptionGroup(group_name=group, **fields))
+
+    def update_subscription_group(self, group: str, **fields: Any) -> pb.SubscriptionGroup:
+        """Change some fields of an existing group and keep the others."""
+        return self._conn.call(self._conn.gateway.UpdateSubscriptionGroup,
+                               pb.SubscriptionGroup(group_name=group, **fields))
+
+    def subscription_group(self, group: str) -> pb.SubscriptionGroup:
+        return self._conn.call(self._conn.gateway.GetSubscriptionGroup,
+                               pb.GetSubscriptionGroupRequest(group_name=group))
+
+    def list_subscription_groups(self, include_system: bool = False) -> list[pb.SubscriptionGroup]:
+        return list(self._conn.call(self._conn.gateway.ListSubscriptionGroups,
+                                    pb.ListSubscriptionGroupsRequest(include_system=include_system)).groups)
+
+    def delete_subscription_group(self, group: str) -> None:
+        self._conn.call(self._conn.gateway.DeleteSubscriptionGroup,
+                        pb.DeleteSubscriptionGroupRequest(group_name=group))
+
+    def dead_letters(self, group: str, offset: int = 0, max_messages: int = 32) -> pb.ListDeadLettersResponse:
+        """The messages of ``%DLQ%<group>`` from queue offset ``offset``."""
+        return self._conn.call(self._conn.gateway.ListDeadLetters, pb.ListDeadLettersRequest(
+            consumer_group=group, offset=offset, max_messages=max_messages))
+
+    def resend_dead_letter(self, group: str, commit_log_offset: int) -> pb.ResendDeadLetterResponse:
+        """Store the dead letter at ``commit_log_offset`` again under its original topic."""
+        return self._conn.call(self._conn.gateway.ResendDeadLetter, pb.ResendDeadLetterRequest(
+            consumer_group=group, commit_log_offset=commit_log_offset))
+
     # --- queues ----------------------------------------------------------------------------
     def list_queues(self, topics: list[str] | None = None, *, topic_pattern: str = "", start_timestamp: int = 0,
                     end_timestamp: int = 0) -> list[pb.QueueRange]:

@@ -12,10 +12,16 @@ PushConsumer, piece by piece, as in RocketMQ's client:
   and its offset is committed at once, so the next owner continues where this one stopped.
 - pulling: one long-polling pull in flight per queue (``poll_timeout``: the gateway holds a pull that
   finds nothing until a message arrives), paused while ``pull_threshold_for_queue`` messages wait.
-- consuming: concurrently (messages of a queue on ``consume_thread_nums`` threads; RECONSUME_LATER
-  consumes the messages again after ``reconsume_later_delay``, up to ``max_reconsume_times``) or orderly
-  (one thread at a time per queue, in queue order; SUSPEND_CURRENT_QUEUE_A_MOMENT retries the same
-  messages after ``suspend_current_queue_time``).
+- consuming: concurrently (messages of a queue on ``consume_thread_nums`` threads) or orderly (one
+  thread at a time per queue, in queue order; SUSPEND_CURRENT_QUEUE_A_MOMENT retries the same messages
+  after ``suspend_current_queue_time``, and past ``max_reconsume_times`` they go to ``%DLQ%<group>``).
+- retries (CLUSTERING): the consumer also subscribes to ``%RETRY%<group>``. A message the listener fails
+  (RECONSUME_LATER or an exception) is handed back to the broker (ConsumerSendBack), which delivers it
+  again through the retry topic after the delay of level 3 + reconsume times, or, past the maximum (the
+  consumer's ``max_reconsume_times`` when given, else the group's retryMaxTimes), puts it in
+  ``%DLQ%<group>``; its offset then moves on, so a crash or a re-balance loses nothing. The listener
+  sees a retried message under its original topic (RETRY_TOPIC). Only when the broker cannot take it
+  back is it consumed again from memory after ``reconsume_later_delay`` (as RocketMQ's client does).
 - offsets: the offset of a queue is the smallest offset still being consumed (so nothing unconsumed is
   ever skipped); it travels with each pull and is committed every ``persist_consumer_offset_interval``,
   on re-balance and on shutdown. Delivery is at least once: a crash re-delivers what was consumed since
@@ -42,11 +48,12 @@ from itertools import islice
 import grpc
 
 from rocketstore.log import get_logger
+from rocketstore.message import PROPERTY_RETRY_TOPIC
 from rocketstore.subscription import parse_expression
 from rocketstore.v1 import gateway_pb2 as pb
 
 from .connection import DEFAULT_TIMEOUT, Connection, split_endpoints
-from .errors import ClientError, InvalidArgumentError, from_rpc_error
+from .errors import ClientError, InvalidArgumentError, NotFoundError, from_rpc_error
 from .messages import MessageQueue, PullResult, PullStatus, ReceivedMessage
 
 __all__ = [
@@ -65,6 +72,8 @@ _log = get_logger("rocketstore.client.consumer")
 PULL_DELAY_ON_FLOW_CONTROL = 0.05  # PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL
 PULL_DELAY_ON_ERROR = 1.0  # after a failed pull (RocketMQ waits 3 s; a loopback gateway restarts faster)
 PULL_RPC_SLACK = 5.0  # a long poll's deadline: poll_timeout plus this
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+SEND_BACK_TIMEOUT = 3.0  # RocketMQ's consumer waits 3 s for a send-back before retrying locally
 
 
 class ConsumeStatus(StrEnum):
@@ -376,7 +385,10 @@ class PushConsumer:
         self.heartbeat_interval = heartbeat_interval
         self.rebalance_interval = rebalance_interval
         self.persist_consumer_offset_interval = persist_consumer_offset_interval
-        # RocketMQ: 16 for concurrent consumption, unbounded (Integer.MAX_VALUE) for orderly.
+        # Given to the broker with each send-back; 0: the group's retryMaxTimes decides.
+        self._send_back_max = max_reconsume_times if max_reconsume_times is not None else 0
+        self.retry_topic = RETRY_GROUP_TOPIC_PREFIX + group
+        # The local fallback's limit. RocketMQ: 16 for concurrent consumption, unbounded for orderly.
         self.max_reconsume_times = max_reconsume_times if max_reconsume_times is not None else (
             2**31 - 1 if orderly else 16)
         self.reconsume_later_delay = reconsume_later_delay
@@ -458,6 +470,8 @@ class PushConsumer:
             raise ValueError("register a listener before start()")
         if not self._subscriptions:
             raise ValueError("subscribe to a topic before start()")
+        if self.message_model == MessageModel.CLUSTERING:  # RocketMQ's copySubscription
+            self._subscriptions.setdefault(self.retry_topic, _Subscription(self.retry_topic, "*"))
         self._executor = ThreadPoolExecutor(max_workers=self.consume_thread_nums,
                                             thread_name_prefix=f"consume-{self.group}")
         self._scheduler = _Scheduler(f"pull-scheduler-{self.group}")
@@ -558,8 +572,13 @@ class PushConsumer:
                     stats = conn.call(conn.gateway.GetTopicStats, pb.GetTopicStatsRequest(topic=sub.topic))
                     ids: Iterable[int] = range(stats.topic.read_queue_nums)
                 else:
-                    reply = conn.call(conn.gateway.GetAssignment, pb.GetAssignmentRequest(
-                        consumer_group=self.group, client_id=self.client_id, topic=sub.topic))
+                    try:
+                        reply = conn.call(conn.gateway.GetAssignment, pb.GetAssignmentRequest(
+                            consumer_group=self.group, client_id=self.client_id, topic=sub.topic))
+                    except NotFoundError:
+                        if sub.topic == self.retry_topic:  # a group with retryQueueNums 0 has none
+                            continue
+                        raise
                     ids = reply.queue_ids
                 for qid in ids:
                     wanted[MessageQueue(sub.topic, endpoint, qid)] = sub
@@ -691,6 +710,9 @@ class PushConsumer:
             pq.committed_offset = max(pq.committed_offset, committing)
         if result.status == PullStatus.FOUND:
             messages = [m for m in result.messages if sub.matches(m)]  # the store filters by tag hash only
+            if pq.mq.topic == self.retry_topic:  # RocketMQ's resetRetryAndNamespace
+                for m in messages:
+                    m.topic = m.properties.get(PROPERTY_RETRY_TOPIC, m.topic)
             pq.put(messages, result.next_begin_offset)
             if messages:
                 self._submit(pq, messages)
@@ -740,7 +762,16 @@ class PushConsumer:
                 self._consumed += len(messages)
             pq.remove(messages)
             return
-        # RECONSUME_LATER (or a failure): the messages stay in the queue, so the offset waits for them.
+        if self.message_model == MessageModel.CLUSTERING:
+            # Handed back to the broker, a message is consumed as far as this queue goes.
+            sent = [m for m in messages if self._send_back(pq, m, 0)]
+            pq.remove(sent)
+            sent_ids = {id(m) for m in sent}
+            messages = [m for m in messages if id(m) not in sent_ids]
+            if not messages:
+                return
+        # RECONSUME_LATER (or a failure) and the broker unreachable: the messages stay in the queue, so
+        # the offset waits for them, and are consumed again from memory.
         retry = [m for m in messages if m.reconsume_times < self.max_reconsume_times]
         given_up = [m for m in messages if m.reconsume_times >= self.max_reconsume_times]
         if given_up:
@@ -751,6 +782,19 @@ class PushConsumer:
             m.reconsume_times += 1
         if retry and self._scheduler is not None:
             self._scheduler.call_later(self.reconsume_later_delay, lambda: self._resubmit(pq, retry))
+
+    def _send_back(self, pq: _ProcessQueue, m: ReceivedMessage, delay_level: int) -> bool:
+        """Hand ``m`` back to its broker (ConsumerSendBack); False when the broker could not take it."""
+        conn = self._conns[pq.mq.broker]
+        try:
+            conn.call(conn.gateway.ConsumerSendBack, pb.ConsumerSendBackRequest(
+                consumer_group=self.group, commit_log_offset=m.commit_log_offset, delay_level=delay_level,
+                max_reconsume_times=self._send_back_max), timeout=SEND_BACK_TIMEOUT)
+        except ClientError as e:
+            _log.warning("send-back failed; the message is consumed again locally", queue=str(pq.mq),
+                         offset=m.queue_offset, msg_id=m.msg_id, error=str(e))
+            return False
+        return True
 
     def _resubmit(self, pq: _ProcessQueue, messages: list[ReceivedMessage]) -> None:
         if pq.dropped or self._executor is None:
@@ -785,8 +829,15 @@ class PushConsumer:
                             break
                         continue
                     if any(m.reconsume_times >= self.max_reconsume_times for m in messages):
-                        _log.error("orderly message not consumed after max reconsume times; skipped",
-                                   queue=str(pq.mq), offsets=[m.queue_offset for m in messages])
+                        if self.message_model == MessageModel.CLUSTERING:
+                            # To the dead letters (level -1); until the broker takes them, the queue waits.
+                            if not all(self._send_back(pq, m, -1) for m in messages):
+                                pq.put_back()
+                                suspend, delay = True, context.suspend_current_queue_time
+                                break
+                        else:
+                            _log.error("orderly message not consumed after max reconsume times; skipped",
+                                       queue=str(pq.mq), offsets=[m.queue_offset for m in messages])
                         pq.commit()
                         continue
                     for m in messages:

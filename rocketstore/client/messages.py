@@ -107,6 +107,11 @@ class Message:
     # Delay level (RocketMQ's setDelayTimeLevel): 1..the broker's level count, clamped to the last;
     # the broker holds the message in SCHEDULE_TOPIC_XXXX until it is due. 0: no delay.
     delay_time_level: int = 0
+    # RocketMQ 5's setDeliverTimeMs (TIMER_DELIVER_MS): delivered at this time (ms since the epoch), at
+    # most the broker's timerMaxDelaySec ahead; a past time is delivered at once. 0: no timer.
+    delivery_timestamp: int = 0
+    # setDelayTimeSec (TIMER_DELAY_SEC): delivered this many seconds after the broker stores it.
+    delay_seconds: int = 0
 
     @property
     def keys_text(self) -> str:
@@ -116,7 +121,8 @@ class Message:
         body = self.body.encode() if isinstance(self.body, str) else self.body
         return pb.OutgoingMessage(body=body, tags=self.tags, keys=self.keys_text, properties=self.properties,
                                   flag=self.flag, born_timestamp=self.born_timestamp, uniq_key=self.uniq_key,
-                                  delay_time_level=self.delay_time_level)
+                                  delay_time_level=self.delay_time_level,
+                                  timer_deliver_ms=self.delivery_timestamp, timer_delay_sec=self.delay_seconds)
 
 
 @dataclass(frozen=True, slots=True)

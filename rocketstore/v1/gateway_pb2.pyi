@@ -39,7 +39,7 @@ TRANSACTION_COMMIT: TransactionResolution
 TRANSACTION_ROLLBACK: TransactionResolution
 
 class OutgoingMessage(_message.Message):
-    __slots__ = ("body", "tags", "keys", "properties", "flag", "born_timestamp", "born_host", "uniq_key", "delay_time_level")
+    __slots__ = ("body", "tags", "keys", "properties", "flag", "born_timestamp", "born_host", "uniq_key", "delay_time_level", "timer_deliver_ms", "timer_delay_sec", "timer_delay_ms")
     class PropertiesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -56,6 +56,9 @@ class OutgoingMessage(_message.Message):
     BORN_HOST_FIELD_NUMBER: _ClassVar[int]
     UNIQ_KEY_FIELD_NUMBER: _ClassVar[int]
     DELAY_TIME_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    TIMER_DELIVER_MS_FIELD_NUMBER: _ClassVar[int]
+    TIMER_DELAY_SEC_FIELD_NUMBER: _ClassVar[int]
+    TIMER_DELAY_MS_FIELD_NUMBER: _ClassVar[int]
     body: bytes
     tags: str
     keys: str
@@ -65,7 +68,10 @@ class OutgoingMessage(_message.Message):
     born_host: str
     uniq_key: str
     delay_time_level: int
-    def __init__(self, body: _Optional[bytes] = ..., tags: _Optional[str] = ..., keys: _Optional[str] = ..., properties: _Optional[_Mapping[str, str]] = ..., flag: _Optional[int] = ..., born_timestamp: _Optional[int] = ..., born_host: _Optional[str] = ..., uniq_key: _Optional[str] = ..., delay_time_level: _Optional[int] = ...) -> None: ...
+    timer_deliver_ms: int
+    timer_delay_sec: int
+    timer_delay_ms: int
+    def __init__(self, body: _Optional[bytes] = ..., tags: _Optional[str] = ..., keys: _Optional[str] = ..., properties: _Optional[_Mapping[str, str]] = ..., flag: _Optional[int] = ..., born_timestamp: _Optional[int] = ..., born_host: _Optional[str] = ..., uniq_key: _Optional[str] = ..., delay_time_level: _Optional[int] = ..., timer_deliver_ms: _Optional[int] = ..., timer_delay_sec: _Optional[int] = ..., timer_delay_ms: _Optional[int] = ...) -> None: ...
 
 class ReceivedMessage(_message.Message):
     __slots__ = ("topic", "queue_id", "queue_offset", "commit_log_offset", "msg_id", "offset_msg_id", "tags", "keys", "body", "properties", "born_timestamp", "born_host", "store_timestamp", "store_host", "reconsume_times", "sys_flag", "flag", "store_size", "body_crc")
@@ -696,3 +702,95 @@ class ListTransactionsResponse(_message.Message):
     TRANSACTIONS_FIELD_NUMBER: _ClassVar[int]
     transactions: _containers.RepeatedCompositeFieldContainer[PendingTransaction]
     def __init__(self, transactions: _Optional[_Iterable[_Union[PendingTransaction, _Mapping]]] = ...) -> None: ...
+
+class SubscriptionGroup(_message.Message):
+    __slots__ = ("group_name", "consume_enable", "consume_from_min_enable", "consume_broadcast_enable", "retry_queue_nums", "retry_max_times", "broker_id", "which_broker_when_consume_slowly", "notify_consumer_ids_changed_enable")
+    GROUP_NAME_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_ENABLE_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_FROM_MIN_ENABLE_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_BROADCAST_ENABLE_FIELD_NUMBER: _ClassVar[int]
+    RETRY_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
+    RETRY_MAX_TIMES_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    WHICH_BROKER_WHEN_CONSUME_SLOWLY_FIELD_NUMBER: _ClassVar[int]
+    NOTIFY_CONSUMER_IDS_CHANGED_ENABLE_FIELD_NUMBER: _ClassVar[int]
+    group_name: str
+    consume_enable: bool
+    consume_from_min_enable: bool
+    consume_broadcast_enable: bool
+    retry_queue_nums: int
+    retry_max_times: int
+    broker_id: int
+    which_broker_when_consume_slowly: int
+    notify_consumer_ids_changed_enable: bool
+    def __init__(self, group_name: _Optional[str] = ..., consume_enable: _Optional[bool] = ..., consume_from_min_enable: _Optional[bool] = ..., consume_broadcast_enable: _Optional[bool] = ..., retry_queue_nums: _Optional[int] = ..., retry_max_times: _Optional[int] = ..., broker_id: _Optional[int] = ..., which_broker_when_consume_slowly: _Optional[int] = ..., notify_consumer_ids_changed_enable: _Optional[bool] = ...) -> None: ...
+
+class GetSubscriptionGroupRequest(_message.Message):
+    __slots__ = ("group_name",)
+    GROUP_NAME_FIELD_NUMBER: _ClassVar[int]
+    group_name: str
+    def __init__(self, group_name: _Optional[str] = ...) -> None: ...
+
+class ListSubscriptionGroupsRequest(_message.Message):
+    __slots__ = ("include_system",)
+    INCLUDE_SYSTEM_FIELD_NUMBER: _ClassVar[int]
+    include_system: bool
+    def __init__(self, include_system: _Optional[bool] = ...) -> None: ...
+
+class ListSubscriptionGroupsResponse(_message.Message):
+    __slots__ = ("groups",)
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    groups: _containers.RepeatedCompositeFieldContainer[SubscriptionGroup]
+    def __init__(self, groups: _Optional[_Iterable[_Union[SubscriptionGroup, _Mapping]]] = ...) -> None: ...
+
+class DeleteSubscriptionGroupRequest(_message.Message):
+    __slots__ = ("group_name",)
+    GROUP_NAME_FIELD_NUMBER: _ClassVar[int]
+    group_name: str
+    def __init__(self, group_name: _Optional[str] = ...) -> None: ...
+
+class DeleteSubscriptionGroupResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListDeadLettersRequest(_message.Message):
+    __slots__ = ("consumer_group", "offset", "max_messages")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    offset: int
+    max_messages: int
+    def __init__(self, consumer_group: _Optional[str] = ..., offset: _Optional[int] = ..., max_messages: _Optional[int] = ...) -> None: ...
+
+class ListDeadLettersResponse(_message.Message):
+    __slots__ = ("messages", "next_offset", "min_offset", "max_offset")
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[ReceivedMessage]
+    next_offset: int
+    min_offset: int
+    max_offset: int
+    def __init__(self, messages: _Optional[_Iterable[_Union[ReceivedMessage, _Mapping]]] = ..., next_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ...) -> None: ...
+
+class ResendDeadLetterRequest(_message.Message):
+    __slots__ = ("consumer_group", "commit_log_offset")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_LOG_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    commit_log_offset: int
+    def __init__(self, consumer_group: _Optional[str] = ..., commit_log_offset: _Optional[int] = ...) -> None: ...
+
+class ResendDeadLetterResponse(_message.Message):
+    __slots__ = ("topic", "queue_id", "msg_id", "commit_log_offset")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    MSG_ID_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_LOG_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    msg_id: str
+    commit_log_offset: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., msg_id: _Optional[str] = ..., commit_log_offset: _Optional[int] = ...) -> None: ...

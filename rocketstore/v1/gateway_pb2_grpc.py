@@ -114,6 +114,41 @@ class GatewayStub:
                 request_serializer=rocketstore_dot_v1_dot_gateway__pb2.ConsumerSendBackRequest.SerializeToString,
                 response_deserializer=rocketstore_dot_v1_dot_gateway__pb2.ConsumerSendBackResponse.FromString,
                 _registered_method=True)
+        self.CreateSubscriptionGroup = channel.unary_unary(
+                '/rocketstore.v1.Gateway/CreateSubscriptionGroup',
+                request_serializer=rocketstore_dot_v1_dot_gateway__pb2.SubscriptionGroup.SerializeToString,
+                response_deserializer=rocketstore_dot_v1_dot_gateway__pb2.SubscriptionGroup.FromString,
+                _registered_method=True)
+        self.UpdateSubscriptionGroup = channel.unary_unary(
+                '/rocketstore.v1.Gateway/UpdateSubscriptionGroup',
+                request_serializer=rocketstore_dot_v1_dot_gateway__pb2.SubscriptionGroup.SerializeToString,
+                response_deserializer=rocketstore_dot_v1_dot_gateway__pb2.SubscriptionGroup.FromString,
+                _registered_method=True)
+        self.GetSubscriptionGroup = channel.unary_unary(
+                '/rocketstore.v1.Gateway/GetSubscriptionGroup',
+                request_serializer=rocketstore_dot_v1_dot_gateway__pb2.GetSubscriptionGroupRequest.SerializeToString,
+                response_deserializer=rocketstore_dot_v1_dot_gateway__pb2.SubscriptionGroup.FromString,
+                _registered_method=True)
+        self.ListSubscriptionGroups = channel.unary_unary(
+                '/rocketstore.v1.Gateway/ListSubscriptionGroups',
+                request_serializer=rocketstore_dot_v1_dot_gateway__pb2.ListSubscriptionGroupsRequest.SerializeToString,
+                response_deserializer=rocketstore_dot_v1_dot_gateway__pb2.ListSubscriptionGroupsResponse.FromString,
+                _registered_method=True)
+        self.DeleteSubscriptionGroup = channel.unary_unary(
+                '/rocketstore.v1.Gateway/DeleteSubscriptionGroup',
+                request_serializer=rocketstore_dot_v1_dot_gateway__pb2.DeleteSubscriptionGroupRequest.SerializeToString,
+                response_deserializer=rocketstore_dot_v1_dot_gateway__pb2.DeleteSubscriptionGroupResponse.FromString,
+                _registered_method=True)
+        self.ListDeadLetters = channel.unary_unary(
+                '/rocketstore.v1.Gateway/ListDeadLetters',
+                request_serializer=rocketstore_dot_v1_dot_gateway__pb2.ListDeadLettersRequest.SerializeToString,
+                response_deserializer=rocketstore_dot_v1_dot_gateway__pb2.ListDeadLettersResponse.FromString,
+                _registered_method=True)
+        self.ResendDeadLetter = channel.unary_unary(
+                '/rocketstore.v1.Gateway/ResendDeadLetter',
+                request_serializer=rocketstore_dot_v1_dot_gateway__pb2.ResendDeadLetterRequest.SerializeToString,
+                response_deserializer=rocketstore_dot_v1_dot_gateway__pb2.ResendDeadLetterResponse.FromString,
+                _registered_method=True)
         self.EndTransaction = channel.unary_unary(
                 '/rocketstore.v1.Gateway/EndTransaction',
                 request_serializer=rocketstore_dot_v1_dot_gateway__pb2.EndTransactionRequest.SerializeToString,
@@ -252,6 +287,52 @@ class GatewayServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateSubscriptionGroup(self, request, context):
+        """Subscription groups (config/subscriptionGroup.json): create one (ALREADY_EXISTS if it exists),
+        change one (NOT_FOUND if it does not), show, list and delete them.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateSubscriptionGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetSubscriptionGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSubscriptionGroups(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteSubscriptionGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListDeadLetters(self, request, context):
+        """The dead letters of a group (%DLQ%<group>, which consumers may not pull), from a queue offset.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResendDeadLetter(self, request, context):
+        """Store a dead letter again under its original topic (RETRY_TOPIC), reconsume times 0.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def EndTransaction(self, request, context):
         """--- transactions
         Commit, roll back or leave open (UNKNOWN) a half message (RocketMQ's END_TRANSACTION).
@@ -358,6 +439,41 @@ def add_GatewayServicer_to_server(servicer, server):
                     servicer.ConsumerSendBack,
                     request_deserializer=rocketstore_dot_v1_dot_gateway__pb2.ConsumerSendBackRequest.FromString,
                     response_serializer=rocketstore_dot_v1_dot_gateway__pb2.ConsumerSendBackResponse.SerializeToString,
+            ),
+            'CreateSubscriptionGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateSubscriptionGroup,
+                    request_deserializer=rocketstore_dot_v1_dot_gateway__pb2.SubscriptionGroup.FromString,
+                    response_serializer=rocketstore_dot_v1_dot_gateway__pb2.SubscriptionGroup.SerializeToString,
+            ),
+            'UpdateSubscriptionGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateSubscriptionGroup,
+                    request_deserializer=rocketstore_dot_v1_dot_gateway__pb2.SubscriptionGroup.FromString,
+                    response_serializer=rocketstore_dot_v1_dot_gateway__pb2.SubscriptionGroup.SerializeToString,
+            ),
+            'GetSubscriptionGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSubscriptionGroup,
+                    request_deserializer=rocketstore_dot_v1_dot_gateway__pb2.GetSubscriptionGroupRequest.FromString,
+                    response_serializer=rocketstore_dot_v1_dot_gateway__pb2.SubscriptionGroup.SerializeToString,
+            ),
+            'ListSubscriptionGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSubscriptionGroups,
+                    request_deserializer=rocketstore_dot_v1_dot_gateway__pb2.ListSubscriptionGroupsRequest.FromString,
+                    response_serializer=rocketstore_dot_v1_dot_gateway__pb2.ListSubscriptionGroupsResponse.SerializeToString,
+            ),
+            'DeleteSubscriptionGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteSubscriptionGroup,
+                    request_deserializer=rocketstore_dot_v1_dot_gateway__pb2.DeleteSubscriptionGroupRequest.FromString,
+                    response_serializer=rocketstore_dot_v1_dot_gateway__pb2.DeleteSubscriptionGroupResponse.SerializeToString,
+            ),
+            'ListDeadLetters': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListDeadLetters,
+                    request_deserializer=rocketstore_dot_v1_dot_gateway__pb2.ListDeadLettersRequest.FromString,
+                    response_serializer=rocketstore_dot_v1_dot_gateway__pb2.ListDeadLettersResponse.SerializeToString,
+            ),
+            'ResendDeadLetter': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResendDeadLetter,
+                    request_deserializer=rocketstore_dot_v1_dot_gateway__pb2.ResendDeadLetterRequest.FromString,
+                    response_serializer=rocketstore_dot_v1_dot_gateway__pb2.ResendDeadLetterResponse.SerializeToString,
             ),
             'EndTransaction': grpc.unary_unary_rpc_method_handler(
                     servicer.EndTransaction,
@@ -807,6 +923,195 @@ class Gateway:
             '/rocketstore.v1.Gateway/ConsumerSendBack',
             rocketstore_dot_v1_dot_gateway__pb2.ConsumerSendBackRequest.SerializeToString,
             rocketstore_dot_v1_dot_gateway__pb2.ConsumerSendBackResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateSubscriptionGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketstore.v1.Gateway/CreateSubscriptionGroup',
+            rocketstore_dot_v1_dot_gateway__pb2.SubscriptionGroup.SerializeToString,
+            rocketstore_dot_v1_dot_gateway__pb2.SubscriptionGroup.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateSubscriptionGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketstore.v1.Gateway/UpdateSubscriptionGroup',
+            rocketstore_dot_v1_dot_gateway__pb2.SubscriptionGroup.SerializeToString,
+            rocketstore_dot_v1_dot_gateway__pb2.SubscriptionGroup.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSubscriptionGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketstore.v1.Gateway/GetSubscriptionGroup',
+            rocketstore_dot_v1_dot_gateway__pb2.GetSubscriptionGroupRequest.SerializeToString,
+            rocketstore_dot_v1_dot_gateway__pb2.SubscriptionGroup.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSubscriptionGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketstore.v1.Gateway/ListSubscriptionGroups',
+            rocketstore_dot_v1_dot_gateway__pb2.ListSubscriptionGroupsRequest.SerializeToString,
+            rocketstore_dot_v1_dot_gateway__pb2.ListSubscriptionGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteSubscriptionGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketstore.v1.Gateway/DeleteSubscriptionGroup',
+            rocketstore_dot_v1_dot_gateway__pb2.DeleteSubscriptionGroupRequest.SerializeToString,
+            rocketstore_dot_v1_dot_gateway__pb2.DeleteSubscriptionGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListDeadLetters(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketstore.v1.Gateway/ListDeadLetters',
+            rocketstore_dot_v1_dot_gateway__pb2.ListDeadLettersRequest.SerializeToString,
+            rocketstore_dot_v1_dot_gateway__pb2.ListDeadLettersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResendDeadLetter(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketstore.v1.Gateway/ResendDeadLetter',
+            rocketstore_dot_v1_dot_gateway__pb2.ResendDeadLetterRequest.SerializeToString,
+            rocketstore_dot_v1_dot_gateway__pb2.ResendDeadLetterResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -89,6 +89,18 @@ class GatewayStub:
     under %RETRY%<group> through the delay levels (level 3 + reconsume times unless one is given),
     or in %DLQ%<group> once it was consumed max_reconsume_times times or with a negative level.
     """
+    CreateSubscriptionGroup: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.SubscriptionGroup, _gateway_pb2.SubscriptionGroup]
+    """Subscription groups (config/subscriptionGroup.json): create one (ALREADY_EXISTS if it exists),
+    change one (NOT_FOUND if it does not), show, list and delete them.
+    """
+    UpdateSubscriptionGroup: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.SubscriptionGroup, _gateway_pb2.SubscriptionGroup]
+    GetSubscriptionGroup: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.GetSubscriptionGroupRequest, _gateway_pb2.SubscriptionGroup]
+    ListSubscriptionGroups: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.ListSubscriptionGroupsRequest, _gateway_pb2.ListSubscriptionGroupsResponse]
+    DeleteSubscriptionGroup: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.DeleteSubscriptionGroupRequest, _gateway_pb2.DeleteSubscriptionGroupResponse]
+    ListDeadLetters: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.ListDeadLettersRequest, _gateway_pb2.ListDeadLettersResponse]
+    """The dead letters of a group (%DLQ%<group>, which consumers may not pull), from a queue offset."""
+    ResendDeadLetter: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.ResendDeadLetterRequest, _gateway_pb2.ResendDeadLetterResponse]
+    """Store a dead letter again under its original topic (RETRY_TOPIC), reconsume times 0."""
     EndTransaction: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.EndTransactionRequest, _gateway_pb2.EndTransactionResponse]
     """--- transactions
     Commit, roll back or leave open (UNKNOWN) a half message (RocketMQ's END_TRANSACTION).
@@ -146,6 +158,18 @@ class GatewayAsyncStub(GatewayStub):
     under %RETRY%<group> through the delay levels (level 3 + reconsume times unless one is given),
     or in %DLQ%<group> once it was consumed max_reconsume_times times or with a negative level.
     """
+    CreateSubscriptionGroup: _aio.UnaryUnaryMultiCallable[_gateway_pb2.SubscriptionGroup, _gateway_pb2.SubscriptionGroup]  # type: ignore[assignment]
+    """Subscription groups (config/subscriptionGroup.json): create one (ALREADY_EXISTS if it exists),
+    change one (NOT_FOUND if it does not), show, list and delete them.
+    """
+    UpdateSubscriptionGroup: _aio.UnaryUnaryMultiCallable[_gateway_pb2.SubscriptionGroup, _gateway_pb2.SubscriptionGroup]  # type: ignore[assignment]
+    GetSubscriptionGroup: _aio.UnaryUnaryMultiCallable[_gateway_pb2.GetSubscriptionGroupRequest, _gateway_pb2.SubscriptionGroup]  # type: ignore[assignment]
+    ListSubscriptionGroups: _aio.UnaryUnaryMultiCallable[_gateway_pb2.ListSubscriptionGroupsRequest, _gateway_pb2.ListSubscriptionGroupsResponse]  # type: ignore[assignment]
+    DeleteSubscriptionGroup: _aio.UnaryUnaryMultiCallable[_gateway_pb2.DeleteSubscriptionGroupRequest, _gateway_pb2.DeleteSubscriptionGroupResponse]  # type: ignore[assignment]
+    ListDeadLetters: _aio.UnaryUnaryMultiCallable[_gateway_pb2.ListDeadLettersRequest, _gateway_pb2.ListDeadLettersResponse]  # type: ignore[assignment]
+    """The dead letters of a group (%DLQ%<group>, which consumers may not pull), from a queue offset."""
+    ResendDeadLetter: _aio.UnaryUnaryMultiCallable[_gateway_pb2.ResendDeadLetterRequest, _gateway_pb2.ResendDeadLetterResponse]  # type: ignore[assignment]
+    """Store a dead letter again under its original topic (RETRY_TOPIC), reconsume times 0."""
     EndTransaction: _aio.UnaryUnaryMultiCallable[_gateway_pb2.EndTransactionRequest, _gateway_pb2.EndTransactionResponse]  # type: ignore[assignment]
     """--- transactions
     Commit, roll back or leave open (UNKNOWN) a half message (RocketMQ's END_TRANSACTION).
@@ -296,6 +320,60 @@ class GatewayServicer(metaclass=_abc_1.ABCMeta):
         under %RETRY%<group> through the delay levels (level 3 + reconsume times unless one is given),
         or in %DLQ%<group> once it was consumed max_reconsume_times times or with a negative level.
         """
+
+    @_abc_1.abstractmethod
+    def CreateSubscriptionGroup(
+        self,
+        request: _gateway_pb2.SubscriptionGroup,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.SubscriptionGroup, _abc.Awaitable[_gateway_pb2.SubscriptionGroup]]:
+        """Subscription groups (config/subscriptionGroup.json): create one (ALREADY_EXISTS if it exists),
+        change one (NOT_FOUND if it does not), show, list and delete them.
+        """
+
+    @_abc_1.abstractmethod
+    def UpdateSubscriptionGroup(
+        self,
+        request: _gateway_pb2.SubscriptionGroup,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.SubscriptionGroup, _abc.Awaitable[_gateway_pb2.SubscriptionGroup]]: ...
+
+    @_abc_1.abstractmethod
+    def GetSubscriptionGroup(
+        self,
+        request: _gateway_pb2.GetSubscriptionGroupRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.SubscriptionGroup, _abc.Awaitable[_gateway_pb2.SubscriptionGroup]]: ...
+
+    @_abc_1.abstractmethod
+    def ListSubscriptionGroups(
+        self,
+        request: _gateway_pb2.ListSubscriptionGroupsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.ListSubscriptionGroupsResponse, _abc.Awaitable[_gateway_pb2.ListSubscriptionGroupsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def DeleteSubscriptionGroup(
+        self,
+        request: _gateway_pb2.DeleteSubscriptionGroupRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.DeleteSubscriptionGroupResponse, _abc.Awaitable[_gateway_pb2.DeleteSubscriptionGroupResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ListDeadLetters(
+        self,
+        request: _gateway_pb2.ListDeadLettersRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.ListDeadLettersResponse, _abc.Awaitable[_gateway_pb2.ListDeadLettersResponse]]:
+        """The dead letters of a group (%DLQ%<group>, which consumers may not pull), from a queue offset."""
+
+    @_abc_1.abstractmethod
+    def ResendDeadLetter(
+        self,
+        request: _gateway_pb2.ResendDeadLetterRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.ResendDeadLetterResponse, _abc.Awaitable[_gateway_pb2.ResendDeadLetterResponse]]:
+        """Store a dead letter again under its original topic (RETRY_TOPIC), reconsume times 0."""
 
     @_abc_1.abstractmethod
     def EndTransaction(

@@ -12,6 +12,7 @@ from rocketstore.v1 import gateway_pb2 as pb
 from .context import GatewayContext, parse_subscription
 from .errors import GatewayError, check_group
 from .pull_processor import check_commit_offset
+from .topics import retry_topic
 
 __all__ = ["OFFSETS_PERSIST_SECONDS", "ConsumerManageProcessor"]
 
@@ -49,8 +50,13 @@ class ConsumerManageProcessor:
         check_group(request.consumer_group)
         if not request.client_id:
             raise GatewayError("INVALID_ARGUMENT", "client_id is empty")
+        group = ctx.subscription_group(request.consumer_group)
+        if group.retry_queue_nums > 0:  # as RocketMQ's heartbeat: the group's retry topic exists from now on
+            ctx.topics.create_retry_topic(request.consumer_group)
         subscriptions = {}
         for s in request.subscriptions:
+            if s.topic == retry_topic(request.consumer_group) and ctx.topics.get(s.topic) is None:
+                continue  # retryQueueNums 0: the group has no retry topic, and its consumers nothing to pull there
             ctx.topic_for_read(s.topic)
             parse_subscription(s.expression)
             subscriptions[s.topic] = s.expression or "*"

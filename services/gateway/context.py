@@ -19,6 +19,7 @@ from .consumer_offsets import ConsumerOffsetManager
 from .errors import GatewayError
 from .pull_hold import PullRequestHoldService
 from .rebalance import ConsumerGroupRegistry
+from .subscription_groups import SubscriptionGroupConfig, SubscriptionGroupManager
 from .topics import TopicConfig, TopicConfigManager, TopicError, is_not_allowed_send_topic
 
 __all__ = ["BrokerStats", "GatewayContext", "parse_subscription"]
@@ -85,6 +86,7 @@ class GatewayContext:
         config_dir = f"{settings.store_path_root_dir}/config"
         self.topics = TopicConfigManager(config_dir, settings)
         self.offsets = ConsumerOffsetManager(config_dir)
+        self.subscription_groups = SubscriptionGroupManager(config_dir, settings.auto_create_subscription_group)
         self.groups = ConsumerGroupRegistry()
         self.hold = PullRequestHoldService(index.watch)
         self.stats = BrokerStats()
@@ -121,6 +123,26 @@ class GatewayContext:
         config = self.topics.get(topic)
         if config is None:
             raise GatewayError("NOT_FOUND", f"topic {topic!r} does not exist")
+        return config
+
+    # --- subscription groups -------------------------------------------------------------------
+    def subscription_group(self, group: str) -> SubscriptionGroupConfig:
+        """The group's configuration, created with the defaults on first use while
+        autoCreateSubscriptionGroup is on (a write of subscriptionGroup.json, once per new group)."""
+        config = self.subscription_groups.get(group) or self.subscription_groups.find(group)
+        if config is None:
+            raise GatewayError("NOT_FOUND", f"subscription group {group!r} does not exist and "
+                                            "autoCreateSubscriptionGroup is off; create it first (rocketstore group "
+                                            "create)")
+        return config
+
+    def group_for_consume(self, group: str) -> SubscriptionGroupConfig:
+        """The group's configuration; refused PERMISSION_DENIED while its consumeEnable is false."""
+        config = self.subscription_group(group)
+        if not config.consume_enable:
+            raise GatewayError("PERMISSION_DENIED", f"subscription group {group!r} may not consume: its "
+                                                    "consumeEnable is false (rocketstore group update "
+                                                    "--consume-enable)")
         return config
 
     @staticmethod

@@ -11,6 +11,9 @@ stopped together.
 | ``BatchReadProcessor`` | ``batch_read.py`` | ListQueues, ReadQueue |
 | ``TransactionProcessor`` | ``transaction_processor.py`` (+ ``transaction_check.py``, | half messages, |
 | | ``producer_channels.py``, ``transaction_table.py``) | EndTransaction, checks |
+| ``SendBackProcessor`` | ``send_back_processor.py`` | ConsumerSendBack |
+| ``GroupAdminProcessor`` | ``group_admin_processor.py`` | subscription groups |
+| ``DeadLetterProcessor`` | ``dead_letter_processor.py`` | ListDeadLetters, ResendDeadLetter |
 
 Everything runs on one event loop: a held pull or a stream costs a coroutine, not a thread.
 """
@@ -29,6 +32,8 @@ from .batch_read import BatchReadProcessor
 from .consumer_manage import ConsumerManageProcessor
 from .context import BrokerStats, GatewayContext
 from .producer_channels import ProducerChannels
+from .dead_letter_processor import DeadLetterProcessor
+from .group_admin_processor import GroupAdminProcessor
 from .pull_processor import PullMessageProcessor
 from .query_processor import QueryMessageProcessor
 from .send_back_processor import SendBackProcessor
@@ -60,6 +65,8 @@ class Gateway:
         self.sender = SendBatcher(commitlog.append)
         self.send = SendMessageProcessor(context, self.sender)
         self.send_back = SendBackProcessor(context, self.sender)
+        self.group_admin = GroupAdminProcessor(context)
+        self.dead_letters = DeadLetterProcessor(context, self.sender)
         self.pull = PullMessageProcessor(context)
         self.consumers = ConsumerManageProcessor(context)
         self.query = QueryMessageProcessor(context)

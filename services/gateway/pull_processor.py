@@ -41,6 +41,7 @@ class PullMessageProcessor:
     async def pull(self, request: pb.PullRequest) -> pb.PullResponse:
         ctx = self._ctx
         check_group(request.consumer_group)
+        ctx.group_for_consume(request.consumer_group)
         config = ctx.topic_for_read(request.topic)
         if not config.readable:
             raise GatewayError("PERMISSION_DENIED", f"topic {request.topic!r} is not readable (perm {config.perm})")

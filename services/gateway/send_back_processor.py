@@ -1,7 +1,10 @@
 """Consumer send-back (RocketMQ 4.9's ``SendMessageProcessor.consumerSendMsgBack``): a message a consumer
 could not process is read back from the CommitLog and stored again, under ``%RETRY%<group>`` (1 queue,
 created on first use) through SCHEDULE_TOPIC_XXXX at level 3 + reconsume times, or in ``%DLQ%<group>``
-once it has been consumed ``max_reconsume_times`` times (or when the level asked for is negative).
+once it has been consumed ``max_reconsume_times`` times (or when the level asked for is negative). The
+maximum is the consumer's when it gives one, else its subscription group's retryMaxTimes. The dead-letter
+topic is created write-only (perm 2, as RocketMQ does): consumers cannot pull it; ``rocketstore dlq``
+reads it.
 
 The message stored again keeps body, flag, sys flag, born time and host and every property, with
 RETRY_TOPIC = its original topic (kept from the first send-back on), ORIGIN_MESSAGE_ID = the first
@@ -27,9 +30,16 @@ from .delay import schedule_properties
 from .errors import GatewayError, check_group
 from .send_processor import SEND_TIMEOUT, _check_stored
 from .sender import EncodedSend, SendBatcher
-from .topics import DLQ_GROUP_TOPIC_PREFIX, RMQ_SYS_SCHEDULE_TOPIC, TopicError, retry_topic
+from .topics import (
+    DLQ_GROUP_TOPIC_PREFIX,
+    PERM_READ,
+    PERM_WRITE,
+    RMQ_SYS_SCHEDULE_TOPIC,
+    TopicError,
+    retry_topic,
+)
 
-__all__ = ["DEFAULT_MAX_RECONSUME_TIMES", "SendBackProcessor"]
+__all__ = ["DEFAULT_MAX_RECONSUME_TIMES", "SendBackProcessor", "store_one"]
 
 DEFAULT_MAX_RECONSUME_TIMES = 16  # SubscriptionGroupConfig.retryMaxTimes
 RETRY_BASE_LEVEL = 3  # a retry waits at level 3 + reconsume times (10 s, 30 s, 1 m, ... by default)
@@ -44,6 +54,10 @@ class SendBackProcessor:
     async def send_back(self, request: pb.ConsumerSendBackRequest) -> pb.ConsumerSendBackResponse:
         group = request.consumer_group
         check_group(group, "consumer_group")
+        group_config = self._ctx.subscription_group(group)
+        if group_config.retry_queue_nums <= 0:
+            # RocketMQ answers SUCCESS and stores nothing: a group without retry queues takes no retries.
+            return pb.ConsumerSendBackResponse()
         (record,) = await self._ctx.commitlog.read_records([(request.commit_log_offset, 0)])
         if record is None:
             raise GatewayError("NOT_FOUND", f"no message at CommitLog offset {request.commit_log_offset}; give the "
@@ -53,7 +67,8 @@ class SendBackProcessor:
         except ValueError as e:
             raise GatewayError("INVALID_ARGUMENT", f"CommitLog offset {request.commit_log_offset} does not start a "
                                                    f"message: {e}") from None
-        max_times = request.max_reconsume_times if request.max_reconsume_times > 0 else DEFAULT_MAX_RECONSUME_TIMES
+        max_times = (request.max_reconsume_times if request.max_reconsume_times > 0
+                     else group_config.retry_max_times)
         props = dict(msg.properties)
         props.setdefault(PROPERTY_RETRY_TOPIC, msg.topic)
         props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, msg.msg_id)
@@ -68,7 +83,7 @@ class SendBackProcessor:
         else:
             topic = retry_topic(group)
             level = min(level or RETRY_BASE_LEVEL + msg.reconsume_times, self._ctx.settings.max_delay_level)
-        await self._topic(topic)
+        await self._topic(topic, dlq=to_dlq)
         text = properties_to_string(props)
         store_topic, store_queue = topic, 0
         if level:
@@ -78,23 +93,31 @@ class SendBackProcessor:
                             properties_text=text, sys_flag=msg.sys_flag & ~_HOST_FLAGS,
                             born_timestamp=msg.born_timestamp, born_host=msg.born_host,
                             reconsume_times=msg.reconsume_times + 1)
-        payload = cl_pb.AppendBatchRequest(columnar=True, messages=[out]).SerializeToString()
-        appended = await self._batcher.send(EncodedSend(payload, [msg.uniq_key or ""], len(msg.body)), SEND_TIMEOUT)
-        columns, i = appended.columns, appended.start
-        if any(columns.statuses[i:i + 1]):
-            _check_stored(columns.statuses[i:i + 1], columns.reasons[i:i + 1])
-        self._ctx.stats.stored(1, columns.wrote_bytes[i])
+        offset = await store_one(self._ctx, self._batcher, out, msg.uniq_key or "")
         return pb.ConsumerSendBackResponse(topic=topic, reconsume_times=msg.reconsume_times + 1, delay_level=level,
-                                           msg_id=msg.uniq_key or msg.msg_id,
-                                           commit_log_offset=columns.wrote_offsets[i])
+                                           msg_id=msg.uniq_key or msg.msg_id, commit_log_offset=offset)
 
-    async def _topic(self, topic: str) -> None:
-        if self._ctx.topics.get(topic) is not None:
-            return
-        try:
-            config = await asyncio.to_thread(self._ctx.topics.create_topic_in_send_message_method, topic,
-                                             queue_nums=1)
-        except TopicError as e:
-            raise GatewayError("INVALID_ARGUMENT", str(e)) from None
+    async def _topic(self, topic: str, dlq: bool) -> None:
+        """The retry topic (read-write) or dead-letter topic (write-only), created on first use."""
+        topics = self._ctx.topics
+        config = topics.get(topic)
         if config is None:
-            raise GatewayError("FAILED_PRECONDITION", f"topic {topic!r} could not be created")
+            try:
+                config = await asyncio.to_thread(topics.create_topic_in_send_message_back_method, topic, 1,
+                                                 PERM_WRITE if dlq else PERM_READ | PERM_WRITE)
+            except TopicError as e:
+                raise GatewayError("INVALID_ARGUMENT", str(e)) from None
+        if not config.writeable:
+            raise GatewayError("PERMISSION_DENIED", f"topic {topic!r} is not writable (perm {config.perm})")
+
+
+async def store_one(ctx: GatewayContext, batcher: SendBatcher, out: cl_pb.Message, uniq_key: str) -> int:
+    """Append one message the broker itself builds; its CommitLog offset. Raises the send path's
+    refusals."""
+    payload = cl_pb.AppendBatchRequest(columnar=True, messages=[out]).SerializeToString()
+    appended = await batcher.send(EncodedSend(payload, [uniq_key], len(out.body)), SEND_TIMEOUT)
+    columns, i = appended.columns, appended.start
+    if any(columns.statuses[i:i + 1]):
+        _check_stored(columns.statuses[i:i + 1], columns.reasons[i:i + 1])
+    ctx.stats.stored(1, columns.wrote_bytes[i])
+    return int(columns.wrote_offsets[i])

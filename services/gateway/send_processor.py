@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from rocketstore.log import get_logger
 from rocketstore.message_id import UniqKeyGenerator
+from rocketstore.settings import snap_timer_precision
 from rocketstore.statuses import PutMessageStatus, is_disk_full
 from rocketstore.v1 import gateway_pb2 as pb
 
@@ -16,6 +17,7 @@ from .context import GatewayContext
 from .delay import delay_level_of, to_schedule_topic
 from .errors import GatewayError, check_group
 from .sender import AppendedColumns, SendBatcher, TagsCache, encode_send
+from .timer import timer_times, to_timer_topic
 
 __all__ = ["SEND_TIMEOUT", "SendMessageProcessor"]
 
@@ -57,8 +59,11 @@ class SendMessageProcessor:
         settings = self._ctx.settings
         encoded = encode_send(request.messages, topic, queue_id, settings.max_message_size, self._uniq,
                               self._tags, peer_host, file_size=settings.mapped_file_size_commit_log)
+        timers = timer_times(request.messages, settings)  # refuses a timer beside a delay level
         if level := delay_level_of(request.messages, self._ctx.settings.max_delay_level):
             encoded = to_schedule_topic(encoded, level)  # answered with the real topic and queue, as RocketMQ
+        elif timers:
+            encoded = to_timer_topic(encoded, timers, snap_timer_precision(self._ctx.settings.timer_precision_ms))
         appended = await self.batcher.send(encoded, SEND_TIMEOUT)
         response = pb.SendResponse()
         fill = _send_columns if request.columnar_results else _send_results

@@ -164,6 +164,46 @@ class GatewayServicer(pb_grpc.GatewayServicer):
     async def TransactionChecks(self, request: pb.TransactionChecksRequest,  # type: ignore[override]
                                 context: _Context) -> None:
         await stream_checks(self._g.producers, request, context)
+    @rpc_errors
+    @_facing
+    async def CreateSubscriptionGroup(self, request: pb.SubscriptionGroup, context: _Context) -> pb.SubscriptionGroup:
+        return await self._g.group_admin.create(request)
+
+    @rpc_errors
+    @_facing
+    async def UpdateSubscriptionGroup(self, request: pb.SubscriptionGroup, context: _Context) -> pb.SubscriptionGroup:
+        return await self._g.group_admin.update(request)
+
+    @rpc_errors
+    @_facing
+    async def GetSubscriptionGroup(self, request: pb.GetSubscriptionGroupRequest,
+                                   context: _Context) -> pb.SubscriptionGroup:
+        return self._g.group_admin.get(request.group_name)
+
+    @rpc_errors
+    @_facing
+    async def ListSubscriptionGroups(self, request: pb.ListSubscriptionGroupsRequest,
+                                     context: _Context) -> pb.ListSubscriptionGroupsResponse:
+        return self._g.group_admin.list(request.include_system)
+
+    @rpc_errors
+    @_facing
+    async def DeleteSubscriptionGroup(self, request: pb.DeleteSubscriptionGroupRequest,
+                                      context: _Context) -> pb.DeleteSubscriptionGroupResponse:
+        await self._g.group_admin.delete(request.group_name)
+        return pb.DeleteSubscriptionGroupResponse()
+
+    @rpc_errors
+    @_facing
+    async def ListDeadLetters(self, request: pb.ListDeadLettersRequest,
+                              context: _Context) -> pb.ListDeadLettersResponse:
+        return await self._g.dead_letters.list(request)
+
+    @rpc_errors
+    @_facing
+    async def ResendDeadLetter(self, request: pb.ResendDeadLetterRequest,
+                               context: _Context) -> pb.ResendDeadLetterResponse:
+        return await self._g.dead_letters.resend(request)
 
 
 class BatchReadServicer(pb_grpc.BatchReadServicer):

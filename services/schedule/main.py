@@ -1,8 +1,8 @@
 """Entry point of the schedule service: ``rocketstore serve schedule --commitlog HOST:PORT --index HOST:PORT``.
 
-Runs ``ScheduleMessageService`` (delay levels) next to a gRPC server that carries only health and
-reflection (what the launcher and Kubernetes probe). On a SLAVE it serves health and delivers nothing:
-the master's deliveries reach the slave by replication.
+Runs ``ScheduleMessageService`` (delay levels) and ``TimerMessageService`` (RocketMQ 5's timer) next to
+a gRPC server that carries only health and reflection (what the launcher and Kubernetes probe). On a
+SLAVE it serves health and delivers nothing: the master's deliveries reach the slave by replication.
 """
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ from rocketstore.services.index.client import IndexClient
 
 from rocketstore.log import configure_logging, get_logger
 from rocketstore.server import GrpcServer, run_until_signal, start_metrics_server
-from rocketstore.settings import BrokerRole
+from rocketstore.settings import BrokerRole, snap_timer_precision
 
 from .delay_offsets import DelayOffsetTable
 from .schedule_service import ScheduleMessageService
+from .timer_service import TimerMessageService
 
 if TYPE_CHECKING:
     from rocketstore.settings import Settings
@@ -39,15 +40,20 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int | None = None, 
     index_client = IndexClient(index, wait_for_ready=True)
     service = ScheduleMessageService(commitlog_client, index_client, settings.delay_level_millis, offsets,
                                      deliver=settings.broker_role != BrokerRole.SLAVE)
+    timer = TimerMessageService(commitlog_client, index_client, settings.store_path_root_dir,
+                                snap_timer_precision(settings.timer_precision_ms),
+                                deliver=settings.broker_role != BrokerRole.SLAVE)
     server = GrpcServer(host, DEFAULT_PORT if port is None else port, max_workers=2)
     server.start()
     bound_metrics = start_metrics_server(metrics_port, host) if metrics_port is not None else None
     service.start()
+    timer.start()
     _log.info("schedule serving", endpoint=server.endpoint, commitlog=commitlog, index=index,
               levels=len(service.levels), offsets=offsets.snapshot(), metrics_port=bound_metrics)
 
     def stop() -> None:
         service.stop()
+        timer.stop()
         commitlog_client.close()
         index_client.close()
 

@@ -1,0 +1,120 @@
+"""The timer wheel on disk: RocketMQ 5's timerwheel + timerlog + timercheck, in a format of our own.
+
+    <root>/timerwheel/<slot ms>      one file per slot that holds timers (a slot is timerPrecisionMs wide,
+                                     named by its start, TIMER_OUT_MS): units of 24 bytes, big-endian
+                                     [int64 queue offset in rmq_sys_wheel_timer][int64 CommitLog offset]
+                                     [int32 size][int32 reserved = 0], appended in queue-offset order
+    <root>/config/timercheck.json    {"lastTimerQueueOffset": next unit of rmq_sys_wheel_timer to read,
+                                      "lastReadTimeMs": the slot to deliver next,
+                                      "slotDelivered": units of that slot already delivered}
+
+A slot file is the slot's part of the timer log: nothing about pending timers is kept in memory, so memory
+does not grow with their number (a million pending timers are a million units on disk, 24 MB). A unit is
+appended (and the file synced) before the checkpoint moves past its queue offset; after a crash the
+same queue offsets are read again and a unit already at the tail of its slot is not appended twice
+(units of one slot are in queue-offset order). A torn unit at a file's end is cut off.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from rocketstore.config_file import load_json, persist_json
+
+__all__ = ["TIMER_CHECK_FILE", "UNIT", "TimerCheckpoint", "TimerUnit", "TimerWheel"]
+
+TIMER_CHECK_FILE = "timercheck.json"
+UNIT = struct.Struct(">qqii")
+
+
+@dataclass(frozen=True, slots=True)
+class TimerUnit:
+    queue_offset: int
+    commitlog_offset: int
+    size: int
+
+
+@dataclass(slots=True)
+class TimerCheckpoint:
+    last_timer_queue_offset: int
+    last_read_time_ms: int
+    slot_delivered: int = 0
+
+    @classmethod
+    def load(cls, config_dir: str, now_slot_ms: int) -> TimerCheckpoint:
+        data = load_json(os.path.join(config_dir, TIMER_CHECK_FILE), check=_decode)
+        return _decode(data) if data is not None else cls(0, now_slot_ms, 0)
+
+    def persist(self, config_dir: str) -> None:
+        persist_json(os.path.join(config_dir, TIMER_CHECK_FILE), {
+            "lastTimerQueueOffset": self.last_timer_queue_offset, "lastReadTimeMs": self.last_read_time_ms,
+            "slotDelivered": self.slot_delivered})
+
+
+def _decode(data: Mapping[str, Any]) -> TimerCheckpoint:
+    values = [data[k] for k in ("lastTimerQueueOffset", "lastReadTimeMs", "slotDelivered")]
+    if any(not isinstance(v, int) or isinstance(v, bool) or v < 0 for v in values):
+        raise ValueError(f"timercheck.json holds {dict(data)!r}; expected three non-negative integers")
+    return TimerCheckpoint(*values)
+
+
+class TimerWheel:
+    """The slot files under ``directory``; not thread-safe (one timer thread uses it)."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        os.makedirs(directory, exist_ok=True)
+
+    def _path(self, slot_ms: int) -> str:
+        return os.path.join(self.directory, str(slot_ms))
+
+    def append(self, units: Iterable[tuple[int, TimerUnit]]) -> int:
+        """Append (slot ms, unit) pairs, each file synced once; returns how many were new (a unit whose
+        queue offset is not above its slot's last one is already there)."""
+        by_slot: dict[int, list[TimerUnit]] = {}
+        for slot, unit in units:
+            by_slot.setdefault(slot, []).append(unit)
+        added = 0
+        for slot, items in by_slot.items():
+            fd = os.open(self._path(slot), os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                size = os.fstat(fd).st_size
+                whole = size - size % UNIT.size
+                if whole != size:
+                    os.ftruncate(fd, whole)  # a unit torn by a crash
+                last = UNIT.unpack(os.pread(fd, UNIT.size, whole - UNIT.size))[0] if whole else -1
+                fresh = [u for u in items if u.queue_offset > last]
+                if fresh:
+                    os.pwrite(fd, b"".join(UNIT.pack(u.queue_offset, u.commitlog_offset, u.size, 0) for u in fresh),
+                              whole)
+                    os.fsync(fd)
+                    added += len(fresh)
+            finally:
+                os.close(fd)
+        return added
+
+    def read(self, slot_ms: int, start: int, count: int) -> list[TimerUnit]:
+        """Units ``start`` .. ``start + count`` of a slot (fewer at its end; none for an empty slot)."""
+        try:
+            with open(self._path(slot_ms), "rb") as f:
+                f.seek(start * UNIT.size)
+                data = f.read(count * UNIT.size)
+        except FileNotFoundError:
+            return []
+        return [TimerUnit(q, o, s) for q, o, s, _ in UNIT.iter_unpack(data[:len(data) - len(data) % UNIT.size])]
+
+    def remove(self, slot_ms: int) -> None:
+        try:
+            os.remove(self._path(slot_ms))
+        except FileNotFoundError:
+            pass
+
+    def has(self, slot_ms: int) -> bool:
+        return os.path.exists(self._path(slot_ms))
+
+    def pending_slots(self) -> int:
+        return len(os.listdir(self.directory))

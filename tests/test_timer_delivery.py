@@ -1,0 +1,115 @@
+"""RocketMQ 5's timed delivery on real processes: a message sent with a delivery time is stored in
+rmq_sys_wheel_timer with TIMER_OUT_MS, REAL_TOPIC and REAL_QID, and delivered to its real topic not
+before its time; a time already past is delivered at once; a time beyond timerMaxDelaySec is refused
+naming the limit; the pending set lives on disk (the timer wheel) and survives kill -9 of the schedule
+service, every message delivered once; many pending timers survive a restart."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+
+import grpc
+import pytest
+from conftest import RPC_TIMEOUT, Broker
+from test_delay_levels import delivered, wait_for
+
+from rocketstore.codec import decode_message
+from rocketstore.v1 import gateway_pb2 as pb
+
+TIMER_TOPIC = "rmq_sys_wheel_timer"
+
+
+def send_at(broker: Broker, topic: str, body: bytes, queue_id: int = 0, **timer: int) -> pb.SendResult:
+    request = pb.SendRequest(topic=topic, queue_id=queue_id, messages=[pb.OutgoingMessage(body=body, **timer)])
+    return broker.gateway.stub.Send(request, timeout=RPC_TIMEOUT).results[0]
+
+
+def queue_size(broker: Broker, topic: str, queue_id: int) -> int:
+    r = broker.index.client.get_message(topic, queue_id, 0, 1)
+    return int(r.max_offset)
+
+
+def wheel_offset(broker: Broker) -> int:
+    """The timer queue offset the wheel holds everything below (timercheck.json), -1 before the first write."""
+    try:
+        return int(json.loads((broker.data_dir / "config" / "timercheck.json").read_text())["lastTimerQueueOffset"])
+    except FileNotFoundError:
+        return -1
+
+
+def test_timed_messages_are_delivered_not_before_their_time(broker_factory: Callable[..., Broker]) -> None:
+    broker = broker_factory({}, gateway=True, schedule=True)
+    now = int(time.time() * 1000)
+    at = now + 2500
+    send_at(broker, "Timed", b"at", queue_id=1, timer_deliver_ms=at)
+    send_at(broker, "Timed", b"sec", queue_id=1, timer_delay_sec=2)
+    send_at(broker, "Timed", b"past", queue_id=1, timer_deliver_ms=now - 60_000)  # delivered at once
+
+    # Stored as RocketMQ 5 stores it: in the timer topic with its slot time and real topic and queue.
+    wait_for(lambda: queue_size(broker, TIMER_TOPIC, 0) == 2, say="the timer queue")
+    r = broker.index.client.get_message(TIMER_TOPIC, 0, 0, 2)
+    stored = decode_message(r.records)
+    assert stored.properties["TIMER_DELIVER_MS"] == str(at) and stored.properties["REAL_TOPIC"] == "Timed"
+    assert stored.properties["REAL_QID"] == "1" and int(stored.properties["TIMER_OUT_MS"]) == at // 1000 * 1000
+
+    wait_for(lambda: len(delivered(broker, "Timed", 1)) >= 1, say="the past message")
+    first = delivered(broker, "Timed", 1)[0]
+    assert first.body == b"past" and "TIMER_OUT_MS" not in first.properties
+    wait_for(lambda: len(delivered(broker, "Timed", 1)) == 3, say="the timed messages")
+    got = {m.body: m for m in delivered(broker, "Timed", 1)}
+    assert got[b"at"].store_timestamp >= at  # never before its time
+    assert got[b"sec"].store_timestamp >= now + 2000
+    assert got[b"at"].properties["TIMER_DELIVER_MS"] == str(at) and got[b"at"].topic == "Timed"
+
+
+def test_bad_and_too_distant_times_are_refused(broker_factory: Callable[..., Broker]) -> None:
+    broker = broker_factory({"timerMaxDelaySec": "60"}, gateway=True)
+    for timer, says in (({"timer_delay_sec": 61}, "timerMaxDelaySec=60"),
+                        ({"timer_deliver_ms": int(time.time() * 1000) + 3_600_000}, "timerMaxDelaySec=60"),
+                        ({"timer_delay_ms": -5}, "must be positive"),
+                        ({"timer_delay_ms": 5, "timer_delay_sec": 5}, "give one of")):
+        with pytest.raises(grpc.RpcError) as e:
+            send_at(broker, "Far", b"x", **timer)
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and says in e.value.details(), timer
+    with pytest.raises(grpc.RpcError) as e:
+        broker.gateway.stub.Send(pb.SendRequest(topic="Far", messages=[
+            pb.OutgoingMessage(body=b"x", timer_delay_sec=1, delay_time_level=1)]), timeout=RPC_TIMEOUT)
+    assert "delay_time_level together" in e.value.details()
+
+
+def test_pending_timers_survive_kill_9_of_the_schedule_service(broker_factory: Callable[..., Broker]) -> None:
+    broker = broker_factory({}, gateway=True, schedule=True)
+    assert broker.schedule is not None
+    sent = set()
+    for i in range(30):
+        sent.add(send_at(broker, "Crash", f"t{i}".encode(), timer_delay_ms=1000 + 200 * (i % 10)).msg_id)
+    wait_for(lambda: len(delivered(broker, "Crash", 0)) >= 5, say="some deliveries")
+    broker.schedule.kill9()
+    time.sleep(1.0)
+    broker.schedule.restart()
+    wait_for(lambda: len(delivered(broker, "Crash", 0)) >= 30, say="every timed message")
+    time.sleep(1.5)
+    ids = [m.msg_id for m in delivered(broker, "Crash", 0)]
+    assert set(ids) == sent
+    check = json.loads((broker.data_dir / "config" / "timercheck.json").read_text())
+    assert check["lastTimerQueueOffset"] == 30
+
+
+def test_many_pending_timers_across_a_restart(broker_factory: Callable[..., Broker]) -> None:
+    broker = broker_factory({}, gateway=True, schedule=True)
+    assert broker.schedule is not None
+    total, batch = 100_000, 1000
+    due = int(time.time() * 1000) + 60_000  # after the sends and the enqueue, with room to spare
+    for start in range(0, total, batch):
+        broker.gateway.stub.Send(pb.SendRequest(topic="Many", queue_id=0, messages=[
+            pb.OutgoingMessage(body=b"m", timer_deliver_ms=due + (i % 5) * 1000) for i in range(start, start + batch)]),
+            timeout=RPC_TIMEOUT)
+    wait_for(lambda: wheel_offset(broker) == total, timeout=120, say="every timer in the wheel")
+    broker.schedule.kill9()
+    broker.schedule.restart()
+    wait_for(lambda: queue_size(broker, "Many", 0) >= total, timeout=180, say="every timer delivered")
+    time.sleep(1.0)
+    assert queue_size(broker, "Many", 0) == total
+    assert not list((broker.data_dir / "timerwheel").iterdir())  # delivered slots are removed

@@ -160,7 +160,7 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
         return s.NotifyClientTerminationResponse(status=status())
 
     # grpc.aio takes a coroutine for a bidirectional stream (the stubs know only iterators).
-    async def Telemetry(self, request_iterator: AsyncIterator[d.Settings],  # type: ignore[override]
+    async def Telemetry(self, request_iterator: AsyncIterator[s.TelemetryCommand],  # type: ignore[override]
                         context: _Context) -> None:
         """Each settings command is merged as the proxy merges it, kept for the client, and answered with
         the merged settings; settings that are neither a producer's nor a consumer's end the stream
@@ -236,4 +236,4 @@ def _endpoints_of(endpoint: str) -> d.Endpoints:
         scheme = d.IPv4 if len(addr) == 4 else d.IPv6
     except ValueError:
         scheme = d.DOMAIN_NAME
-    return d.Endpoints(scheme=scheme, addresses=[d.Address(host=host, port=int(port))])  # type: ignore[arg-type]
+    return d.Endpoints(scheme=scheme, addresses=[d.Address(host=host, port=int(port))])

@@ -62,3 +62,16 @@ def test_typed_grpc_stubs_are_generated_for_every_proto(tmp_path: Path) -> None:
         pyi = tmp_path / "rocketstore" / "v1" / f"{proto.stem}_pb2_grpc.pyi"
         assert pyi in written
         assert "grpc.UnaryUnaryMultiCallable[" in pyi.read_text()
+
+
+def test_v2_stubs_import_as_rocketstore_v2_and_keep_the_published_wire_names(tmp_path: Path) -> None:
+    # RocketMQ 5's protos keep their published files, package and method paths; only the Python modules move
+    # to rocketstore.v2, so they never clash with a copy named apache.rocketmq.v2 (the official client's).
+    protogen.generate(ROOT / "protos", tmp_path)
+    out = tmp_path / "rocketstore" / "v2"
+    service = (out / "service_pb2.py").read_text()
+    assert "from rocketstore.v2 import definition_pb2" in service
+    assert "'rocketstore.v2.service_pb2'" in service
+    assert "apache/rocketmq/v2/service.proto" in service
+    assert "'/apache.rocketmq.v2.MessagingService/SendMessage'" in (out / "service_pb2_grpc.py").read_text()
+    assert "from apache" not in "".join(p.read_text() for p in out.iterdir())

@@ -15,9 +15,11 @@ from rocketstore.aio_server import AioGrpcServer, AioRpcLatencyInterceptor, serv
 from rocketstore.log import configure_logging, get_logger
 from rocketstore.server import start_metrics_server
 from rocketstore.v1 import gateway_pb2_grpc
+from rocketstore.v2 import service_pb2_grpc as v2_grpc
 
 from .gateway import Gateway
 from .servicer import BATCH_READ_SERVICE, GATEWAY_SERVICE, BatchReadServicer, GatewayServicer
+from .v2.servicer import MESSAGING_SERVICE, MessagingServicer
 
 if TYPE_CHECKING:
     from rocketstore.settings import Settings
@@ -49,6 +51,9 @@ async def _serve(settings: Settings, host: str, port: int, metrics_port: int | N
         server = AioGrpcServer(host, port, interceptors=[metrics] if metrics is not None else [])
         server.add(gateway_pb2_grpc.add_GatewayServicer_to_server, GatewayServicer(gateway), GATEWAY_SERVICE)
         server.add(gateway_pb2_grpc.add_BatchReadServicer_to_server, BatchReadServicer(gateway), BATCH_READ_SERVICE)
+        # RocketMQ 5's protocol, for its official clients (v2/)
+        server.add(v2_grpc.add_MessagingServiceServicer_to_server, MessagingServicer(gateway, server.endpoint),
+                   MESSAGING_SERVICE)
         await server.start()
         bound_metrics = start_metrics_server(metrics_port) if metrics_port is not None else None
     except BaseException:

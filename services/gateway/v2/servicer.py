@@ -1,0 +1,239 @@
+"""``apache.rocketmq.v2.MessagingService`` on grpc.aio over a ``Gateway``, beside ``rocketstore.v1`` on the
+same port, answering as RocketMQ's proxy answers: refusals are a ``Code`` and a message in the response's
+status; a method not built yet ends the call UNIMPLEMENTED (as the proxy answers the methods it leaves
+unimplemented) with a message saying what is not supported yet."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+import grpc.aio
+
+from rocketstore.errors import BrokerError
+from rocketstore.log import get_logger
+from rocketstore.message import parse_host
+from rocketstore.v2 import definition_pb2 as d
+from rocketstore.v2 import service_pb2 as s
+from rocketstore.v2 import service_pb2_grpc as s_grpc
+
+from ..gateway import Gateway
+from ..rebalance import CONSUME_ACTIVELY, CONSUME_PASSIVELY
+from ..servicer import peer_host
+from .client_settings import ClientSettingsRegistry, merged
+from .errors import V2Error, from_broker_error, status
+from .producer import V2SendProcessor
+from .route import broker_of, message_queues
+from .validation import check_group, check_topic
+
+__all__ = ["MESSAGING_SERVICE", "MessagingServicer"]
+
+MESSAGING_SERVICE = "apache.rocketmq.v2.MessagingService"
+CLIENT_ID_HEADER = "x-mq-client-id"
+
+_log = get_logger("rocketstore.gateway.v2")
+_Context = grpc.aio.ServicerContext[Any, Any]
+_R = TypeVar("_R")
+
+_POP_LATER = ("pop consumption (ReceiveMessage, AckMessage, ChangeInvisibleDuration) is not supported yet by this "
+              "broker; consume through rocketstore.v1 (Pull) meanwhile")
+_NOT_SUPPORTED = {
+    "ReceiveMessage": _POP_LATER,
+    "AckMessage": _POP_LATER,
+    "ChangeInvisibleDuration": _POP_LATER,
+    "ForwardMessageToDeadLetterQueue": "ForwardMessageToDeadLetterQueue is not supported yet by this broker",
+    "EndTransaction": "EndTransaction is not supported yet: this broker takes no transactional messages yet",
+    "RecallMessage": "RecallMessage is not supported yet: this broker takes no DELAY messages "
+                     "(delivery timestamps) yet",
+    "PullMessage": "PullMessage is not implemented (as in RocketMQ's proxy)",
+    "UpdateOffset": "UpdateOffset is not implemented (as in RocketMQ's proxy)",
+    "GetOffset": "GetOffset is not implemented (as in RocketMQ's proxy)",
+    "QueryOffset": "QueryOffset is not implemented (as in RocketMQ's proxy)",
+    "SyncLiteSubscription": "SyncLiteSubscription is not supported: this broker has no lite topics",
+}
+
+
+def _answers(response: Callable[..., Any]) -> Callable[[Callable[..., Awaitable[_R]]], Callable[..., Awaitable[_R]]]:
+    """A unary method whose refusals (``V2Error``, the gateway's ``BrokerError``) and failures become the
+    response's status, as the proxy answers them."""
+
+    def wrap(method: Callable[..., Awaitable[_R]]) -> Callable[..., Awaitable[_R]]:
+        @functools.wraps(method)
+        async def call(self: object, request: Any, context: _Context) -> Any:
+            try:
+                return await method(self, request, context)
+            except V2Error as e:
+                return response(status=e.status())
+            except BrokerError as e:
+                return response(status=from_broker_error(e).status())
+            except Exception as e:  # noqa: BLE001 - every failure is answered
+                _log.error("v2 rpc failed", method=method.__name__, error=repr(e), exc_info=e)
+                return response(status=status(d.INTERNAL_SERVER_ERROR,
+                                              f"{method.__name__} failed: {type(e).__name__}: {e}"))
+
+        return call
+
+    return wrap
+
+
+def _client_id(context: _Context) -> str:
+    for key, value in context.invocation_metadata() or ():
+        if key == CLIENT_ID_HEADER and isinstance(value, str) and value.strip():
+            return value
+    raise V2Error(d.CLIENT_ID_REQUIRED, f"the {CLIENT_ID_HEADER} header is missing or blank")
+
+
+class MessagingServicer(s_grpc.MessagingServiceServicer):
+    def __init__(self, gateway: Gateway, endpoint: str) -> None:
+        """``endpoint`` (host:port) is this gateway's address, named in routes when the client does not say
+        which address it dialled."""
+        self._g = gateway
+        self._ctx = gateway.context
+        self._clients = ClientSettingsRegistry()
+        self._producer = V2SendProcessor(gateway.context, gateway.send)
+        self._endpoints = _endpoints_of(endpoint)
+
+    # --- routes ----------------------------------------------------------------------------------
+    def _broker(self, endpoints: d.Endpoints) -> d.Broker:
+        return broker_of(self._ctx.settings.broker_name, endpoints if endpoints.addresses else self._endpoints)
+
+    def _readable_topic(self, resource: d.Resource) -> Any:
+        check_topic(resource.name, self._ctx.topics)
+        config = self._ctx.topics.get(resource.name)
+        if config is None:
+            raise V2Error(d.TOPIC_NOT_FOUND, f"topic {resource.name!r} does not exist")
+        return config
+
+    @_answers(s.QueryRouteResponse)
+    async def QueryRoute(self, request: s.QueryRouteRequest, context: _Context) -> s.QueryRouteResponse:
+        config = self._readable_topic(request.topic)
+        queues = message_queues(config, self._broker(request.endpoints), request.topic.resource_namespace)
+        return s.QueryRouteResponse(status=status(), message_queues=queues)
+
+    @_answers(s.QueryAssignmentResponse)
+    async def QueryAssignment(self, request: s.QueryAssignmentRequest,
+                              context: _Context) -> s.QueryAssignmentResponse:
+        config = self._readable_topic(request.topic)
+        check_group(request.group.name)
+        if not config.readable or config.read_queue_nums <= 0:
+            raise V2Error(d.FORBIDDEN, f"no readable queue: topic {config.topic_name!r} cannot be read")
+        # Not FIFO (no group orders its consumption here): one assignment per broker, queue -1 (all of its queues).
+        queue = d.MessageQueue(topic=request.topic, id=-1, permission=d.READ_WRITE if config.writeable else d.READ,
+                               broker=self._broker(request.endpoints), accept_message_types=message_queues(
+                                   config, self._broker(request.endpoints))[0].accept_message_types)
+        return s.QueryAssignmentResponse(status=status(), assignments=[d.Assignment(message_queue=queue)])
+
+    # --- clients ---------------------------------------------------------------------------------
+    @_answers(s.HeartbeatResponse)
+    async def Heartbeat(self, request: s.HeartbeatRequest, context: _Context) -> s.HeartbeatResponse:
+        client_id = _client_id(context)
+        settings = self._clients.get(client_id)
+        kind = settings.client_type if settings is not None and settings.HasField("client_type") \
+            else request.client_type
+        if kind == d.PRODUCER:
+            return s.HeartbeatResponse(status=status())
+        if kind not in (d.PUSH_CONSUMER, d.SIMPLE_CONSUMER):
+            raise V2Error(d.UNRECOGNIZED_CLIENT_TYPE, f"client {client_id!r} is of an unknown type: send its "
+                                                      "settings over Telemetry first")
+        check_group(request.group.name)
+        topics = {} if settings is None else {
+            e.topic.name: e.expression.expression or "*" for e in settings.subscription.subscriptions}
+        try:
+            self._ctx.groups.heartbeat(request.group.name, client_id, topics,
+                                       CONSUME_ACTIVELY if kind == d.SIMPLE_CONSUMER else CONSUME_PASSIVELY)
+        except ValueError as e:
+            raise V2Error(d.BAD_REQUEST, str(e)) from None
+        return s.HeartbeatResponse(status=status())
+
+    @_answers(s.NotifyClientTerminationResponse)
+    async def NotifyClientTermination(self, request: s.NotifyClientTerminationRequest,
+                                      context: _Context) -> s.NotifyClientTerminationResponse:
+        client_id = _client_id(context)
+        settings = self._clients.remove(client_id)
+        if settings is None:
+            raise V2Error(d.UNRECOGNIZED_CLIENT_TYPE, f"client {client_id!r} is not known: it sent no settings")
+        if request.HasField("group") and request.group.name:
+            check_group(request.group.name)
+            self._ctx.groups.unregister(request.group.name, client_id)
+        return s.NotifyClientTerminationResponse(status=status())
+
+    # grpc.aio takes a coroutine for a bidirectional stream (the stubs know only iterators).
+    async def Telemetry(self, request_iterator: AsyncIterator[s.TelemetryCommand],  # type: ignore[override]
+                        context: _Context) -> None:
+        """Each settings command is merged as the proxy merges it, kept for the client, and answered with
+        the merged settings; settings that are neither a producer's nor a consumer's end the stream
+        INVALID_ARGUMENT, as in the proxy."""
+        try:
+            client_id = _client_id(context)
+        except V2Error as e:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, e.message)
+        async for command in request_iterator:
+            if command.WhichOneof("command") != "settings":
+                continue  # thread stack traces and verification results: nothing asked for them yet
+            try:
+                answer = merged(command.settings, self._ctx.settings.max_message_size)
+                if answer.HasField("subscription"):
+                    check_group(answer.subscription.group.name)
+                    for entry in answer.subscription.subscriptions:
+                        check_topic(entry.topic.name, self._ctx.topics)
+            except (ValueError, V2Error) as e:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+            self._clients.put(client_id, answer)
+            _log.info("v2 client settings", client_id=client_id, client_type=d.ClientType.Name(answer.client_type))
+            await context.write(s.TelemetryCommand(status=status(), settings=answer))
+
+    # --- sending ---------------------------------------------------------------------------------
+    @_answers(s.SendMessageResponse)
+    async def SendMessage(self, request: s.SendMessageRequest, context: _Context) -> s.SendMessageResponse:
+        _client_id(context)
+        return await self._producer.send(request, peer_host(context))
+
+    # --- not supported yet -----------------------------------------------------------------------
+    async def _unsupported(self, name: str, context: _Context) -> None:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, _NOT_SUPPORTED[name])
+
+    async def ReceiveMessage(self, request: Any, context: _Context) -> None:  # type: ignore[override]
+        await self._unsupported("ReceiveMessage", context)
+
+    async def AckMessage(self, request: Any, context: _Context) -> Any:
+        await self._unsupported("AckMessage", context)
+
+    async def ChangeInvisibleDuration(self, request: Any, context: _Context) -> Any:
+        await self._unsupported("ChangeInvisibleDuration", context)
+
+    async def ForwardMessageToDeadLetterQueue(self, request: Any, context: _Context) -> Any:
+        await self._unsupported("ForwardMessageToDeadLetterQueue", context)
+
+    async def EndTransaction(self, request: Any, context: _Context) -> Any:
+        await self._unsupported("EndTransaction", context)
+
+    async def RecallMessage(self, request: Any, context: _Context) -> Any:
+        await self._unsupported("RecallMessage", context)
+
+    async def PullMessage(self, request: Any, context: _Context) -> None:  # type: ignore[override]
+        await self._unsupported("PullMessage", context)
+
+    async def UpdateOffset(self, request: Any, context: _Context) -> Any:
+        await self._unsupported("UpdateOffset", context)
+
+    async def GetOffset(self, request: Any, context: _Context) -> Any:
+        await self._unsupported("GetOffset", context)
+
+    async def QueryOffset(self, request: Any, context: _Context) -> Any:
+        await self._unsupported("QueryOffset", context)
+
+    async def SyncLiteSubscription(self, request: Any, context: _Context) -> Any:
+        await self._unsupported("SyncLiteSubscription", context)
+
+
+def _endpoints_of(endpoint: str) -> d.Endpoints:
+    host, _, port = endpoint.rpartition(":")
+    host = host.strip("[]")
+    try:
+        addr, _, _ = parse_host(endpoint)
+        scheme = d.IPv4 if len(addr) == 4 else d.IPv6
+    except ValueError:
+        scheme = d.DOMAIN_NAME
+    return d.Endpoints(scheme=scheme, addresses=[d.Address(host=host, port=int(port))])

@@ -1,0 +1,32 @@
+"""Send messages with the official RocketMQ 5 Python client's Producer. Runs in the client's virtualenv.
+
+stdin: {"endpoint": "127.0.0.1:8081", "topic": "T", "messages": [{"body": "...", "tag": "...", "keys": [...],
+"properties": {...}, "group": "..."}]}; stdout: one JSON line, a list of {"message_id", "offset"} in order."""
+
+import json
+import sys
+
+from rocketmq import ClientConfiguration, Credentials, Message, Producer
+
+spec = json.load(sys.stdin)
+producer = Producer(ClientConfiguration(spec["endpoint"], Credentials(), request_timeout=10), (spec["topic"],))
+producer.startup()
+receipts = []
+try:
+    for m in spec["messages"]:
+        message = Message()
+        message.topic = spec["topic"]
+        message.body = m["body"].encode()
+        if m.get("tag"):
+            message.tag = m["tag"]
+        for key in m.get("keys", []):
+            message.keys = key  # the setter adds one key per assignment
+        for name, value in m.get("properties", {}).items():
+            message.add_property(name, value)
+        if m.get("group"):
+            message.message_group = m["group"]
+        receipt = producer.send(message)
+        receipts.append({"message_id": receipt.message_id, "offset": receipt.offset})
+finally:
+    producer.shutdown()
+print(json.dumps(receipts))

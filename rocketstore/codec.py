@@ -20,6 +20,7 @@ import struct
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeAlias
 
 from rocketstore import _speedups
 from rocketstore.message import (
@@ -35,6 +36,10 @@ from rocketstore.message import (
 )
 from rocketstore.message_id import create_message_id
 from rocketstore.statuses import PutMessageStatus
+
+# What the walks read from and the writers write into: bytes, an mmap'ed file, or a view of either.
+ReadableBuffer: TypeAlias = bytes | bytearray | memoryview | mmap.mmap
+WritableBuffer: TypeAlias = bytearray | memoryview | mmap.mmap
 
 MESSAGE_MAGIC_CODE = 0xDAA320A7
 BLANK_MAGIC_CODE = 0xCBD43194
@@ -275,7 +280,7 @@ def store_timestamp_position(sys_flag: int) -> int:
     return STORETIMESTAMP_POSITIONS[(sys_flag >> HOST_FLAGS_SHIFT) & 3]
 
 
-def place(buf, pos: int, queue_offset: int, physical_offset: int, store_timestamp: int,
+def place(buf: WritableBuffer, pos: int, queue_offset: int, physical_offset: int, store_timestamp: int,
           timestamp_pos: int) -> None:
     """Fill in the three fields only the put lock knows, in a record already at ``pos``."""
     _OFFSETS.pack_into(buf, pos + POS_QUEUEOFFSET, queue_offset, physical_offset)
@@ -311,7 +316,7 @@ def _refuse(topic_b: bytes, body: bytes, props_b: bytes, size: int, queue_id: in
     raise MessageRefused(illegal, f"queue id {queue_id} is out of range")
 
 
-def write_blank(buf, pos: int, total_size: int) -> None:
+def write_blank(buf: WritableBuffer, pos: int, total_size: int) -> None:
     """The END_OF_FILE filler: only TOTALSIZE (the rest of the file) and BLANK_MAGIC_CODE."""
     _BLANK.pack_into(buf, pos, total_size, BLANK_MAGIC_CODE)
 
@@ -321,7 +326,8 @@ BLANK = 0
 INVALID = -1
 
 
-def check_record(buf, pos: int, limit: int, physical_offset: int | None = None, check_crc: bool = True) -> int:
+def check_record(buf: ReadableBuffer, pos: int, limit: int, physical_offset: int | None = None,
+                 check_crc: bool = True) -> int:
     """RocketMQ's checkMessageAndReturnSize, for recovery and tailing.
 
     Returns the record's size when a whole valid record starts at ``pos``, ``BLANK`` (0) for
@@ -359,7 +365,7 @@ def check_record(buf, pos: int, limit: int, physical_offset: int | None = None, 
         crc = _UINT.unpack_from(buf, pos + POS_BODYCRC)[0]
         if crc != (zlib.crc32(buf[body_start:body_start + body_len]) & 0x7FFFFFFF if body_len else 0):
             return INVALID
-    return total
+    return int(total)
 
 
 @dataclass(slots=True, frozen=True)
@@ -376,7 +382,7 @@ class RecordInfo:
     properties_text: str
 
 
-def read_record_info(buf, pos: int) -> RecordInfo:
+def read_record_info(buf: ReadableBuffer, pos: int) -> RecordInfo:
     """The header fields, topic and raw properties of the (already checked) record at ``pos``."""
     total, _, _, queue_id, _, queue_offset, physical_offset, sys_flag, _ = _HEAD.unpack_from(buf, pos)
     hosts = (sys_flag >> HOST_FLAGS_SHIFT) & 3
@@ -392,7 +398,7 @@ def read_record_info(buf, pos: int) -> RecordInfo:
     return RecordInfo(total, queue_id, queue_offset, physical_offset, sys_flag, store_ts, topic, props)
 
 
-def decode_message(buf, pos: int = 0, check_crc: bool = False) -> MessageExt:
+def decode_message(buf: ReadableBuffer, pos: int = 0, check_crc: bool = False) -> MessageExt:
     """Decode the record at ``pos`` into a MessageExt; raises ValueError on a bad record."""
     limit = len(buf)
     if check_record(buf, pos, limit, None, check_crc) <= 0:

@@ -10,4 +10,5 @@ fi
 python3 -m pip install --quiet --disable-pip-version-check -e '.[test]'
 python3 -m rocketstore.protogen --check
 ruff check .
+python3 -m mypy
 python3 -m pytest -q "$@"

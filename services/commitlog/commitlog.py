@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import overload
 
 from rocketstore import codec
 from rocketstore.codec import (
@@ -88,7 +89,13 @@ class PutResults(Sequence[PutResult]):
     def __len__(self) -> int:
         return len(self.statuses)
 
-    def __getitem__(self, i):  # type: ignore[override]
+    @overload
+    def __getitem__(self, i: int) -> PutResult: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[PutResult]: ...
+
+    def __getitem__(self, i: int | slice) -> PutResult | list[PutResult]:
         if isinstance(i, slice):
             return [self[k] for k in range(*i.indices(len(self)))]
         status = self.statuses[i]
@@ -288,7 +295,7 @@ class CommitLog:
         if not begin:
             return False
         held = int(time.time() * 1000) - begin
-        return self.settings.os_page_cache_busy_time_out_mills < held < 10_000_000
+        return bool(self.settings.os_page_cache_busy_time_out_mills < held < 10_000_000)
 
     # --- positions -------------------------------------------------------------------------
     @property
@@ -314,7 +321,7 @@ class CommitLog:
 
     def wait_for_bytes(self, offset: int, timeout: float, flushed_only: bool = False) -> bool:
         """Wait until bytes past ``offset`` are readable (and flushed, if asked)."""
-        end_of = (lambda: self.flushed_offset) if flushed_only else (lambda: self.max_offset)
+        end_of: Callable[[], int] = (lambda: self.flushed_offset) if flushed_only else (lambda: self.max_offset)
         deadline = time.monotonic() + timeout
         with self._appended:
             # Counted, so an append with nobody tailing skips the notify. An append publishes its

@@ -31,9 +31,9 @@ from .admin_processor import AdminBrokerProcessor
 from .batch_read import BatchReadProcessor
 from .consumer_manage import ConsumerManageProcessor
 from .context import BrokerStats, GatewayContext
-from .producer_channels import ProducerChannels
 from .dead_letter_processor import DeadLetterProcessor
 from .group_admin_processor import GroupAdminProcessor
+from .producer_channels import ProducerChannels
 from .pull_processor import PullMessageProcessor
 from .query_processor import QueryMessageProcessor
 from .send_back_processor import SendBackProcessor

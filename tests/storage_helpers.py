@@ -9,9 +9,11 @@ from __future__ import annotations
 import os
 import shutil
 import struct
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from rocketstore.services.commitlog.group_commit import GroupCommitService
@@ -212,3 +214,37 @@ def stuck_group_commit() -> tuple[GroupCommitService, threading.Event]:
     service = GroupCommitService(stuck_flush, lambda: flushed[0])
     service.start()
     return service, release
+
+
+@contextmanager
+def mounted_tmpfs(where: Path, size: str) -> Iterator[Path]:
+    """A real file system that fills up: a tmpfs of ``size`` ("4m") mounted at ``where`` (the tests run
+    as root, as CI does), unmounted afterwards."""
+    where.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, f"cannot mount a tmpfs for a full-disk test: {done.stderr}"
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def fill_disk(disk: Path, leave_bytes: int = 0) -> Path:
+    """Fill the file system of ``disk`` until about ``leave_bytes`` are free (0: to the last block);
+    returns the filler file, whose removal gives the space back."""
+    filler = disk / "filler"
+    if leave_bytes:
+        st = os.statvfs(disk)
+        with open(filler, "ab") as f:
+            f.write(b"\x01" * max(0, st.f_bavail * st.f_frsize - leave_bytes))
+        return filler
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        while os.write(fd, b"\x01" * 4096):
+            pass
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    return filler

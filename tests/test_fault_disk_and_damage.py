@@ -4,12 +4,12 @@ and a full disk refuses writes clearly and loses nothing."""
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from storage_helpers import fill_disk, mounted_tmpfs
 
 from rocketstore.codec import decode_message
 from rocketstore.statuses import PutMessageStatus, is_disk_full
@@ -125,25 +125,10 @@ def test_a_truncated_last_file_is_named_with_the_way_out(commitlog_factory) -> N
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 6 MiB tmpfs: a real file system that fills up (the tests run as root, as CI does)."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(mount)],
-                          capture_output=True, text=True)
-    assert done.returncode == 0, f"cannot mount a tmpfs for the disk-full test: {done.stderr}"
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
+    with mounted_tmpfs(tmp_path / "disk", "6m") as disk:
+        yield disk
 
 
-def _fill(disk: Path, leave_bytes: int) -> Path:
-    """Fill the file system until about ``leave_bytes`` are free."""
-    st = os.statvfs(disk)
-    free = st.f_bavail * st.f_frsize
-    filler = disk / "filler"
-    with open(filler, "ab") as f:
-        f.write(b"\x01" * max(0, free - leave_bytes))
-    return filler
 
 
 def _wait_for(predicate, timeout: float = 15.0):
@@ -170,7 +155,7 @@ def test_full_disk_refuses_writes_clearly_and_loses_nothing(small_disk: Path, co
     results = _append(proc.stub, sent)
     assert all(r.status == pb.PUT_OK for r in results)
 
-    filler = _fill(small_disk, leave_bytes=256 * 1024)  # > 90 % used
+    filler = fill_disk(small_disk, leave_bytes=256 * 1024)  # > 90 % used
     refused = _wait_for(lambda: (r := _append(proc.stub, _messages(1, "D"))[0]).status
                         == pb.SERVICE_NOT_AVAILABLE and r)
     assert "disk" in refused.reason and "diskSpaceWarningLevelRatio" in refused.reason
@@ -197,7 +182,7 @@ def test_file_that_cannot_be_created_is_refused_and_nothing_is_lost(small_disk: 
     sent = _messages(100, "F")
     results = _append(proc.stub, sent)
     assert all(r.status == pb.PUT_OK for r in results)
-    _fill(small_disk, leave_bytes=512 * 1024)  # the next files (1 MiB each) no longer fit
+    fill_disk(small_disk, leave_bytes=512 * 1024)  # the next files (1 MiB each) no longer fit
 
     stored: list[pb.Message] = list(sent)
     acked: list[pb.AppendResult] = list(results)

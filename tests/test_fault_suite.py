@@ -17,9 +17,9 @@ makes a soak of it: N kill cycles, and more corruptions and fuzzed inputs in pro
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -33,6 +33,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rocketstore.services.dispatcher.decode import CorruptRecord, DispatchDecoder
 from rocketstore.spark.decode import RecordLayoutError, decode_records
+from storage_helpers import fill_disk, mounted_tmpfs
 from test_dispatch_crash import Acked, Load, verify, wait_caught_up, wait_for
 
 from rocketstore.codec import check_record, decode_message, encode_message
@@ -244,33 +245,12 @@ def test_corrupted_bytes_in_any_file_are_refused_or_never_served_as_good(broker_
 
 # --- a full disk under each store path -----------------------------------------------------------------------
 @pytest.fixture
-def tmpfs(tmp_path: Path) -> Iterator[Callable[[Path, str], Path]]:
-    mounted: list[Path] = []
-
-    def mount(where: Path, size: str = "4m") -> Path:
-        where.mkdir(parents=True, exist_ok=True)
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
-                              capture_output=True, text=True)
-        assert done.returncode == 0, f"cannot mount a tmpfs (the tests run as root): {done.stderr}"
-        mounted.append(where)
-        return where
-
-    yield mount
-    for where in reversed(mounted):
-        subprocess.run(["umount", "-l", str(where)], check=False)
+def tmpfs() -> Iterator[Callable[[Path, str], Path]]:
+    """Mounts tmpfs file systems of a given size (``tmpfs(path, "4m")``), all unmounted afterwards."""
+    with contextlib.ExitStack() as stack:
+        yield lambda where, size="4m": stack.enter_context(mounted_tmpfs(where, size))
 
 
-def _fill(disk: Path) -> Path:
-    filler = disk / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o644)
-    try:
-        while os.write(fd, b"\x01" * 4096):
-            pass
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-    return filler
 
 
 @pytest.mark.parametrize("path", ["commitlog", "consumequeue", "index", "root"])
@@ -296,7 +276,7 @@ def test_full_disk_under_each_store_path_loses_nothing_acknowledged(broker_facto
     broker.start()
     with Load(broker.commitlog.endpoint, f"full-{path}", batch=10) as load:
         wait_for("100 messages", lambda: len(load.acked) >= 100)
-        filler = _fill(disk)
+        filler = fill_disk(disk)
         time.sleep(2.0)
         full_acked = len(load.acked)
         filler.unlink()

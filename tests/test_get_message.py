@@ -55,9 +55,13 @@ class FakeCommitLog:
         self.end = 0
         self.calls: list[list[tuple[int, int]]] = []
 
-    def add(self, size: int) -> int:
+    def add(self, size: int, queue_offset: int = 0, topic: str = TOPIC, queue_id: int = 0) -> int:
+        """A real record of ``size`` bytes (>= 100, the empty-bodied record of TOPIC), as unit
+        ``queue_offset`` of the queue names it: getMessage checks a record against its unit."""
         phy = self.end
-        self.records[phy] = f"record@{phy}".encode().ljust(size, b".")
+        body = b"." * (size - len(encode_message(Message(topic, b""), 0, 0, STORE_TS)))
+        self.records[phy] = encode_message(Message(topic, body, queue_id=queue_id), queue_offset, phy, STORE_TS)
+        assert len(self.records[phy]) == size
         self.end += size
         return phy
 
@@ -77,7 +81,7 @@ def build_queue(tmp_path: Path, sizes: Sequence[int], tags: Sequence[str] | None
     cq = ConsumeQueue(TOPIC, 0, str(tmp_path / "consumequeue"), units_per_file * 20)
     for i, size in enumerate(sizes):
         code = java_string_hash(tags[i]) if tags else 0
-        assert cq.put_position(log.add(size), size, code, first_offset + i)
+        assert cq.put_position(log.add(size, first_offset + i), size, code, first_offset + i)
     return cq, log
 
 
@@ -572,3 +576,30 @@ def test_records_next_to_each_other_are_read_as_one_range(tmp_path: Path, index_
     bodies = [decode_message(r).body for r in records[:-1]]
     assert bodies == [f"body-{i}".encode() * 5 for i in (0, 1, 2, 5, 6, 7, 8, 20)]
     assert records[-1] is None
+
+
+def test_a_damaged_unit_size_is_skipped_not_read_and_the_rest_is_served(tmp_path: Path, index_stores) -> None:  # type: ignore[no-untyped-def]
+    log = EncodedLog()
+    placed = [log.append(msg(i)) for i in range(3)]
+    store = index_stores(tmp_path, log)
+    seen: list[list[tuple[int, int]]] = []
+    read = log.read_records
+    log.read_records = lambda ranges: seen.append(list(ranges)) or read(ranges)  # type: ignore[method-assign]
+    sizes = [len(encode_message(msg(i), 0, 0, STORE_TS)) for i in range(3)]
+    ranges = [(placed[0][0], sizes[0]), (placed[1][0], 536_871_121), (placed[2][0], sizes[2]), (-5, sizes[0])]
+    got = store.read_records(ranges)
+    assert got[1] is None and got[3] is None  # no record can be that long, or stand at a negative offset
+    assert [decode_message(got[i]).queue_offset for i in (0, 2)] == [0, 2]
+    assert all(0 <= size <= 4 * 1024 * 1024 + 64 * 1024 and o >= 0 for call in seen for o, size in call)
+
+
+def test_a_unit_pointing_at_another_queues_record_is_skipped_not_served(tmp_path: Path) -> None:
+    cq, log = build_queue(tmp_path, [120] * 4)
+    phys = pull(cq, 0, log).physical_offsets
+    # Unit 1 now points at a record of queue 1 (a damaged unit, or a record overwritten since): same size.
+    body = b"." * (120 - 100)
+    log.records[phys[1]] = encode_message(Message(TOPIC, body, queue_id=1), 1, phys[1], STORE_TS)
+    log.records[phys[2]] = encode_message(Message("OtherTopic", body[:-1]), 2, phys[2], STORE_TS)
+    r = pull(cq, 0, log)
+    assert r.status == S.FOUND and r.queue_offsets == [0, 3] and r.next_begin_offset == 4
+    assert [decode_message(rec).queue_offset for rec in r.records] == [0, 3]

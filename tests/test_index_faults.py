@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -26,6 +25,7 @@ import grpc
 import pytest
 from conftest import RPC_TIMEOUT, Broker, free_port
 from rocketstore.services.dispatcher.decode import DispatchDecoder
+from storage_helpers import fill_disk, mounted_tmpfs
 from test_dispatch_crash import commitlog_offsets, index_stats, verify, wait_caught_up, wait_for
 
 from rocketstore.codec import decode_message, encode_message
@@ -158,29 +158,10 @@ def verify_from(broker: Broker, min_offset: int) -> dict[tuple[str, int], list]:
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 4 MiB tmpfs: a real file system that fills up (the tests run as root, as CI does)."""
-    mount = tmp_path / "cqdisk"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)],
-                          capture_output=True, text=True)
-    assert done.returncode == 0, f"cannot mount a tmpfs for the disk-full test: {done.stderr}"
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
+    with mounted_tmpfs(tmp_path / "disk", "4m") as disk:
+        yield disk
 
 
-def _fill(disk: Path) -> Path:
-    """Fill the file system to the last block."""
-    filler = disk / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o644)
-    try:
-        while os.write(fd, b"\x01" * 4096):
-            pass
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-    return filler
 
 
 def test_full_consume_queue_disk_holds_dispatch_and_resumes_when_space_returns(small_disk: Path,
@@ -190,7 +171,7 @@ def test_full_consume_queue_disk_holds_dispatch_and_resumes_when_space_returns(s
     first = _messages(20, "before")
     first_results = _append(broker, first)
     wait_caught_up(broker)
-    filler = _fill(small_disk)
+    filler = fill_disk(small_disk)
 
     # Queues 2..9 are new: each needs a ConsumeQueue file the disk cannot hold.
     blocked = _messages(64, "blocked", queues=10)

@@ -12,8 +12,9 @@ from pathlib import Path
 import grpc
 import pytest
 from conftest import RPC_TIMEOUT, Broker
+from storage_helpers import fill_disk
 from test_dispatch_crash import pull_all, wait_caught_up, wait_for
-from test_index_faults import _fill, small_disk  # noqa: F401 - the tmpfs fixture
+from test_index_faults import small_disk  # noqa: F401 - the tmpfs fixture
 
 from rocketstore.statuses import PutMessageStatus, is_disk_full
 from rocketstore.v1 import commitlog_pb2 as cl_pb
@@ -57,7 +58,7 @@ def test_sends_are_refused_while_the_index_cannot_write_and_taken_again_once_it_
     for _ in range(2):  # queues 0 and 1 have a ConsumeQueue file before the disk fills, the others none
         assert isinstance(send(), gw_pb.SendResult)
     wait_caught_up(broker)
-    filler = _fill(small_disk)
+    filler = fill_disk(small_disk)
 
     # Sends are taken until the index fails to create a ConsumeQueue file and the dispatcher reports it;
     # from then on every send is refused.

@@ -25,14 +25,17 @@ import threading
 import time
 from collections.abc import Mapping
 
-from rocketstore.codec import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
-from rocketstore.log import get_logger
-from rocketstore.message import (
-    BORNHOST_V6_FLAG,
-    STOREHOSTADDRESS_V6_FLAG,
-    TRANSACTION_PREPARED_TYPE,
-    TRANSACTION_ROLLBACK_TYPE,
+from rocketstore.codec import (
+    BLANK_MAGIC_CODE,
+    BODYLEN_LENGTH,
+    BODYLEN_POSITIONS,
+    HOST_FLAGS_SHIFT,
+    MESSAGE_MAGIC_CODE,
+    MIN_RECORD_LENGTH,
+    TOPICLEN_LENGTH,
 )
+from rocketstore.log import get_logger
+from rocketstore.message import TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE
 
 __all__ = ["DroppedMessages", "FileMessages", "count_file_messages", "load_consumer_offsets"]
 
@@ -57,18 +60,17 @@ def count_file_messages(buf: bytes | bytearray | mmap.mmap, limit: int) -> FileM
     topics: dict[bytes, str] = {}
     pos = 0
     unpack, read_int = _HEAD.unpack_from, _INT.unpack_from
-    while limit - pos >= 91:
+    while limit - pos >= MIN_RECORD_LENGTH:
         total, magic, queue_id, queue_offset, sys_flag = unpack(buf, pos)
-        if magic != MESSAGE_MAGIC_CODE or total < 91 or pos + total > limit:
+        if magic != MESSAGE_MAGIC_CODE or total < MIN_RECORD_LENGTH or pos + total > limit:
             if magic != BLANK_MAGIC_CODE and magic != 0:
                 log.warning("unreadable record while counting a file's messages", position=pos)
             break
         tx = sys_flag & TRANSACTION_ROLLBACK_TYPE
         if tx != TRANSACTION_PREPARED_TYPE and tx != TRANSACTION_ROLLBACK_TYPE:
-            p = pos + 48 + (20 if sys_flag & BORNHOST_V6_FLAG else 8) + 8 \
-                + (20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8) + 12
-            p += 4 + read_int(buf, p)[0]
-            raw = bytes(buf[p + 1:p + 1 + buf[p]])
+            p = pos + BODYLEN_POSITIONS[(sys_flag >> HOST_FLAGS_SHIFT) & 3]
+            p += BODYLEN_LENGTH + read_int(buf, p)[0]
+            raw = bytes(buf[p + TOPICLEN_LENGTH:p + TOPICLEN_LENGTH + buf[p]])
             topic = topics.get(raw)
             if topic is None:
                 topic = topics[raw] = raw.decode(errors="replace")

@@ -10,6 +10,10 @@ One difference from RocketMQ's loop, which reads the CommitLog unit by unit: the
 first and read together, so a record whose file was deleted meanwhile (MESSAGE_WAS_REMOVING) leaves
 a hole in the batch instead of making room for one more message; the next pull goes on from
 ``next_begin_offset`` as usual.
+
+Beyond RocketMQ, each record read is checked against its unit (size, queue id, queue offset, topic):
+a damaged unit that points at some other record is skipped like a removed record, never served as
+this queue's message.
 """
 
 from __future__ import annotations
@@ -20,6 +24,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from rocketstore.codec import (
+    BODYLEN_LENGTH,
+    BODYLEN_POSITIONS,
+    HOST_FLAGS_SHIFT,
+    MIN_RECORD_LENGTH,
+    POS_QUEUEID,
+    POS_QUEUEOFFSET,
+    POS_SYSFLAG,
+    POS_TOTALSIZE,
+    TOPICLEN_LENGTH,
+)
+from rocketstore.log import get_logger
 from rocketstore.statuses import GetMessageStatus
 from rocketstore.subscription import Subscription
 
@@ -27,12 +43,19 @@ __all__ = ["GetMessageResult", "Limits", "QueueView", "get_message", "total_phys
 
 CQ_UNIT = 20
 _UNIT = struct.Struct(">qiq")
+_INT = struct.Struct(">i")
+_LONG = struct.Struct(">q")
+
+_log = get_logger("rocketstore.index")
 
 Fetch = Callable[[Sequence[tuple[int, int]]], Sequence[bytes | None]]
 
 
 class QueueView(Protocol):
     """What getMessage needs of a ConsumeQueue."""
+
+    topic: str
+    queue_id: int
 
     @property
     def min_offset_in_queue(self) -> int: ...
@@ -180,8 +203,13 @@ def get_message(cq: QueueView | None, offset: int, max_msgs: int, subscription: 
         result.status = S.FOUND
         return result
     records = fetch([(phy, size) for _, phy, size in chosen])
+    topic = cq.topic.encode()
     for (qo, phy, size), record in zip(chosen, records, strict=True):
         if record is None:
+            continue
+        if not _is_the_units_record(record, size, cq.queue_id, qo, topic):
+            _log.warning("damaged ConsumeQueue unit skipped: it points at another record", topic=cq.topic,
+                         queue_id=cq.queue_id, queue_offset=qo, commit_log_offset=phy, size=size)
             continue
         result.queue_offsets.append(qo)
         result.physical_offsets.append(phy)
@@ -189,3 +217,15 @@ def get_message(cq: QueueView | None, offset: int, max_msgs: int, subscription: 
         result.records.append(record)
     result.status = S.FOUND if result.records else S.MESSAGE_WAS_REMOVING
     return result
+
+
+def _is_the_units_record(record: bytes, size: int, queue_id: int, queue_offset: int, topic: bytes) -> bool:
+    """The record a unit names: its size, queue id, queue offset and topic are the unit's."""
+    if len(record) != size or size < MIN_RECORD_LENGTH or _INT.unpack_from(record, POS_TOTALSIZE)[0] != size:
+        return False
+    if _INT.unpack_from(record, POS_QUEUEID)[0] != queue_id or \
+            _LONG.unpack_from(record, POS_QUEUEOFFSET)[0] != queue_offset:
+        return False
+    p = BODYLEN_POSITIONS[(_INT.unpack_from(record, POS_SYSFLAG)[0] >> HOST_FLAGS_SHIFT) & 3]
+    p += BODYLEN_LENGTH + _INT.unpack_from(record, p)[0]
+    return 0 <= p < size and record[p + TOPICLEN_LENGTH:p + TOPICLEN_LENGTH + record[p]] == topic

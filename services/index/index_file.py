@@ -599,6 +599,7 @@ class IndexService:
             expired.append(f)
         if not expired:
             return 0
+        self._wait_background_flush()  # a full file's flush may still be writing its header
         with self._lock:
             gone = set(map(id, expired))
             self._files = [f for f in self._files if id(f) not in gone]

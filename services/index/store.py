@@ -42,6 +42,7 @@ from rocketstore.codec import (
     MESSAGE_MAGIC_CODE,
     MIN_RECORD_LENGTH,
     POS_SYSFLAG,
+    RECORD_SIZE_SLACK,
     read_record_info,
     store_timestamp_position,
 )
@@ -133,6 +134,7 @@ class IndexStore:
         self.index: IndexService | None = None
         self.limits = Limits.from_settings(settings)
         self._max_run = min(MAX_RUN_BYTES, settings.max_message_size)
+        self._max_record = settings.max_message_size + RECORD_SIZE_SLACK
         self._apply_lock = threading.Lock()  # one dispatch stream applies at a time
         self._stopped = threading.Event()
         self._flush_thread: threading.Thread | None = None
@@ -521,7 +523,18 @@ class IndexStore:
         """Records by (offset, size), in as few CommitLog calls as the size limit allows.
 
         Records that follow each other in the CommitLog (a queue written by batches) are read as one
-        range and cut apart here: one range per run instead of one per record on both sides."""
+        range and cut apart here: one range per run instead of one per record on both sides.
+
+        A unit whose offset or size no record can have (a damaged ConsumeQueue) reads as None, like a
+        record that is gone: the consumer moves past it instead of failing on it forever."""
+        # (size 0 asks for the whole record at the offset)
+        bad = [i for i, (offset, size) in enumerate(ranges) if offset < 0 or not 0 <= size <= self._max_record]
+        if bad:
+            for i in bad:
+                _log.warning("damaged ConsumeQueue unit skipped", offset=ranges[i][0], size=ranges[i][1])
+            skip = set(bad)
+            good = iter(self.read_records([r for i, r in enumerate(ranges) if i not in skip]))
+            return [None if i in skip else next(good) for i in range(len(ranges))]
         runs: list[tuple[int, int, int]] = []  # (offset, size, records in the run)
         for offset, size in ranges:
             if runs:

@@ -6,6 +6,26 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class GetConfigFilesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ConfigFile(_message.Message):
+    __slots__ = ("name", "exists", "content")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    EXISTS_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    exists: bool
+    content: bytes
+    def __init__(self, name: _Optional[str] = ..., exists: _Optional[bool] = ..., content: _Optional[bytes] = ...) -> None: ...
+
+class ConfigFiles(_message.Message):
+    __slots__ = ("files",)
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    files: _containers.RepeatedCompositeFieldContainer[ConfigFile]
+    def __init__(self, files: _Optional[_Iterable[_Union[ConfigFile, _Mapping]]] = ...) -> None: ...
+
 class SlaveReport(_message.Message):
     __slots__ = ("max_offset", "broker_name", "broker_id", "check_offset", "check_crc32")
     MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]

@@ -35,7 +35,7 @@ _log = get_logger("rocketstore.ha")
 
 
 def serve(settings: Settings, host: str = "127.0.0.1", port: int | None = None, metrics_port: int | None = None,
-          *, log_level: str = "info", commitlog: str) -> int:
+          *, log_level: str = "info", commitlog: str, gateway: str | None = None) -> int:
     configure_logging(json=True, level=log_level, service=SERVICE)
     link = CommitLogClient(commitlog)
     master: HAMaster | None = None
@@ -48,7 +48,7 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int | None = None, 
             _log.error("a SLAVE needs haMasterAddress (its master's HA host:port)")
             return 2
         to_master = HAClient(settings.ha_master_address)  # one channel for every reconnect
-        slave = HASlave(settings, link, to_master.replicate)
+        slave = HASlave(settings, link, to_master.replicate, gateway_endpoint=gateway or "")
         config_sync = ConfigSync(config_dir, to_master.config_files)
     else:
         master = HAMaster(settings, link)

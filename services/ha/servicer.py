@@ -68,7 +68,8 @@ class HAServicer(pb_grpc.HAServicer):
                 status.slaves.add(connection_id=c.connection_id, slave_address=c.slave_address,
                                   broker_name=c.broker_name, broker_id=c.broker_id, start_offset=c.start_offset,
                                   acked_offset=c.acked_offset, sent_offset=c.sent_offset,
-                                  lag_bytes=max(0, status.max_offset - c.acked_offset))
+                                  lag_bytes=max(0, status.max_offset - c.acked_offset),
+                                  gateway_endpoint=c.gateway_endpoint)
         if self._slave is not None:
             s = self._slave.status
             status.master_address = s.master_address

@@ -5,7 +5,7 @@
     rocketstore serve index --commitlog HOST:PORT [same options]
     rocketstore serve dispatcher --commitlog HOST:PORT --index HOST:PORT [same options]
     rocketstore serve schedule --commitlog HOST:PORT --index HOST:PORT [same options]
-    rocketstore serve ha --commitlog HOST:PORT [same options]
+    rocketstore serve ha --commitlog HOST:PORT [--gateway HOST:PORT] [same options]
     rocketstore demo [--data-dir DIR] [--port N] [--count N] [--no-wait] [--set KEY=VALUE ...]  (= up --demo)
     rocketstore up | send | consume | status | topic | group | query | bench   (rocketstore.commands)
 
@@ -49,6 +49,8 @@ class ServiceEntry:
     help: str
     # Services this one talks to: each becomes a required ``--<peer> HOST:PORT`` option.
     peers: tuple[str, ...] = ()
+    # Services it tells others about when given: each an optional ``--<peer> HOST:PORT``.
+    optional_peers: tuple[str, ...] = ()
 
 
 SERVICES: dict[str, ServiceEntry] = {
@@ -75,6 +77,7 @@ SERVICES: dict[str, ServiceEntry] = {
         "rocketstore.services.ha.main",
         "the HA service: a master streams its CommitLog to slaves, a slave replicates from haMasterAddress",
         peers=("commitlog",),
+        optional_peers=("gateway",),
     ),
     "gateway": ServiceEntry(
         "rocketstore.services.gateway.main",
@@ -138,6 +141,10 @@ def _add_serve(commands: SubParsers) -> None:
         for peer in entry.peers:
             p.add_argument(f"--{peer}", metavar="HOST:PORT", required=True, type=_endpoint,
                            help=f"endpoint of the {peer} service")
+        for peer in entry.optional_peers:
+            p.add_argument(f"--{peer}", metavar="HOST:PORT", default=None, type=_endpoint,
+                           help=f"endpoint of this broker's {peer} service (a slave reports it to its master, "
+                                "whose clients then read from it)")
         p.set_defaults(handler=_run_serve)
 
 
@@ -207,7 +214,8 @@ def _run_serve(args: argparse.Namespace) -> int:
 
         set_metrics_host(args.metrics_host or args.host)
         serve: Callable[..., int] = importlib.import_module(SERVICES[args.service].module).serve
-        peers = {peer: getattr(args, peer) for peer in SERVICES[args.service].peers}
+        entry = SERVICES[args.service]
+        peers = {peer: getattr(args, peer) for peer in (*entry.peers, *entry.optional_peers)}
         return serve(settings, host=args.host, port=args.port, metrics_port=args.metrics_port,
                      log_level=args.log_level, **peers)
     except SettingsError as e:

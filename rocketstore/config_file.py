@@ -76,6 +76,16 @@ def load_json(
     raise ConfigFileError(f"cannot load {path} ({problem}) nor its backup {bak} ({bak_problem})")
 
 
+def file_stamp(path: str | os.PathLike[str]) -> tuple[int, int, int] | None:
+    """(inode, size, mtime in ns) of ``path``, None if it is absent: a file replaced by ``persist_json``
+    (another process's write) gets a new stamp, so a reader can tell when to load it again."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
 def persist_json(path: str | os.PathLike[str], data: object) -> None:
     """Write ``data`` to ``path`` atomically; the previous version is kept as ``path + ".bak"``.
 

@@ -51,7 +51,7 @@ PEERS: dict[str, tuple[str, ...]] = {
     "dispatcher": ("commitlog", "index"),
     "schedule": ("commitlog", "index"),
     "gateway": ("commitlog", "index"),
-    "ha": ("commitlog",),
+    "ha": ("commitlog", "gateway"),  # a slave reports its gateway to its master (reads from the slave)
 }
 START_TIMEOUT = 60.0  # seconds for one service to report SERVING
 STOP_TIMEOUT = 30.0  # seconds for one service to exit after SIGTERM before SIGKILL

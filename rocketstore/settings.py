@@ -359,7 +359,6 @@ class _Range(TypedDict):
 
 _PORT: _Range = {"minimum": 0, "maximum": 65535}
 _RATIO: _Range = {"minimum": 0, "maximum": 100}
-_NO_SLAVE_READ = "reads from a slave (suggestPullingFromSlave routing) are not built yet"
 _POOL_ONLY = "only while the transient store pool is active (transientStorePoolEnable, ASYNC_FLUSH, a master)"
 _DELETE_AT_ONCE = ("a deleted file is closed and unlinked at once (no reference count can hold it), so no "
                    "deletion hangs and there is nothing to retry or force")
@@ -415,7 +414,9 @@ KEYS: tuple[SettingKey, ...] = (
     _k("transferMsgByHeap", bool, True, "Copy pulled messages through the heap instead of zero-copy.",
        ignored="a Netty zero-copy knob; pulled records are always copied into the gRPC response"),
     _k("slaveReadEnable", bool, False, "Let consumers read from a slave when the master's data is cold.",
-       not_yet=f"{_NO_SLAVE_READ}; pulls are always served by the broker asked"),
+       by="gateway", part="a pull answered from beyond accessMessageInMemoryMaxRatio carries "
+       "suggest_pulling_from_slave and the Python PullConsumer's next pulls of the queue go to the slave's "
+       "gateway (from the master's status); a slave serves pulls whatever the setting"),
     _k("longPollingEnable", bool, True, "Hold pulls that find no message until one arrives (long polling).",
        ignored="each pull says how long it may be held (poll_timeout_ms; 0 answers at once), so the client, "
        "not the broker, chooses long or short polling"),
@@ -442,8 +443,9 @@ KEYS: tuple[SettingKey, ...] = (
        by="gateway", minimum=1),
     # --- store paths (MessageStoreConfig); the five below default to entries under storePathRootDir
     _k("storePathRootDir", str, "~/store", "Root of the store directory ('~' expanded).",
-       by="commitlog index dispatcher gateway schedule", part="the gateway keeps config/ (topics, consumer offsets) "
-       "under it, the schedule service config/delayOffset.json; the dispatcher reads the operator token from it",
+       by="commitlog index dispatcher gateway schedule ha", part="the gateway keeps config/ (topics, consumer "
+       "offsets) under it, the schedule service config/delayOffset.json, the ha service copies a master's config/ "
+       "files to its slaves; the dispatcher reads the operator token from it",
        check=_non_empty, normalize=_expand_path),
     _k("storePathCommitLog", str, None, "CommitLog directory.", by="commitlog", normalize=_expand_path,
        derive="commitlog"),
@@ -584,8 +586,7 @@ KEYS: tuple[SettingKey, ...] = (
        "ASYNC_MASTER replicates in the background; SYNC_MASTER waits for a slave; SLAVE replicates "
        "(and its schedule service delivers nothing).",
        by="commitlog index gateway ha schedule",
-       part="replication, the SYNC_MASTER wait and a SLAVE's refusal of sends; "
-       f"{_NO_SLAVE_READ}"),
+       part="replication, the SYNC_MASTER wait and a SLAVE's refusal of sends"),
     _k("slaveTimeout", int, 3000,
        "SYNC_MASTER: wait for a slave before FLUSH_SLAVE_TIMEOUT (ms).",
        ignored="the SYNC_MASTER wait uses syncFlushTimeout, as RocketMQ 4.9's putMessage wait does",

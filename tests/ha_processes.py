@@ -37,8 +37,10 @@ class HABroker:
                  with_gateway: bool = False) -> None:
         self.data_dir = data_dir
         self.broker = Broker(data_dir, overrides, log_dir, with_gateway=with_gateway)
+        gateway = self.broker.gateway
         self.ha = HAProcess(data_dir, overrides, log_dir, port=ha_port,
-                            peers={"commitlog": self.broker.commitlog.endpoint})
+                            peers={"commitlog": self.broker.commitlog.endpoint,
+                                   **({"gateway": gateway.endpoint} if gateway is not None else {})})
 
     @property
     def processes(self) -> list[ServiceProcess]:

@@ -57,7 +57,8 @@ def test_every_key_has_exactly_one_allowed_status() -> None:
         else:
             assert key.note, f"{key.name} is {key.status.value} without saying why"
             assert not key.has_effect
-    assert {key.status for key in KEYS} == set(KeyStatus)
+    # NOT_YET is for features later work builds; none is left since reads from the slave were built.
+    assert {key.status for key in KEYS} >= {KeyStatus.HONOURED, KeyStatus.IGNORED}
 
 
 def test_readers_are_the_services_whose_code_reads_the_key() -> None:
@@ -79,12 +80,9 @@ def test_readers_are_the_services_whose_code_reads_the_key() -> None:
     assert not wrong, "\n".join(wrong)
 
 
-@pytest.mark.parametrize("name", [
-    "slaveReadEnable",
-])
-def test_features_not_built_yet_say_not_yet(name: str) -> None:
-    key = lookup_key(name)
-    assert key is not None and key.status is KeyStatus.NOT_YET
+def test_slave_read_enable_is_honoured_by_the_gateways_pulls() -> None:
+    key = lookup_key("slaveReadEnable")
+    assert key is not None and key.status is KeyStatus.HONOURED and key.readers == ("gateway",)
 
 
 @pytest.mark.parametrize("name", [
@@ -115,16 +113,15 @@ def test_a_key_with_no_effect_set_away_from_its_default_is_warned_once(tmp_path:
         load_settings(str(path), overrides={"sendMessageThreadPoolNums": "7"}, environ=NO_ENV)
         load_settings(str(path), overrides={"sendMessageThreadPoolNums": "7"}, environ=NO_ENV)  # same process
     warnings = {entry["key"]: entry for entry in _warnings(logs)}
-    assert len(_warnings(logs)) == 3
-    assert set(warnings) == {"slaveReadEnable", "useEpollNativeSelector", "sendMessageThreadPoolNums"}
+    assert len(_warnings(logs)) == 2
+    # slaveReadEnable is honoured (reads from the slave): no warning.
+    assert set(warnings) == {"useEpollNativeSelector", "sendMessageThreadPoolNums"}
     assert all(entry["log_level"] == "warning" for entry in warnings.values())
 
     epoll = warnings["useEpollNativeSelector"]
     assert epoll["value"] == "true" and epoll["status"] == "ignored"
     assert "Netty" in str(epoll["reason"])
     assert epoll["source"] == f"in {path} line 2"
-    slave_read = warnings["slaveReadEnable"]
-    assert slave_read["status"] == "not yet" and "slave" in str(slave_read["reason"])
     pool = warnings["sendMessageThreadPoolNums"]
     assert pool["value"] == "7" and pool["source"] == "in flag sendMessageThreadPoolNums"
     assert pool["reason"] == lookup_key("sendMessageThreadPoolNums").note  # type: ignore[union-attr]
@@ -147,22 +144,22 @@ def test_honoured_keys_away_from_their_default_are_silent() -> None:
 
 def test_a_key_set_by_environment_is_warned_with_its_variable() -> None:
     with capture_logs() as logs:
-        load_settings(environ={"ROCKETSTORE_SLAVE_READ_ENABLE": "true"})
+        load_settings(environ={"ROCKETSTORE_USE_EPOLL_NATIVE_SELECTOR": "true"})
     (warning,) = _warnings(logs)
-    assert warning["key"] == "slaveReadEnable" and warning["value"] == "true"
-    assert warning["source"] == "in environment variable ROCKETSTORE_SLAVE_READ_ENABLE"
+    assert warning["key"] == "useEpollNativeSelector" and warning["value"] == "true"
+    assert warning["source"] == "in environment variable ROCKETSTORE_USE_EPOLL_NATIVE_SELECTOR"
 
 
 def test_a_started_service_logs_one_warning_per_ineffective_key(
     commitlog_factory: Callable[..., CommitLogProcess],
 ) -> None:
-    proc = commitlog_factory({"slaveReadEnable": "true", "longPollingEnable": "false",
-                              "useEpollNativeSelector": "false", "flushDiskType": "SYNC_FLUSH"})
+    proc = commitlog_factory({"useEpollNativeSelector": "true", "longPollingEnable": "false",
+                              "slaveReadEnable": "true", "flushDiskType": "SYNC_FLUSH"})
     lines = [json.loads(line) for line in proc.log_text().splitlines() if line.startswith("{")]
     warned = [line for line in lines if line.get("event") == WARNING]
-    assert sorted(line["key"] for line in warned) == ["longPollingEnable", "slaveReadEnable"]
+    assert sorted(line["key"] for line in warned) == ["longPollingEnable", "useEpollNativeSelector"]
     by_key = {line["key"]: line for line in warned}
-    assert by_key["slaveReadEnable"]["value"] == "true"
+    assert by_key["useEpollNativeSelector"]["value"] == "true"
     assert by_key["longPollingEnable"]["reason"] == lookup_key("longPollingEnable").note  # type: ignore[union-attr]
     assert all(line["level"] == "warning" for line in warned)
 

@@ -53,7 +53,7 @@ from rocketstore.subscription import parse_expression
 from rocketstore.v1 import gateway_pb2 as pb
 
 from .connection import DEFAULT_TIMEOUT, Connection, split_endpoints
-from .errors import ClientError, InvalidArgumentError, NotFoundError, from_rpc_error
+from .errors import ClientError, InvalidArgumentError, NotFoundError, UnavailableError, from_rpc_error
 from .messages import MessageQueue, PullResult, PullStatus, ReceivedMessage
 
 __all__ = [
@@ -144,7 +144,13 @@ class PullConsumer:
     def __init__(self, endpoint: str, group: str, *, timeout: float = DEFAULT_TIMEOUT) -> None:
         self.endpoint = split_endpoints(endpoint)[0]
         self.group = group
+        self._timeout = timeout
         self._conn = Connection(self.endpoint, timeout)
+        # Reads from the slave (RocketMQ's suggestWhichBrokerId): the slave's gateway, learned from the
+        # master's status, and the queues whose pulls go there until it sends them back.
+        self._slave: Connection | None = None
+        self._slave_learned = False
+        self._on_slave: set[tuple[str, int]] = set()
 
     def __enter__(self) -> PullConsumer:
         return self
@@ -154,6 +160,22 @@ class PullConsumer:
 
     def close(self) -> None:
         self._conn.close()
+        if self._slave is not None:
+            self._slave.close()
+
+    def slave_endpoint(self, *, refresh: bool = False) -> str | None:
+        """The gateway of the master's slave, from the master's status (None: it has none connected)."""
+        if refresh or not self._slave_learned:
+            status = self._conn.call(self._conn.gateway.GetBrokerStatus, pb.GetBrokerStatusRequest())
+            self._slave_learned = True
+            found = status.slave_gateways[0] if status.slave_gateways else None
+            if found is None or (self._slave is not None and self._slave.endpoint != found):
+                if self._slave is not None:
+                    self._slave.close()
+                self._slave = None
+            if found is not None and self._slave is None:
+                self._slave = Connection(found, self._timeout)
+        return self._slave.endpoint if self._slave is not None else None
 
     def queues(self, topic: str) -> list[MessageQueue]:
         """The readable queues of ``topic`` (fetchSubscribeMessageQueues)."""
@@ -187,8 +209,40 @@ class PullConsumer:
                                  poll_timeout_ms=int(poll_timeout * 1000), raw_records=raw)
         if commit_offset is not None:
             request.commit_offset = commit_offset
-        reply = self._conn.call(self._conn.gateway.Pull, request, timeout=self._conn.timeout + poll_timeout)
-        return PullResult.from_proto(reply)
+        key = (topic, qid)
+        if not self._slave_learned:
+            try:  # learnt while the master answers, so that its consumers can go on without it
+                self.slave_endpoint()
+            except ClientError:
+                pass
+        slave = self._slave
+        if key in self._on_slave and slave is not None:
+            result = self._pull_from(slave, request, poll_timeout)
+            if not result.suggest_pulling_from_slave:
+                self._on_slave.discard(key)  # hot again: back to the master
+            return result
+        try:
+            result = self._pull_from(self._conn, request, poll_timeout)
+        except UnavailableError:
+            if slave is None:
+                raise
+            _log.warning("the master cannot be reached; pulling from its slave", master=self.endpoint,
+                         slave=slave.endpoint, topic=topic, queue_id=qid)
+            return self._pull_from(slave, request, poll_timeout)
+        if result.suggest_pulling_from_slave:
+            if slave is None:
+                try:
+                    self.slave_endpoint(refresh=True)
+                except ClientError:
+                    pass
+            if self._slave is not None:
+                self._on_slave.add(key)
+        return result
+
+    @staticmethod
+    def _pull_from(conn: Connection, request: pb.PullRequest, poll_timeout: float) -> PullResult:
+        return PullResult.from_proto(conn.call(conn.gateway.Pull, request, timeout=conn.timeout + poll_timeout),
+                                     conn.endpoint)
 
     def commit(self, offsets: Mapping[MessageQueue | tuple[str, int], int]) -> None:
         """Store the group's offsets (the next offset to consume) of many queues in one call."""

@@ -234,15 +234,20 @@ class PullResult:
     min_offset: int
     max_offset: int
     messages: list[ReceivedMessage]
+    # The broker suggests the next pulls of this queue go to its slave (slaveReadEnable, cold data); from a
+    # slave, False sends them back to the master.
+    suggest_pulling_from_slave: bool = False
+    # The gateway that answered.
+    endpoint: str = ""
 
     @classmethod
-    def from_proto(cls, r: pb.PullResponse) -> PullResult:
+    def from_proto(cls, r: pb.PullResponse, endpoint: str = "") -> PullResult:
         if r.records:
             messages = decode_records(r.records, r.queue_offsets)
         else:
             messages = [ReceivedMessage.from_proto(m) for m in r.messages]
         return cls(_PULL_STATUS.get(r.status, PullStatus.NO_NEW_MSG), r.next_begin_offset, r.min_offset,
-                   r.max_offset, messages)
+                   r.max_offset, messages, r.suggest_pulling_from_slave, endpoint)
 
 
 # --- raw record decoding --------------------------------------------------------------------

@@ -271,16 +271,18 @@ class AppendDataResponse(_message.Message):
     def __init__(self, max_offset: _Optional[int] = ...) -> None: ...
 
 class SlaveAck(_message.Message):
-    __slots__ = ("connection_id", "slave_address", "acked_offset", "connected")
+    __slots__ = ("connection_id", "slave_address", "acked_offset", "connected", "gateway_endpoint")
     CONNECTION_ID_FIELD_NUMBER: _ClassVar[int]
     SLAVE_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     ACKED_OFFSET_FIELD_NUMBER: _ClassVar[int]
     CONNECTED_FIELD_NUMBER: _ClassVar[int]
+    GATEWAY_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     connection_id: str
     slave_address: str
     acked_offset: int
     connected: bool
-    def __init__(self, connection_id: _Optional[str] = ..., slave_address: _Optional[str] = ..., acked_offset: _Optional[int] = ..., connected: _Optional[bool] = ...) -> None: ...
+    gateway_endpoint: str
+    def __init__(self, connection_id: _Optional[str] = ..., slave_address: _Optional[str] = ..., acked_offset: _Optional[int] = ..., connected: _Optional[bool] = ..., gateway_endpoint: _Optional[str] = ...) -> None: ...
 
 class ReportSlaveAcksResponse(_message.Message):
     __slots__ = ()

@@ -491,7 +491,7 @@ class GetBrokerStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class BrokerStatus(_message.Message):
-    __slots__ = ("broker_name", "broker_role", "flush_disk_type", "put_tps", "get_tps", "put_messages", "get_messages", "put_bytes", "commitlog_min_offset", "commitlog_max_offset", "dispatch_behind_bytes", "dispatch_behind_millis", "disk_used_ratio", "stats")
+    __slots__ = ("broker_name", "broker_role", "flush_disk_type", "put_tps", "get_tps", "put_messages", "get_messages", "put_bytes", "commitlog_min_offset", "commitlog_max_offset", "dispatch_behind_bytes", "dispatch_behind_millis", "disk_used_ratio", "stats", "slave_gateways")
     class StatsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -513,6 +513,7 @@ class BrokerStatus(_message.Message):
     DISPATCH_BEHIND_MILLIS_FIELD_NUMBER: _ClassVar[int]
     DISK_USED_RATIO_FIELD_NUMBER: _ClassVar[int]
     STATS_FIELD_NUMBER: _ClassVar[int]
+    SLAVE_GATEWAYS_FIELD_NUMBER: _ClassVar[int]
     broker_name: str
     broker_role: str
     flush_disk_type: str
@@ -527,7 +528,8 @@ class BrokerStatus(_message.Message):
     dispatch_behind_millis: int
     disk_used_ratio: float
     stats: _containers.ScalarMap[str, str]
-    def __init__(self, broker_name: _Optional[str] = ..., broker_role: _Optional[str] = ..., flush_disk_type: _Optional[str] = ..., put_tps: _Optional[float] = ..., get_tps: _Optional[float] = ..., put_messages: _Optional[int] = ..., get_messages: _Optional[int] = ..., put_bytes: _Optional[int] = ..., commitlog_min_offset: _Optional[int] = ..., commitlog_max_offset: _Optional[int] = ..., dispatch_behind_bytes: _Optional[int] = ..., dispatch_behind_millis: _Optional[int] = ..., disk_used_ratio: _Optional[float] = ..., stats: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    slave_gateways: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, broker_name: _Optional[str] = ..., broker_role: _Optional[str] = ..., flush_disk_type: _Optional[str] = ..., put_tps: _Optional[float] = ..., get_tps: _Optional[float] = ..., put_messages: _Optional[int] = ..., get_messages: _Optional[int] = ..., put_bytes: _Optional[int] = ..., commitlog_min_offset: _Optional[int] = ..., commitlog_max_offset: _Optional[int] = ..., dispatch_behind_bytes: _Optional[int] = ..., dispatch_behind_millis: _Optional[int] = ..., disk_used_ratio: _Optional[float] = ..., stats: _Optional[_Mapping[str, str]] = ..., slave_gateways: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ListQueuesRequest(_message.Message):
     __slots__ = ("topics", "topic_pattern", "start_timestamp", "end_timestamp")

@@ -6,19 +6,41 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class GetConfigFilesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ConfigFile(_message.Message):
+    __slots__ = ("name", "exists", "content")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    EXISTS_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    exists: bool
+    content: bytes
+    def __init__(self, name: _Optional[str] = ..., exists: _Optional[bool] = ..., content: _Optional[bytes] = ...) -> None: ...
+
+class ConfigFiles(_message.Message):
+    __slots__ = ("files",)
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    files: _containers.RepeatedCompositeFieldContainer[ConfigFile]
+    def __init__(self, files: _Optional[_Iterable[_Union[ConfigFile, _Mapping]]] = ...) -> None: ...
+
 class SlaveReport(_message.Message):
-    __slots__ = ("max_offset", "broker_name", "broker_id", "check_offset", "check_crc32")
+    __slots__ = ("max_offset", "broker_name", "broker_id", "check_offset", "check_crc32", "gateway_endpoint")
     MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     CHECK_OFFSET_FIELD_NUMBER: _ClassVar[int]
     CHECK_CRC32_FIELD_NUMBER: _ClassVar[int]
+    GATEWAY_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     max_offset: int
     broker_name: str
     broker_id: int
     check_offset: int
     check_crc32: int
-    def __init__(self, max_offset: _Optional[int] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., check_offset: _Optional[int] = ..., check_crc32: _Optional[int] = ...) -> None: ...
+    gateway_endpoint: str
+    def __init__(self, max_offset: _Optional[int] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., check_offset: _Optional[int] = ..., check_crc32: _Optional[int] = ..., gateway_endpoint: _Optional[str] = ...) -> None: ...
 
 class Transfer(_message.Message):
     __slots__ = ("offset", "data", "master_max_offset")
@@ -35,7 +57,7 @@ class GetHAStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class SlaveConnection(_message.Message):
-    __slots__ = ("connection_id", "slave_address", "broker_name", "broker_id", "start_offset", "acked_offset", "sent_offset", "lag_bytes")
+    __slots__ = ("connection_id", "slave_address", "broker_name", "broker_id", "start_offset", "acked_offset", "sent_offset", "lag_bytes", "gateway_endpoint")
     CONNECTION_ID_FIELD_NUMBER: _ClassVar[int]
     SLAVE_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -44,6 +66,7 @@ class SlaveConnection(_message.Message):
     ACKED_OFFSET_FIELD_NUMBER: _ClassVar[int]
     SENT_OFFSET_FIELD_NUMBER: _ClassVar[int]
     LAG_BYTES_FIELD_NUMBER: _ClassVar[int]
+    GATEWAY_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     connection_id: str
     slave_address: str
     broker_name: str
@@ -52,7 +75,8 @@ class SlaveConnection(_message.Message):
     acked_offset: int
     sent_offset: int
     lag_bytes: int
-    def __init__(self, connection_id: _Optional[str] = ..., slave_address: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., start_offset: _Optional[int] = ..., acked_offset: _Optional[int] = ..., sent_offset: _Optional[int] = ..., lag_bytes: _Optional[int] = ...) -> None: ...
+    gateway_endpoint: str
+    def __init__(self, connection_id: _Optional[str] = ..., slave_address: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., start_offset: _Optional[int] = ..., acked_offset: _Optional[int] = ..., sent_offset: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., gateway_endpoint: _Optional[str] = ...) -> None: ...
 
 class HAStatus(_message.Message):
     __slots__ = ("role", "max_offset", "slaves", "master_address", "connected", "master_max_offset", "lag_bytes", "error", "lag_millis")

@@ -44,6 +44,11 @@ class HAStub:
                 request_serializer=rocketstore_dot_v1_dot_ha__pb2.GetHAStatusRequest.SerializeToString,
                 response_deserializer=rocketstore_dot_v1_dot_ha__pb2.HAStatus.FromString,
                 _registered_method=True)
+        self.GetConfigFiles = channel.unary_unary(
+                '/rocketstore.v1.HA/GetConfigFiles',
+                request_serializer=rocketstore_dot_v1_dot_ha__pb2.GetConfigFilesRequest.SerializeToString,
+                response_deserializer=rocketstore_dot_v1_dot_ha__pb2.ConfigFiles.FromString,
+                _registered_method=True)
 
 
 class HAServicer:
@@ -63,6 +68,15 @@ class HAServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetConfigFiles(self, request, context):
+        """The broker metadata a slave copies from its master every few seconds (RocketMQ's
+        SlaveSynchronize): topics.json, consumerOffset.json, subscriptionGroup.json and
+        delayOffset.json from the master's config directory, as they are on its disk.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_HAServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -75,6 +89,11 @@ def add_HAServicer_to_server(servicer, server):
                     servicer.GetStatus,
                     request_deserializer=rocketstore_dot_v1_dot_ha__pb2.GetHAStatusRequest.FromString,
                     response_serializer=rocketstore_dot_v1_dot_ha__pb2.HAStatus.SerializeToString,
+            ),
+            'GetConfigFiles': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetConfigFiles,
+                    request_deserializer=rocketstore_dot_v1_dot_ha__pb2.GetConfigFilesRequest.FromString,
+                    response_serializer=rocketstore_dot_v1_dot_ha__pb2.ConfigFiles.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -131,6 +150,33 @@ class HA:
             '/rocketstore.v1.HA/GetStatus',
             rocketstore_dot_v1_dot_ha__pb2.GetHAStatusRequest.SerializeToString,
             rocketstore_dot_v1_dot_ha__pb2.HAStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetConfigFiles(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketstore.v1.HA/GetConfigFiles',
+            rocketstore_dot_v1_dot_ha__pb2.GetConfigFilesRequest.SerializeToString,
+            rocketstore_dot_v1_dot_ha__pb2.ConfigFiles.FromString,
             options,
             channel_credentials,
             insecure,

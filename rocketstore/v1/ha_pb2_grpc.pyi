@@ -53,6 +53,11 @@ class HAStub:
     """A slave's replication session (the slave calls its master)."""
     GetStatus: _grpc.UnaryUnaryMultiCallable[_ha_pb2.GetHAStatusRequest, _ha_pb2.HAStatus]
     """This HA service's view: role, connections, offsets and lag."""
+    GetConfigFiles: _grpc.UnaryUnaryMultiCallable[_ha_pb2.GetConfigFilesRequest, _ha_pb2.ConfigFiles]
+    """The broker metadata a slave copies from its master every few seconds (RocketMQ's
+    SlaveSynchronize): topics.json, consumerOffset.json, subscriptionGroup.json and
+    delayOffset.json from the master's config directory, as they are on its disk.
+    """
 
 @_typing.type_check_only
 class HAAsyncStub(HAStub):
@@ -61,6 +66,11 @@ class HAAsyncStub(HAStub):
     """A slave's replication session (the slave calls its master)."""
     GetStatus: _aio.UnaryUnaryMultiCallable[_ha_pb2.GetHAStatusRequest, _ha_pb2.HAStatus]  # type: ignore[assignment]
     """This HA service's view: role, connections, offsets and lag."""
+    GetConfigFiles: _aio.UnaryUnaryMultiCallable[_ha_pb2.GetConfigFilesRequest, _ha_pb2.ConfigFiles]  # type: ignore[assignment]
+    """The broker metadata a slave copies from its master every few seconds (RocketMQ's
+    SlaveSynchronize): topics.json, consumerOffset.json, subscriptionGroup.json and
+    delayOffset.json from the master's config directory, as they are on its disk.
+    """
 
 class HAServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -78,5 +88,16 @@ class HAServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_ha_pb2.HAStatus, _abc.Awaitable[_ha_pb2.HAStatus]]:
         """This HA service's view: role, connections, offsets and lag."""
+
+    @_abc_1.abstractmethod
+    def GetConfigFiles(
+        self,
+        request: _ha_pb2.GetConfigFilesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_ha_pb2.ConfigFiles, _abc.Awaitable[_ha_pb2.ConfigFiles]]:
+        """The broker metadata a slave copies from its master every few seconds (RocketMQ's
+        SlaveSynchronize): topics.json, consumerOffset.json, subscriptionGroup.json and
+        delayOffset.json from the master's config directory, as they are on its disk.
+        """
 
 def add_HAServicer_to_server(servicer: HAServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

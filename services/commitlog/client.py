@@ -220,11 +220,12 @@ class CommitLogClient:
         request = pb.AppendDataRequest(offset=offset, data=data, master_max_offset=master_max_offset)
         return self._calls.call(self._stub.AppendData, request, retry=False, timeout=timeout).max_offset
 
-    def report_slave_acks(self, acks: Iterator[tuple[str, str, int, bool]]) -> None:
-        """Masters: stream (connection id, slave address, acked offset, connected) until ``acks`` ends;
+    def report_slave_acks(self, acks: Iterator[tuple[str, str, int, bool, str]]) -> None:
+        """Masters: stream (connection id, slave address, acked offset, connected, the slave's gateway
+        endpoint) until ``acks`` ends;
         the service drops every connection of the stream when it ends."""
-        messages = (pb.SlaveAck(connection_id=c, slave_address=a, acked_offset=o, connected=up)
-                    for c, a, o, up in acks)
+        messages = (pb.SlaveAck(connection_id=c, slave_address=a, acked_offset=o, connected=up, gateway_endpoint=g)
+                    for c, a, o, up, g in acks)
         try:
             self._stub.ReportSlaveAcks(messages, wait_for_ready=True)
         except grpc.RpcError as e:

@@ -58,6 +58,7 @@ class SlaveState:
     acked_offset: int
     since: float  # monotonic time of the first report
     behind_since: float = 0.0  # when its acknowledgements last fell behind the master's max offset (0: not)
+    gateway: str = ""  # the slave's gateway endpoint, as it reported it
 
 
 class ReplicaTracker:
@@ -75,7 +76,7 @@ class ReplicaTracker:
 
     # --- what the HA service reports -----------------------------------------------------------
     def update(self, connection_id: str, address: str, acked_offset: int, connected: bool,
-               master_max: int = -1) -> None:
+               master_max: int = -1, gateway: str = "") -> None:
         """A slave connection's new state: its acknowledged offset (``master_max``: the master's max
         offset now, for the lag in time), or that it closed."""
         with self._lock:
@@ -88,7 +89,10 @@ class ReplicaTracker:
             if state is None:
                 state = self._slaves[connection_id] = SlaveState(connection_id, address, acked_offset,
                                                                  time.monotonic())
-                log.info("slave connected", connection_id=connection_id, slave=address, acked_offset=acked_offset)
+                log.info("slave connected", connection_id=connection_id, slave=address, acked_offset=acked_offset,
+                         gateway=gateway)
+            if gateway:
+                state.gateway = gateway
             state.acked_offset = max(state.acked_offset, acked_offset)
             if master_max >= 0:
                 if state.acked_offset >= master_max:
@@ -168,5 +172,5 @@ class ReplicaTracker:
 
     def slaves(self) -> list[SlaveState]:
         with self._lock:
-            return [SlaveState(s.connection_id, s.address, s.acked_offset, s.since, s.behind_since)
+            return [SlaveState(s.connection_id, s.address, s.acked_offset, s.since, s.behind_since, s.gateway)
                     for s in self._slaves.values()]

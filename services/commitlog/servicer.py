@@ -347,7 +347,8 @@ class CommitLogServicer(pb_grpc.CommitLogServicer):
         try:
             # When the HA service goes away the stream simply ends: its slaves are dropped below.
             for ack in until_stream_ends(requests):
-                self._store.report_slave(ack.connection_id, ack.slave_address, ack.acked_offset, ack.connected)
+                self._store.report_slave(ack.connection_id, ack.slave_address, ack.acked_offset, ack.connected,
+                                         ack.gateway_endpoint)
                 if ack.connected:
                     seen[ack.connection_id] = None
                 else:

@@ -393,12 +393,13 @@ class CommitLogStore:
                 self._behind_since = now
         return end
 
-    def report_slave(self, connection_id: str, address: str, acked_offset: int, connected: bool) -> None:
+    def report_slave(self, connection_id: str, address: str, acked_offset: int, connected: bool,
+                     gateway: str = "") -> None:
         """A master's HA service reports a slave connection's acknowledged offset (or its end)."""
         if self.settings.broker_role is BrokerRole.SLAVE:
             raise NotThisRole(f"this broker is a SLAVE of {self.settings.ha_master_address or '(unset)'}; "
                               "slave acknowledgements go to a master")
-        self.replica.update(connection_id, address, acked_offset, connected, self.max_offset)
+        self.replica.update(connection_id, address, acked_offset, connected, self.max_offset, gateway)
 
     # --- reads and admin -------------------------------------------------------------------
     def read_records(self, ranges: Sequence[tuple[int, int]]) -> list[bytes | CorruptRange | None]:
@@ -527,6 +528,8 @@ class CommitLogStore:
         best = max(slaves, key=lambda s: s.acked_offset, default=None)
         return {"slaveConnections": len(slaves),
                 "slaveAddresses": ",".join(s.address for s in slaves),
+                # Where consumers may pull from the slaves (slaveReadEnable): their gateways.
+                "slaveGateways": ",".join(sorted({s.gateway for s in slaves if s.gateway})),
                 "slaveAckedOffset": best.acked_offset if best else -1,
                 "slaveLagBytes": max(0, self.max_offset - best.acked_offset) if best else -1,
                 "slaveLagMillis": int((now - best.behind_since) * 1000) if best and best.behind_since else

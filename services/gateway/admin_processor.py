@@ -81,4 +81,5 @@ class AdminBrokerProcessor:
             commitlog_min_offset=cl.offsets.min_offset, commitlog_max_offset=cl.offsets.max_offset,
             dispatch_behind_bytes=max(0, cl.offsets.max_offset - int(ix.get("dispatchPosition", "0"))),
             dispatch_behind_millis=int(ix.get("dispatchBehindMillis", "0")),
-            disk_used_ratio=float(cl.stats.get("diskRatio", "0") or 0), stats=stats)
+            disk_used_ratio=float(cl.stats.get("diskRatio", "0") or 0), stats=stats,
+            slave_gateways=[g for g in cl.stats.get("slaveGateways", "").split(",") if g])

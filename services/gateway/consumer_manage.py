@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from rocketstore.log import get_logger
+from rocketstore.settings import BrokerRole
 from rocketstore.v1 import gateway_pb2 as pb
 
 from .context import GatewayContext, parse_subscription
@@ -19,21 +20,27 @@ __all__ = ["OFFSETS_PERSIST_SECONDS", "ConsumerManageProcessor"]
 _log = get_logger("rocketstore.gateway")
 
 OFFSETS_PERSIST_SECONDS = 5.0  # RocketMQ's flushConsumerOffsetInterval
+CONFIG_RELOAD_SECONDS = 1.0  # a slave: how often it looks for the config files its ha service copied
 
 
 class ConsumerManageProcessor:
     def __init__(self, context: GatewayContext) -> None:
         self._ctx = context
         self._persister: asyncio.Task[None] | None = None
+        self._reloader: asyncio.Task[None] | None = None
 
     # --- lifecycle: consumerOffset.json is written every few seconds and at the end ------------
     def start(self) -> None:
-        self._persister = asyncio.get_running_loop().create_task(self._persist_loop(), name="ConsumerOffsetPersist")
+        loop = asyncio.get_running_loop()
+        self._persister = loop.create_task(self._persist_loop(), name="ConsumerOffsetPersist")
+        if self._ctx.settings.broker_role is BrokerRole.SLAVE:
+            self._reloader = loop.create_task(self._reload_loop(), name="SlaveConfigReload")
 
     async def stop(self) -> None:
-        if self._persister is not None:
-            self._persister.cancel()
-            await asyncio.gather(self._persister, return_exceptions=True)
+        for task in (self._reloader, self._persister):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         await asyncio.to_thread(self._ctx.offsets.persist)
 
     async def _persist_loop(self) -> None:
@@ -43,6 +50,19 @@ class ConsumerManageProcessor:
                 await asyncio.to_thread(self._ctx.offsets.persist)  # writes and syncs a file: off the loop
             except OSError as e:
                 _log.error("cannot persist consumer offsets", error=str(e))
+
+    async def _reload_loop(self) -> None:
+        """A slave's ha service copies its master's topics, groups and offsets into the config directory
+        (services/ha/config_sync.py): load them as they change."""
+        ctx = self._ctx
+        while True:
+            await asyncio.sleep(CONFIG_RELOAD_SECONDS)
+            try:
+                await asyncio.to_thread(ctx.topics.reload_if_changed)
+                await asyncio.to_thread(ctx.subscription_groups.reload_if_changed)
+                await asyncio.to_thread(ctx.offsets.reload_if_changed)
+            except (OSError, ValueError, TypeError) as e:
+                _log.error("cannot reload the config files copied from the master", error=str(e))
 
     # --- members and re-balance ----------------------------------------------------------------
     def heartbeat(self, request: pb.HeartbeatRequest) -> pb.HeartbeatResponse:

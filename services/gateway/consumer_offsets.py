@@ -18,7 +18,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from rocketstore.config_file import load_json, persist_json
+from rocketstore.config_file import file_stamp, load_json, persist_json
 from rocketstore.log import get_logger
 
 __all__ = ["OFFSETS_FILE", "TOPIC_GROUP_SEPARATOR", "ConsumerOffsetManager"]
@@ -41,6 +41,7 @@ class ConsumerOffsetManager:
         self._changes = 0
         self._persisted = 0
         loaded = load_json(self.path, check=_decode)
+        self._stamp = file_stamp(self.path)
         if loaded is not None:
             self._table = _decode(loaded)
         _log.info("consumer offsets loaded", path=self.path, entries=len(self._table))
@@ -136,7 +137,27 @@ class ConsumerOffsetManager:
             persist_json(self.path, data)
             with self._lock:
                 self._persisted = changes
+                self._stamp = file_stamp(self.path)
             return True
+
+    def reload_if_changed(self) -> bool:
+        """Replace the table with consumerOffset.json if another process replaced the file (a slave's copy
+        of its master's); True if it did. Offsets committed here since are dropped: the file wins, and the
+        table is no longer dirty, so this manager does not write its older state over it."""
+        with self._persist_lock:
+            if file_stamp(self.path) == self._stamp:
+                return False
+            loaded = load_json(self.path, check=_decode)
+            stamp = file_stamp(self.path)
+            with self._lock:
+                self._stamp = stamp
+                if loaded is None:
+                    return False
+                self._table = _decode(loaded)
+                self._changes += 1
+                self._persisted = self._changes
+        _log.info("consumer offsets reloaded", path=self.path, entries=len(self._table))
+        return True
 
 
 def _key(group: str, topic: str) -> str:

@@ -93,8 +93,11 @@ class PullMessageProcessor:
 
     def _found(self, request: pb.PullRequest, r: ix_pb.GetMessageResponse, found: list[tuple[int, int, int]],
                next_offset: int) -> pb.PullResponse:
+        # PullMessageProcessor: only with slaveReadEnable are consumers sent to a slave (on a slave, a pull
+        # of data still in memory without the suggestion sends them back to the master).
+        suggest = r.suggest_pulling_from_slave and self._ctx.settings.slave_read_enable
         response = pb.PullResponse(status=pb.PULL_FOUND, next_begin_offset=next_offset, min_offset=r.min_offset,
-                                   max_offset=r.max_offset, suggest_pulling_from_slave=r.suggest_pulling_from_slave)
+                                   max_offset=r.max_offset, suggest_pulling_from_slave=suggest)
         records = r.records
         if request.raw_records:
             if len(found) == len(r.queue_offsets):

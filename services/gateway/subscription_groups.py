@@ -23,7 +23,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from rocketstore.config_file import load_json, persist_json
+from rocketstore.config_file import file_stamp, load_json, persist_json
 from rocketstore.log import get_logger
 
 from .topics import DataVersion
@@ -133,6 +133,7 @@ class SubscriptionGroupManager:
             table.update(file_table)
         self._table = table
         self._version = version
+        self._stamp: tuple[int, int, int] | None = None
         self._write(table, version)
         _log.info("subscription groups loaded", path=self.path, groups=len(table), data_version=version.counter)
 
@@ -195,6 +196,23 @@ class SubscriptionGroupManager:
         _log.info("subscription group deleted", group=group)
         return True
 
+    def reload_if_changed(self) -> bool:
+        """Load subscriptionGroup.json again if another process replaced it (a slave's copy of its
+        master's); True if it did. A file that does not load leaves the table as it is."""
+        with self._lock:
+            if file_stamp(self.path) == self._stamp:
+                return False
+            loaded = load_json(self.path, check=_decode)
+            self._stamp = file_stamp(self.path)
+            if loaded is None:
+                return False
+            file_table, version = _decode(loaded)
+            self._table = {**{name: SubscriptionGroupConfig(name) for name in SYSTEM_GROUPS}, **file_table}
+            self._version = version
+        _log.info("subscription groups reloaded", path=self.path, groups=len(file_table),
+                  data_version=version.counter)
+        return True
+
     def _commit(self, table: dict[str, SubscriptionGroupConfig]) -> None:
         version = self._version.next_version()
         self._write(table, version)
@@ -206,6 +224,7 @@ class SubscriptionGroupManager:
             "dataVersion": version.to_json(),
             "subscriptionGroupTable": {name: table[name].to_json() for name in sorted(table)},
         })
+        self._stamp = file_stamp(self.path)
 
 
 def _decode(data: Mapping[str, Any]) -> tuple[dict[str, SubscriptionGroupConfig], DataVersion]:

@@ -24,7 +24,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from rocketstore.config_file import load_json, persist_json
+from rocketstore.config_file import file_stamp, load_json, persist_json
 from rocketstore.log import get_logger
 from rocketstore.settings import Settings
 
@@ -267,6 +267,7 @@ class TopicConfigManager:
             table.update(file_table)
         self._table = table
         self._version = version
+        self._stamp: tuple[int, int, int] | None = None
         # Written at every start: adds system topics new to this version, and replaces a corrupt file when
         # the backup was used.
         self._write(table, version)
@@ -437,6 +438,22 @@ class TopicConfigManager:
         """``%RETRY%<group>`` with one read-write queue, created if absent."""
         return self.create_topic_in_send_message_back_method(retry_topic(group), 1, PERM_READ | PERM_WRITE)
 
+    def reload_if_changed(self) -> bool:
+        """Load topics.json again if another process replaced it (a slave's copy of its master's, see
+        services/ha/config_sync.py); True if it did. A file that does not load leaves the table as it is."""
+        with self._lock:
+            if file_stamp(self.path) == self._stamp:
+                return False
+            loaded = load_json(self.path, check=_decode_topics)
+            self._stamp = file_stamp(self.path)
+            if loaded is None:
+                return False
+            file_table, version = _decode_topics(loaded)
+            self._table = {**self._system_topics(), **file_table}
+            self._version = version
+        _log.info("topics reloaded", path=self.path, topics=len(file_table), data_version=version.counter)
+        return True
+
     def persist(self) -> None:
         """Write the table as it is (for shutdown; changes are already written as they happen)."""
         with self._lock:
@@ -455,6 +472,7 @@ class TopicConfigManager:
             "dataVersion": version.to_json(),
             "topicConfigTable": {name: table[name].to_json() for name in sorted(table)},
         })
+        self._stamp = file_stamp(self.path)
 
 
 def _check_config(config: TopicConfig) -> None:

@@ -30,9 +30,9 @@ STATUS_TIMEOUT = 10.0
 STREAM_WINDOW_BYTES = 16 * 1024 * 1024
 STREAM_OPTIONS = [("grpc.http2.lookahead_bytes", STREAM_WINDOW_BYTES)]
 
-Report = tuple[int, str, int, int, int]
-"""A slave's report: (max offset, broker name, broker id, check offset, check crc32); the name, id and
-check only in the first report of a stream."""
+Report = tuple[int, str, int, int, int, str]
+"""A slave's report: (max offset, broker name, broker id, check offset, check crc32, gateway endpoint); all
+but the max offset only in the first report of a stream."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +57,7 @@ class SlaveConnection:
     acked_offset: int
     sent_offset: int
     lag_bytes: int
+    gateway_endpoint: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +77,7 @@ class HAStatus:
     @classmethod
     def from_proto(cls, s: pb.HAStatus) -> HAStatus:
         slaves = [SlaveConnection(c.connection_id, c.slave_address, c.broker_name, c.broker_id, c.start_offset,
-                                  c.acked_offset, c.sent_offset, c.lag_bytes) for c in s.slaves]
+                                  c.acked_offset, c.sent_offset, c.lag_bytes, c.gateway_endpoint) for c in s.slaves]
         return cls(s.role, s.max_offset, slaves, s.master_address, s.connected, s.master_max_offset, s.lag_bytes,
                    s.lag_millis, s.error)
 
@@ -99,14 +100,20 @@ class HAClient:
         """Open a Replicate stream that sends ``reports`` (the first with the tail check) and answers
         the master's transfers. Waits for the master to be reachable; ``cancel()`` closes it (its
         iteration then fails with a ``Refused`` of code CANCELLED)."""
-        messages = (pb.SlaveReport(max_offset=m, broker_name=n, broker_id=i, check_offset=co, check_crc32=cc)
-                    for m, n, i, co, cc in reports)
+        messages = (pb.SlaveReport(max_offset=m, broker_name=n, broker_id=i, check_offset=co, check_crc32=cc,
+                                   gateway_endpoint=g) for m, n, i, co, cc, g in reports)
         return Stream(self._stub.Replicate(messages, wait_for_ready=True), SERVICE, "Replicate", _transfer)
 
     def status(self, *, timeout: float | None = None) -> HAStatus:
         """GetStatus (retried on UNAVAILABLE within its deadline: it changes nothing)."""
         return HAStatus.from_proto(self._calls.call(self._stub.GetStatus, pb.GetHAStatusRequest(), retry=True,
                                                     timeout=timeout))
+
+    def config_files(self, *, timeout: float | None = None) -> list[tuple[str, bytes | None]]:
+        """GetConfigFiles: the master's synced config files, (name, bytes or None when it has none)
+        (retried on UNAVAILABLE within its deadline: it changes nothing)."""
+        reply = self._calls.call(self._stub.GetConfigFiles, pb.GetConfigFilesRequest(), retry=True, timeout=timeout)
+        return [(f.name, f.content if f.exists else None) for f in reply.files]
 
     def close(self) -> None:
         if self._own_channel:

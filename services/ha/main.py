@@ -18,6 +18,7 @@ from rocketstore.settings import BrokerRole
 from rocketstore.v1 import ha_pb2_grpc
 
 from .client import HAClient
+from .config_sync import ConfigSync, config_dir_of
 from .master import HAMaster
 from .servicer import SERVICE_NAME, HAServicer
 from .slave import HASlave
@@ -34,21 +35,24 @@ _log = get_logger("rocketstore.ha")
 
 
 def serve(settings: Settings, host: str = "127.0.0.1", port: int | None = None, metrics_port: int | None = None,
-          *, log_level: str = "info", commitlog: str) -> int:
+          *, log_level: str = "info", commitlog: str, gateway: str | None = None) -> int:
     configure_logging(json=True, level=log_level, service=SERVICE)
     link = CommitLogClient(commitlog)
     master: HAMaster | None = None
     slave: HASlave | None = None
+    config_sync: ConfigSync | None = None
+    config_dir = config_dir_of(settings.store_path_root_dir)
     to_master: HAClient | None = None
     if settings.broker_role is BrokerRole.SLAVE:
         if not settings.ha_master_address:
             _log.error("a SLAVE needs haMasterAddress (its master's HA host:port)")
             return 2
         to_master = HAClient(settings.ha_master_address)  # one channel for every reconnect
-        slave = HASlave(settings, link, to_master.replicate)
+        slave = HASlave(settings, link, to_master.replicate, gateway_endpoint=gateway or "")
+        config_sync = ConfigSync(config_dir, to_master.config_files)
     else:
         master = HAMaster(settings, link)
-    servicer = HAServicer(settings, master, slave, link.max_offset_now)
+    servicer = HAServicer(settings, master, slave, link.max_offset_now, config_dir)
     server = GrpcServer(host, settings.ha_listen_port if port is None else port, max_workers=MAX_WORKERS)
     server.add(ha_pb2_grpc.add_HAServicer_to_server, servicer, SERVICE_NAME)
     server.start()
@@ -57,11 +61,15 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int | None = None, 
         master.start()
     if slave is not None:
         slave.start()
+    if config_sync is not None:
+        config_sync.start()
     _log.info("ha service serving", endpoint=server.endpoint, role=settings.broker_role.value, commitlog=commitlog,
               master=settings.ha_master_address, metrics_port=bound_metrics,
               transfer_batch_size=settings.ha_transfer_batch_size)
 
     def stop() -> None:
+        if config_sync is not None:
+            config_sync.stop()
         if slave is not None:
             slave.stop()
         if master is not None:

@@ -52,7 +52,7 @@ class MasterLink(Protocol):
     def offsets(self) -> Offsets: ...
     def read_raw(self, offset: int, max_bytes: int) -> RawRead: ...
     def tail(self, from_offset: int, *, max_chunk_bytes: int = 0) -> TailStream: ...
-    def report_slave_acks(self, acks: Iterator[tuple[str, str, int, bool]]) -> None: ...
+    def report_slave_acks(self, acks: Iterator[tuple[str, str, int, bool, str]]) -> None: ...
 
 
 class Report(Protocol):
@@ -61,6 +61,7 @@ class Report(Protocol):
     broker_id: int
     check_offset: int
     check_crc32: int
+    gateway_endpoint: str
 
 
 @dataclass(slots=True)
@@ -73,6 +74,7 @@ class ConnectionStatus:
     acked_offset: int
     sent_offset: int
     master_max_offset: int
+    gateway_endpoint: str = ""
 
 
 class AckReporter:
@@ -84,6 +86,7 @@ class AckReporter:
         self._retry_s = retry_s
         self._cond = threading.Condition()
         self._state: dict[str, tuple[str, int, bool]] = {}
+        self._gateways: dict[str, str] = {}  # connection id -> the slave's gateway endpoint
         self._dirty: dict[str, None] = {}
         self._closed: dict[str, tuple[str, int]] = {}  # connections closed since they were last sent
         self._stopped = False
@@ -99,8 +102,10 @@ class AckReporter:
             self._cond.notify_all()
         self._thread.join(timeout=5)
 
-    def update(self, connection_id: str, address: str, acked: int, connected: bool) -> None:
+    def update(self, connection_id: str, address: str, acked: int, connected: bool, gateway: str = "") -> None:
         with self._cond:
+            if gateway:
+                self._gateways[connection_id] = gateway
             if connected:
                 self._state[connection_id] = (address, acked, True)
             else:
@@ -127,7 +132,7 @@ class AckReporter:
             if not self._stopped:
                 time.sleep(self._retry_s)
 
-    def _messages(self, generation: int) -> Iterator[tuple[str, str, int, bool]]:
+    def _messages(self, generation: int) -> Iterator[tuple[str, str, int, bool, str]]:
         while True:
             with self._cond:
                 while not self._dirty and not self._stopped and generation == self._generation:
@@ -139,10 +144,10 @@ class AckReporter:
                 for cid in dirty:
                     state = self._state.get(cid)
                     if state is not None:
-                        out.append((cid, state[0], state[1], True))
+                        out.append((cid, state[0], state[1], True, self._gateways.get(cid, "")))
                     else:
                         address, acked = self._closed.pop(cid, ("", 0))
-                        out.append((cid, address, acked, False))
+                        out.append((cid, address, acked, False, self._gateways.pop(cid, "")))
             yield from out
 
 
@@ -197,11 +202,12 @@ class MasterConnection:
         st.start_offset = st.sent_offset = start
         st.acked_offset = first.max_offset
         st.broker_name, st.broker_id = first.broker_name, first.broker_id
+        st.gateway_endpoint = first.gateway_endpoint
         log.info("slave connected", connection=self.connection_id, slave_broker=first.broker_name,
                  slave_broker_id=first.broker_id, slave_max_offset=first.max_offset, start_offset=start,
                  master_max_offset=st.master_max_offset)
         if self._reporter is not None:
-            self._reporter.update(self.connection_id, self.peer, first.max_offset, True)
+            self._reporter.update(self.connection_id, self.peer, first.max_offset, True, first.gateway_endpoint)
         self._tail = self._link.tail(start, max_chunk_bytes=max(TAIL_CHUNK_BYTES, self._batch))
         threading.Thread(target=self._pump, name=f"HATail-{self.connection_id}", daemon=True).start()
         last_sent = time.monotonic()

@@ -14,6 +14,7 @@ from rocketstore.settings import Settings
 from rocketstore.v1 import ha_pb2 as pb
 from rocketstore.v1 import ha_pb2_grpc as pb_grpc
 
+from .config_sync import read_config_files
 from .master import HAMaster, OffsetGone, SlaveSilent
 from .slave import HASlave
 from .transfer import Diverged
@@ -27,8 +28,9 @@ _log = get_logger("rocketstore.ha.servicer")
 
 class HAServicer(pb_grpc.HAServicer):
     def __init__(self, settings: Settings, master: HAMaster | None, slave: HASlave | None,
-                 max_offset: Callable[[], int]) -> None:
+                 max_offset: Callable[[], int], config_dir: str = "") -> None:
         self._settings = settings
+        self._config_dir = config_dir
         self._master = master
         self._slave = slave
         self._max_offset = max_offset
@@ -66,7 +68,8 @@ class HAServicer(pb_grpc.HAServicer):
                 status.slaves.add(connection_id=c.connection_id, slave_address=c.slave_address,
                                   broker_name=c.broker_name, broker_id=c.broker_id, start_offset=c.start_offset,
                                   acked_offset=c.acked_offset, sent_offset=c.sent_offset,
-                                  lag_bytes=max(0, status.max_offset - c.acked_offset))
+                                  lag_bytes=max(0, status.max_offset - c.acked_offset),
+                                  gateway_endpoint=c.gateway_endpoint)
         if self._slave is not None:
             s = self._slave.status
             status.master_address = s.master_address
@@ -76,3 +79,13 @@ class HAServicer(pb_grpc.HAServicer):
             status.lag_millis = s.lag_millis
             status.error = s.error
         return status
+
+    @rpc_errors
+    def GetConfigFiles(self, request: pb.GetConfigFilesRequest, context: grpc.ServicerContext) -> pb.ConfigFiles:
+        if self._master is None:
+            raise FailedPrecondition(f"this broker is a {self._settings.broker_role.value}; copy config files from "
+                                     "its master")
+        reply = pb.ConfigFiles()
+        for name, content in read_config_files(self._config_dir):
+            reply.files.add(name=name, exists=content is not None, content=content or b"")
+        return reply

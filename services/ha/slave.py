@@ -110,7 +110,7 @@ class _Session:
                 if self.closed:
                     return
                 self._sent = self._max
-            yield self._sent, "", 0, 0, 0
+            yield self._sent, "", 0, 0, 0, ""
 
     def report(self, max_offset: int) -> None:
         with self._cond:
@@ -128,8 +128,9 @@ class _Session:
 class HASlave:
     def __init__(self, settings: Settings, link: SlaveLink, connect: Connect, *,
                  heartbeat_s: float | None = None, housekeeping_s: float | None = None,
-                 retry_s: float = RETRY_S) -> None:
+                 retry_s: float = RETRY_S, gateway_endpoint: str = "") -> None:
         self.settings = settings
+        self.gateway_endpoint = gateway_endpoint  # reported to the master, which lists it for consumers
         self._link = link
         self._connect = connect
         self._heartbeat_s = heartbeat_s if heartbeat_s is not None else settings.ha_send_heartbeat_interval / 1000
@@ -188,7 +189,8 @@ class HASlave:
         st = self.status
         st.max_offset = offsets.max_offset
         check_offset, check = self._tail_check(offsets)
-        first = (offsets.max_offset, self.settings.broker_name, self.settings.broker_id, check_offset, check)
+        first = (offsets.max_offset, self.settings.broker_name, self.settings.broker_id, check_offset, check,
+                 self.gateway_endpoint)
         session = _Session(first, self._heartbeat_s)
         call = self._connect(session.reports())
         self._call = call

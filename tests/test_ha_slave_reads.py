@@ -1,0 +1,95 @@
+"""Reads from the slave on real processes: with slaveReadEnable a master answering a pull from data no
+longer in memory (accessMessageInMemoryMaxRatio, 0 here: anything behind the head) suggests the slave;
+the Python client's next pulls of that queue go to the slave's gateway, which it learned from the
+master's status, and when the master cannot be reached it goes on pulling from the slave."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import DEFAULT_BROKER_SETTINGS
+from ha_processes import HABroker, assert_replicated, wait_for
+
+from rocketstore.client.consumer import PullConsumer
+from rocketstore.client.messages import PullStatus
+from rocketstore.v1 import commitlog_pb2 as cl_pb
+from rocketstore.v1 import gateway_pb2 as gw
+
+TOPIC = "ColdTopic"
+N = 40
+
+
+def _pair(tmp_path: Path, slave_read: str) -> tuple[HABroker, HABroker]:
+    common = {**DEFAULT_BROKER_SETTINGS, "haSendHeartbeatInterval": "500", "haHousekeepingInterval": "5000",
+              "accessMessageInMemoryMaxRatio": "0", "slaveReadEnable": slave_read}
+    master = HABroker(tmp_path / "master", {**common, "brokerRole": "ASYNC_MASTER"}, tmp_path, with_gateway=True)
+    slave = HABroker(tmp_path / "slave", {**common, "brokerRole": "SLAVE", "brokerId": "1",
+                                          "haMasterAddress": master.ha.endpoint}, tmp_path, with_gateway=True)
+    return master.start(), slave.start()
+
+
+@pytest.fixture
+def started(tmp_path: Path) -> Iterator[list[HABroker]]:
+    brokers: list[HABroker] = []
+    yield brokers
+    failures = [f for b in reversed(brokers) for f in b.close()]
+    if failures:
+        pytest.fail("\n".join(failures))
+
+
+def _load(master: HABroker, slave: HABroker) -> None:
+    m, s = master.broker.gateway, slave.broker.gateway
+    assert m is not None and m.stub is not None and s is not None and s.stub is not None
+    m.stub.CreateTopic(gw.CreateTopicRequest(topic=TOPIC, read_queue_nums=1, write_queue_nums=1))
+    # The slave learns the topic from its master (SlaveSynchronize).
+    wait_for(lambda: TOPIC in {t.topic for t in s.stub.ListTopics(gw.ListTopicsRequest()).topics}, 30,
+             "the topic on the slave")
+    master.append([cl_pb.Message(topic=TOPIC, queue_id=0, body=f"m{i}".encode() * 50) for i in range(N)])
+    assert_replicated(master, slave)
+    wait_for(slave.dispatched, 30, "the slave's dispatch")
+    wait_for(master.dispatched, 30, "the master's dispatch")
+
+
+def test_cold_pulls_move_to_the_slave_and_go_on_there_when_the_master_is_killed(tmp_path, started) -> None:
+    master, slave = _pair(tmp_path, "true")
+    started += [master, slave]
+    _load(master, slave)
+    m = master.broker.gateway
+    s = slave.broker.gateway
+    assert m is not None and s is not None and m.stub is not None
+    wait_for(lambda: list(m.stub.GetBrokerStatus(gw.GetBrokerStatusRequest()).slave_gateways) == [s.endpoint],
+             30, "the master's status to list its slave's gateway")
+
+    with PullConsumer(m.endpoint, "ColdReaders") as consumer:
+        first = consumer.pull(TOPIC, 0, 8, queue_id=0)
+        assert first.endpoint == m.endpoint and first.suggest_pulling_from_slave
+        second = consumer.pull(TOPIC, first.next_begin_offset, 8, queue_id=0)
+        assert second.endpoint == s.endpoint  # the next pull of the queue went to the slave
+        got = [msg.body for msg in first.messages + second.messages]
+
+        master.kill9()
+        offset = second.next_begin_offset
+        while offset < N:
+            r = consumer.pull(TOPIC, offset, 8, queue_id=0)
+            assert r.status is PullStatus.FOUND and r.endpoint == s.endpoint
+            got += [msg.body for msg in r.messages]
+            offset = r.next_begin_offset
+    assert got == [f"m{i}".encode() * 50 for i in range(N)]
+
+
+def test_without_slave_read_enable_the_master_suggests_nothing_and_serves_every_pull(tmp_path, started) -> None:
+    master, slave = _pair(tmp_path, "false")
+    started += [master, slave]
+    _load(master, slave)
+    m = master.broker.gateway
+    assert m is not None and m.stub is not None
+    wait_for(lambda: len(m.stub.GetBrokerStatus(gw.GetBrokerStatusRequest()).slave_gateways) == 1, 30,
+             "the master's status to list its slave's gateway")
+    with PullConsumer(m.endpoint, "ColdReaders") as consumer:
+        offset = 0
+        while offset < N:
+            r = consumer.pull(TOPIC, offset, 8, queue_id=0)
+            assert r.endpoint == m.endpoint and not r.suggest_pulling_from_slave
+            offset = r.next_begin_offset

@@ -390,7 +390,8 @@ def _call(channel: grpc.Channel, service: str, method, payload: bytes) -> grpc.S
     return grpc.StatusCode.OK
 
 
-def _fuzz_service(broker: Broker, proc: ServiceProcess, service_descriptor, section: str) -> None:  # type: ignore[no-untyped-def]
+def _fuzz_service(broker: Broker, proc: ServiceProcess, service_descriptor, section: str,  # type: ignore[no-untyped-def]
+                  examples: int = FUZZ_EXAMPLES) -> None:
     channel = grpc.insecure_channel(proc.endpoint)
     service = service_descriptor.full_name
     before_log, before_queues = _snapshot(broker)
@@ -398,7 +399,7 @@ def _fuzz_service(broker: Broker, proc: ServiceProcess, service_descriptor, sect
     bad: list[str] = []
     tried = 0
     for method in service_descriptor.methods:
-        @settings(max_examples=FUZZ_EXAMPLES, deadline=None, derandomize=False, database=None,
+        @settings(max_examples=examples, deadline=None, derandomize=False, database=None,
                   suppress_health_check=list(HealthCheck))
         @given(st.one_of(_message(method.input_type).map(lambda m: m.SerializeToString()),
                          st.binary(max_size=200)))
@@ -443,6 +444,23 @@ def test_hostile_input_to_every_index_rpc(broker_factory) -> None:
     broker: Broker = broker_factory()
     _seed(broker)
     _fuzz_service(broker, broker.index, ix_pb.DESCRIPTOR.services_by_name["Index"], "hostile RPCs: index")
+    wait_caught_up(broker)
+    verify(broker)
+
+
+def test_hostile_input_to_every_gateway_rpc(broker_factory) -> None:
+    """Every RPC clients can reach: rocketstore.v1's Gateway and BatchRead, and apache.rocketmq.v2's
+    MessagingService (fewer examples each: a held pull or an open stream costs its 2 s deadline)."""
+    from rocketstore.v1 import gateway_pb2 as gw_pb
+    from rocketstore.v2 import service_pb2 as v2_pb
+
+    broker: Broker = broker_factory(gateway=True)
+    _seed(broker)
+    assert broker.gateway is not None
+    for descriptor, name in [(gw_pb.DESCRIPTOR.services_by_name["Gateway"], "gateway"),
+                             (gw_pb.DESCRIPTOR.services_by_name["BatchRead"], "batch read"),
+                             (v2_pb.DESCRIPTOR.services_by_name["MessagingService"], "rocketmq v2")]:
+        _fuzz_service(broker, broker.gateway, descriptor, f"hostile RPCs: {name}", examples=max(8, FUZZ_EXAMPLES // 3))
     wait_caught_up(broker)
     verify(broker)
 

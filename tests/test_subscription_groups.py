@@ -133,4 +133,5 @@ def test_without_auto_create_an_unknown_group_is_refused(broker_factory: Callabl
             call(request, timeout=RPC_TIMEOUT)
         assert e.value.code() == grpc.StatusCode.NOT_FOUND and "autoCreateSubscriptionGroup" in e.value.details()
     stub.CreateSubscriptionGroup(pb.SubscriptionGroup(group_name="Unknown"), timeout=RPC_TIMEOUT)
+    pull.poll_timeout_ms = 10_000  # the message may not be dispatched yet: wait for it
     assert stub.Pull(pull, timeout=RPC_TIMEOUT).status == pb.PULL_FOUND

@@ -796,3 +796,79 @@ class ResendDeadLetterResponse(_message.Message):
     msg_id: str
     commit_log_offset: int
     def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., msg_id: _Optional[str] = ..., commit_log_offset: _Optional[int] = ...) -> None: ...
+
+class ConsumeRequest(_message.Message):
+    __slots__ = ("open", "assign", "unassign", "credit")
+    OPEN_FIELD_NUMBER: _ClassVar[int]
+    ASSIGN_FIELD_NUMBER: _ClassVar[int]
+    UNASSIGN_FIELD_NUMBER: _ClassVar[int]
+    CREDIT_FIELD_NUMBER: _ClassVar[int]
+    open: ConsumeOpen
+    assign: ConsumeAssign
+    unassign: ConsumeUnassign
+    credit: ConsumeCredit
+    def __init__(self, open: _Optional[_Union[ConsumeOpen, _Mapping]] = ..., assign: _Optional[_Union[ConsumeAssign, _Mapping]] = ..., unassign: _Optional[_Union[ConsumeUnassign, _Mapping]] = ..., credit: _Optional[_Union[ConsumeCredit, _Mapping]] = ...) -> None: ...
+
+class ConsumeOpen(_message.Message):
+    __slots__ = ("consumer_group", "client_id")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    client_id: str
+    def __init__(self, consumer_group: _Optional[str] = ..., client_id: _Optional[str] = ...) -> None: ...
+
+class StreamQueue(_message.Message):
+    __slots__ = ("assign_id", "topic", "queue_id", "offset", "expression")
+    ASSIGN_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    EXPRESSION_FIELD_NUMBER: _ClassVar[int]
+    assign_id: int
+    topic: str
+    queue_id: int
+    offset: int
+    expression: str
+    def __init__(self, assign_id: _Optional[int] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., expression: _Optional[str] = ...) -> None: ...
+
+class ConsumeAssign(_message.Message):
+    __slots__ = ("queues",)
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    queues: _containers.RepeatedCompositeFieldContainer[StreamQueue]
+    def __init__(self, queues: _Optional[_Iterable[_Union[StreamQueue, _Mapping]]] = ...) -> None: ...
+
+class ConsumeUnassign(_message.Message):
+    __slots__ = ("assign_ids",)
+    ASSIGN_IDS_FIELD_NUMBER: _ClassVar[int]
+    assign_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, assign_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class ConsumeCredit(_message.Message):
+    __slots__ = ("messages", "bytes")
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    messages: int
+    bytes: int
+    def __init__(self, messages: _Optional[int] = ..., bytes: _Optional[int] = ...) -> None: ...
+
+class ConsumeBatch(_message.Message):
+    __slots__ = ("assign_id", "topic", "queue_id", "records", "queue_offsets", "sizes", "next_offset", "offset_reset", "max_offset")
+    ASSIGN_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    SIZES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_RESET_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    assign_id: int
+    topic: str
+    queue_id: int
+    records: bytes
+    queue_offsets: _containers.RepeatedScalarFieldContainer[int]
+    sizes: _containers.RepeatedScalarFieldContainer[int]
+    next_offset: int
+    offset_reset: bool
+    max_offset: int
+    def __init__(self, assign_id: _Optional[int] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., records: _Optional[bytes] = ..., queue_offsets: _Optional[_Iterable[int]] = ..., sizes: _Optional[_Iterable[int]] = ..., next_offset: _Optional[int] = ..., offset_reset: _Optional[bool] = ..., max_offset: _Optional[int] = ...) -> None: ...

@@ -164,6 +164,11 @@ class GatewayStub:
                 request_serializer=rocketstore_dot_v1_dot_gateway__pb2.ListTransactionsRequest.SerializeToString,
                 response_deserializer=rocketstore_dot_v1_dot_gateway__pb2.ListTransactionsResponse.FromString,
                 _registered_method=True)
+        self.Consume = channel.stream_stream(
+                '/rocketstore.v1.Gateway/Consume',
+                request_serializer=rocketstore_dot_v1_dot_gateway__pb2.ConsumeRequest.SerializeToString,
+                response_deserializer=rocketstore_dot_v1_dot_gateway__pb2.ConsumeBatch.FromString,
+                _registered_method=True)
 
 
 class GatewayServicer:
@@ -357,6 +362,21 @@ class GatewayServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Consume(self, request_iterator, context):
+        """--- streaming consumption
+        A consumer's long-lived stream to one gateway. The client opens it (ConsumeOpen), assigns
+        queues with the offsets to start at and their expressions, unassigns queues it lost in a
+        re-balance, and grants credit in messages and bytes. The gateway pushes each assigned queue's
+        matching messages as batches (in queue order per queue) as soon as they are stored, and never
+        sends more than the credit granted: each message sent uses one message and its record's size
+        of the credit until the client grants it again. A batch holds at least one message, so the
+        byte credit may be overshot by one message larger than what is left of it. Offsets are
+        committed with CommitOffsets as with Pull.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GatewayServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -489,6 +509,11 @@ def add_GatewayServicer_to_server(servicer, server):
                     servicer.ListTransactions,
                     request_deserializer=rocketstore_dot_v1_dot_gateway__pb2.ListTransactionsRequest.FromString,
                     response_serializer=rocketstore_dot_v1_dot_gateway__pb2.ListTransactionsResponse.SerializeToString,
+            ),
+            'Consume': grpc.stream_stream_rpc_method_handler(
+                    servicer.Consume,
+                    request_deserializer=rocketstore_dot_v1_dot_gateway__pb2.ConsumeRequest.FromString,
+                    response_serializer=rocketstore_dot_v1_dot_gateway__pb2.ConsumeBatch.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1193,6 +1218,33 @@ class Gateway:
             '/rocketstore.v1.Gateway/ListTransactions',
             rocketstore_dot_v1_dot_gateway__pb2.ListTransactionsRequest.SerializeToString,
             rocketstore_dot_v1_dot_gateway__pb2.ListTransactionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Consume(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/rocketstore.v1.Gateway/Consume',
+            rocketstore_dot_v1_dot_gateway__pb2.ConsumeRequest.SerializeToString,
+            rocketstore_dot_v1_dot_gateway__pb2.ConsumeBatch.FromString,
             options,
             channel_credentials,
             insecure,

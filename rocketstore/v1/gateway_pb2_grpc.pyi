@@ -112,6 +112,17 @@ class GatewayStub:
     """
     ListTransactions: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.ListTransactionsRequest, _gateway_pb2.ListTransactionsResponse]
     """Open half messages (admin): age and check count of each."""
+    Consume: _grpc.StreamStreamMultiCallable[_gateway_pb2.ConsumeRequest, _gateway_pb2.ConsumeBatch]
+    """--- streaming consumption
+    A consumer's long-lived stream to one gateway. The client opens it (ConsumeOpen), assigns
+    queues with the offsets to start at and their expressions, unassigns queues it lost in a
+    re-balance, and grants credit in messages and bytes. The gateway pushes each assigned queue's
+    matching messages as batches (in queue order per queue) as soon as they are stored, and never
+    sends more than the credit granted: each message sent uses one message and its record's size
+    of the credit until the client grants it again. A batch holds at least one message, so the
+    byte credit may be overshot by one message larger than what is left of it. Offsets are
+    committed with CommitOffsets as with Pull.
+    """
 
 @_typing.type_check_only
 class GatewayAsyncStub(GatewayStub):
@@ -181,6 +192,17 @@ class GatewayAsyncStub(GatewayStub):
     """
     ListTransactions: _aio.UnaryUnaryMultiCallable[_gateway_pb2.ListTransactionsRequest, _gateway_pb2.ListTransactionsResponse]  # type: ignore[assignment]
     """Open half messages (admin): age and check count of each."""
+    Consume: _aio.StreamStreamMultiCallable[_gateway_pb2.ConsumeRequest, _gateway_pb2.ConsumeBatch]  # type: ignore[assignment]
+    """--- streaming consumption
+    A consumer's long-lived stream to one gateway. The client opens it (ConsumeOpen), assigns
+    queues with the offsets to start at and their expressions, unassigns queues it lost in a
+    re-balance, and grants credit in messages and bytes. The gateway pushes each assigned queue's
+    matching messages as batches (in queue order per queue) as soon as they are stored, and never
+    sends more than the credit granted: each message sent uses one message and its record's size
+    of the credit until the client grants it again. A batch holds at least one message, so the
+    byte credit may be overshot by one message larger than what is left of it. Offsets are
+    committed with CommitOffsets as with Pull.
+    """
 
 class GatewayServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -403,6 +425,23 @@ class GatewayServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_gateway_pb2.ListTransactionsResponse, _abc.Awaitable[_gateway_pb2.ListTransactionsResponse]]:
         """Open half messages (admin): age and check count of each."""
+
+    @_abc_1.abstractmethod
+    def Consume(
+        self,
+        request_iterator: _MaybeAsyncIterator[_gateway_pb2.ConsumeRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_gateway_pb2.ConsumeBatch], _abc.AsyncIterator[_gateway_pb2.ConsumeBatch]]:
+        """--- streaming consumption
+        A consumer's long-lived stream to one gateway. The client opens it (ConsumeOpen), assigns
+        queues with the offsets to start at and their expressions, unassigns queues it lost in a
+        re-balance, and grants credit in messages and bytes. The gateway pushes each assigned queue's
+        matching messages as batches (in queue order per queue) as soon as they are stored, and never
+        sends more than the credit granted: each message sent uses one message and its record's size
+        of the credit until the client grants it again. A batch holds at least one message, so the
+        byte credit may be overshot by one message larger than what is left of it. Offsets are
+        committed with CommitOffsets as with Pull.
+        """
 
 def add_GatewayServicer_to_server(servicer: GatewayServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 

@@ -5,6 +5,7 @@ stopped together.
 |---|---|---|
 | ``SendMessageProcessor`` | ``send_processor.py`` (+ ``sender.py``) | Send |
 | ``PullMessageProcessor`` | ``pull_processor.py`` (+ ``pull_hold.py``) | Pull, long polling |
+| ``ConsumeStreamProcessor`` | ``consume_stream.py`` | Consume (pushed batches under credit) |
 | ``ConsumerManageProcessor`` | ``consumer_manage.py`` | heartbeats, assignment, offsets, progress |
 | ``QueryMessageProcessor`` | ``query_processor.py`` | QueryMessage |
 | ``AdminBrokerProcessor`` | ``admin_processor.py`` | topics, topic stats, broker status |
@@ -29,6 +30,7 @@ from rocketstore.settings import Settings
 
 from .admin_processor import AdminBrokerProcessor
 from .batch_read import BatchReadProcessor
+from .consume_stream import ConsumeStreamProcessor
 from .consumer_manage import ConsumerManageProcessor
 from .context import BrokerStats, GatewayContext
 from .dead_letter_processor import DeadLetterProcessor
@@ -68,6 +70,7 @@ class Gateway:
         self.group_admin = GroupAdminProcessor(context)
         self.dead_letters = DeadLetterProcessor(context, self.sender)
         self.pull = PullMessageProcessor(context)
+        self.consume_stream = ConsumeStreamProcessor(context)
         self.consumers = ConsumerManageProcessor(context)
         self.query = QueryMessageProcessor(context)
         self.admin = AdminBrokerProcessor(context)

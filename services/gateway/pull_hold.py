@@ -37,6 +37,7 @@ class PullRequestHoldService:
         self._retry = retry_seconds
         self._max: dict[tuple[str, int], int] = {}
         self._held: dict[tuple[str, int], dict[asyncio.Future[bool], int]] = {}
+        self._followers: dict[tuple[str, int], set[Callable[[int], None]]] = {}
         self._task: asyncio.Task[None] | None = None
         self.connected = False
 
@@ -76,6 +77,8 @@ class PullRequestHoldService:
             if max_offset <= self._max.get(key, -1):
                 continue
             self._max[key] = max_offset
+            for wake in self._followers.get(key, ()):
+                wake(max_offset)
             waiters = self._held.get(key)
             if waiters:
                 for future, offset in waiters.items():
@@ -86,6 +89,19 @@ class PullRequestHoldService:
         """A read saw the queue's max offset: a pull at a lower offset is not held (the table only
         learns of a queue from the Watch stream's advances, which may not have mentioned it yet)."""
         self.publish((QueueAdvance(topic, queue_id, max_offset),))
+
+    def follow(self, topic: str, queue_id: int, wake: Callable[[int], None]) -> None:
+        """Call ``wake(max_offset)`` (on the loop, without waiting) each time the queue advances: how a
+        Consume stream learns of new messages without holding a request per queue."""
+        self._followers.setdefault((topic, queue_id), set()).add(wake)
+
+    def unfollow(self, topic: str, queue_id: int, wake: Callable[[int], None]) -> None:
+        key = (topic, queue_id)
+        followers = self._followers.get(key)
+        if followers is not None:
+            followers.discard(wake)
+            if not followers:
+                del self._followers[key]
 
     def forget_topic(self, topic: str) -> None:
         """The topic's queues were deleted: their max offsets start again from nothing."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc.aio
@@ -204,6 +204,13 @@ class GatewayServicer(pb_grpc.GatewayServicer):
     async def ResendDeadLetter(self, request: pb.ResendDeadLetterRequest,
                                context: _Context) -> pb.ResendDeadLetterResponse:
         return await self._g.dead_letters.resend(request)
+
+    # --- streaming consumption: requests are read while batches are written (``context.write``)
+    @rpc_errors
+    @_facing
+    async def Consume(self, request_iterator: AsyncIterator[pb.ConsumeRequest],  # type: ignore[override]
+                      context: _Context) -> None:
+        await self._g.consume_stream.serve(request_iterator, context.write)
 
 
 class BatchReadServicer(pb_grpc.BatchReadServicer):

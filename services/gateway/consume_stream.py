@@ -35,9 +35,9 @@ __all__ = ["READS_IN_FLIGHT", "STREAM_BATCH_BYTES", "STREAM_BATCH_MESSAGES", "Co
 
 _log = get_logger("rocketstore.gateway")
 
-STREAM_BATCH_MESSAGES = 1024
+STREAM_BATCH_MESSAGES = 4096
 """Most messages one read (one index call, one CommitLog call) takes for a stream."""
-STREAM_BATCH_BYTES = 1 << 20
+STREAM_BATCH_BYTES = 4 << 20
 """Most record bytes one read takes (at least one message)."""
 READS_IN_FLIGHT = 2
 """Reads a stream has running at once (of different queues): the next batch is read while one is written."""
@@ -259,8 +259,8 @@ class _Stream:
             batch = pb.ConsumeBatch(assign_id=q.assign_id, topic=q.topic, queue_id=q.queue_id, next_offset=next_offset,
                                     max_offset=r.max_offset)
             if status == pb.PULL_FOUND:
-                found = matching(r, q.subscription)
-                if len(found) == len(r.queue_offsets):
+                found = None if q.subscription.all else matching(r, q.subscription)
+                if found is None or len(found) == len(r.queue_offsets):
                     batch.records = r.records
                     batch.queue_offsets.extend(r.queue_offsets)
                     batch.sizes.extend(r.sizes)

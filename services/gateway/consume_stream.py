@@ -11,6 +11,11 @@ may use is taken before it starts and what it did not use is given back after, s
 and not yet granted again never exceed what the client granted: a slow consumer holds at most its
 credit in the client, and the gateway at most the batches being read or written.
 
+When the gateway shares the store's volume, a batch below the max offset the index reported for the
+queue is read from the files themselves (``local_reads.py``: read-only mappings of the published
+ConsumeQueue units and CommitLog records), without the two internal calls; anything unusual there
+is read through the index service instead.
+
 A queue that is caught up costs no request and no thread: the stream follows the queue on the pull
 hold service (the index's ``Watch`` stream) and reads it again when its max offset moves. While that
 stream is down, caught-up queues are read again every ``SHORT_WAIT``, as held pulls are.
@@ -29,6 +34,7 @@ from rocketstore.v1 import gateway_pb2 as pb
 
 from .context import GatewayContext, parse_subscription
 from .errors import GatewayError, check_group
+from .local_reads import LocalStoreReader
 from .pull_processor import SHORT_WAIT, matching, pull_status
 
 __all__ = ["READS_IN_FLIGHT", "STREAM_BATCH_BYTES", "STREAM_BATCH_MESSAGES", "ConsumeStreamProcessor"]
@@ -68,9 +74,11 @@ class _Queue:
 
 
 class ConsumeStreamProcessor:
-    def __init__(self, context: GatewayContext, batch_messages: int = STREAM_BATCH_MESSAGES,
-                 batch_bytes: int = STREAM_BATCH_BYTES) -> None:
+    def __init__(self, context: GatewayContext, local: LocalStoreReader | None = None,
+                 batch_messages: int = STREAM_BATCH_MESSAGES, batch_bytes: int = STREAM_BATCH_BYTES) -> None:
+        """``local``: the store's files, when this gateway shares its volume (read without the index service)."""
         self._ctx = context
+        self._local = local
         self._batch_messages = batch_messages
         self._batch_bytes = batch_bytes
         self.open_streams = 0
@@ -86,8 +94,8 @@ class ConsumeStreamProcessor:
                                                    "(consumer_group, client_id)")
         check_group(first.open.consumer_group)
         self._ctx.group_for_consume(first.open.consumer_group)
-        stream = _Stream(self._ctx, first.open.consumer_group, first.open.client_id, write, self._batch_messages,
-                         self._batch_bytes)
+        stream = _Stream(self._ctx, first.open.consumer_group, first.open.client_id, write, self._local,
+                         self._batch_messages, self._batch_bytes)
         self.open_streams += 1
         try:
             await stream.run(requests)
@@ -96,9 +104,10 @@ class ConsumeStreamProcessor:
 
 
 class _Stream:
-    def __init__(self, ctx: GatewayContext, group: str, client_id: str, write: Write, batch_messages: int,
-                 batch_bytes: int) -> None:
+    def __init__(self, ctx: GatewayContext, group: str, client_id: str, write: Write,
+                 local: LocalStoreReader | None, batch_messages: int, batch_bytes: int) -> None:
         self._ctx = ctx
+        self._local = local
         self._group = group
         self._client_id = client_id
         self._write = write
@@ -244,6 +253,32 @@ class _Stream:
         used_messages = used_bytes = 0
         try:
             advances, offset = q.advances, q.offset
+            published = self._ctx.hold.max_offset(q.topic, q.queue_id)
+            if self._local is not None and published < 0:
+                # Not heard of yet (the Watch stream reports queues as they advance): the topic's max
+                # offsets in one call, so that even the first batch is read from the files.
+                try:
+                    for info in await self._ctx.index.queue_offsets(q.topic):
+                        self._ctx.hold.observe(info.topic, info.queue_id, info.max_offset)
+                except BrokerError:
+                    pass  # the read below goes through the index and says what is wrong
+                published = self._ctx.hold.max_offset(q.topic, q.queue_id)
+            if self._local is not None and offset < published:
+                local = await asyncio.to_thread(self._local.read, q.topic, q.queue_id, offset, published, messages,
+                                                size, q.subscription)
+                if local is not None:
+                    if not q.active:
+                        return
+                    used_messages, used_bytes = len(local.queue_offsets), len(local.records)
+                    q.offset = local.next_offset
+                    q.max_known = max(q.max_known, published)
+                    if used_messages or local.next_offset != offset:
+                        self._ctx.stats.pulled(used_messages)
+                        self._outbox.put_nowait(pb.ConsumeBatch(
+                            assign_id=q.assign_id, topic=q.topic, queue_id=q.queue_id, records=local.records,
+                            queue_offsets=local.queue_offsets, sizes=local.sizes, next_offset=local.next_offset,
+                            max_offset=published))
+                    return
             try:
                 r = await self._ctx.index.get_message(q.topic, q.queue_id, offset, messages,
                                                       expression=q.expression, max_bytes=size)

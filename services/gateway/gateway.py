@@ -35,6 +35,7 @@ from .consumer_manage import ConsumerManageProcessor
 from .context import BrokerStats, GatewayContext
 from .dead_letter_processor import DeadLetterProcessor
 from .group_admin_processor import GroupAdminProcessor
+from .local_reads import LocalStoreReader
 from .producer_channels import ProducerChannels
 from .pull_processor import PullMessageProcessor
 from .query_processor import QueryMessageProcessor
@@ -70,7 +71,8 @@ class Gateway:
         self.group_admin = GroupAdminProcessor(context)
         self.dead_letters = DeadLetterProcessor(context, self.sender)
         self.pull = PullMessageProcessor(context)
-        self.consume_stream = ConsumeStreamProcessor(context)
+        self.local_reads = LocalStoreReader.from_settings(settings)
+        self.consume_stream = ConsumeStreamProcessor(context, self.local_reads)
         self.consumers = ConsumerManageProcessor(context)
         self.query = QueryMessageProcessor(context)
         self.admin = AdminBrokerProcessor(context)
@@ -103,6 +105,7 @@ class Gateway:
         await self.consumers.stop()
         await self.context.commitlog.close()
         await self.context.index.close()
+        self.local_reads.close()
         if self._bulk_channel is not None:
             await self._bulk_channel.close()
 

@@ -90,6 +90,11 @@ class PullRequestHoldService:
         learns of a queue from the Watch stream's advances, which may not have mentioned it yet)."""
         self.publish((QueueAdvance(topic, queue_id, max_offset),))
 
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        """The highest max offset the index reported for the queue (-1: none yet): every unit below it is
+        written."""
+        return self._max.get((topic, queue_id), -1)
+
     def follow(self, topic: str, queue_id: int, wake: Callable[[int], None]) -> None:
         """Call ``wake(max_offset)`` (on the loop, without waiting) each time the queue advances: how a
         Consume stream learns of new messages without holding a request per queue."""

@@ -447,10 +447,12 @@ KEYS: tuple[SettingKey, ...] = (
        "offsets) under it, the schedule service config/delayOffset.json, the ha service copies a master's config/ "
        "files to its slaves; the dispatcher reads the operator token from it",
        check=_non_empty, normalize=_expand_path),
-    _k("storePathCommitLog", str, None, "CommitLog directory.", by="commitlog", normalize=_expand_path,
-       derive="commitlog"),
-    _k("storePathConsumeQueue", str, None, "ConsumeQueue directory.", by="index", normalize=_expand_path,
-       derive="consumequeue"),
+    _k("storePathCommitLog", str, None, "CommitLog directory.", by="commitlog gateway", part="the gateway's "
+       "Consume streams read published records through read-only mappings when the directory is on its volume",
+       normalize=_expand_path, derive="commitlog"),
+    _k("storePathConsumeQueue", str, None, "ConsumeQueue directory.", by="index gateway", part="the gateway's "
+       "Consume streams read published units through read-only mappings when the directory is on its volume",
+       normalize=_expand_path, derive="consumequeue"),
     _k("storePathIndex", str, None, "IndexFile directory.", by="index", normalize=_expand_path,
        derive="index"),
     _k("storeCheckpoint", str, None, "Checkpoint file.", by="commitlog index", normalize=_expand_path,
@@ -461,9 +463,11 @@ KEYS: tuple[SettingKey, ...] = (
     # --- file sizes
     _k("mappedFileSizeCommitLog", int, 1073741824, "Size of each CommitLog file (bytes).",
        by="commitlog gateway ha index", part="the gateway refuses a message no file could hold before any of "
-       "its send is appended", minimum=1024, maximum=_JAVA_INT_MAX),
+       "its send is appended, and finds a record's file by it when its Consume streams read the CommitLog "
+       "themselves", minimum=1024, maximum=_JAVA_INT_MAX),
     _k("mappedFileSizeConsumeQueue", int, 6000000,
-       "Size of each ConsumeQueue file (bytes); rounded up to a multiple of 20, the unit size.", by="index",
+       "Size of each ConsumeQueue file (bytes); rounded up to a multiple of 20, the unit size.", by="index gateway",
+       part="the gateway finds a unit's file by it when it reads ConsumeQueues itself",
        minimum=1, maximum=_JAVA_INT_MAX - _CQ_UNIT_SIZE, normalize=_round_up_to_cq_unit),
     _k("maxMessageSize", int, 4194304, "Largest message body accepted (bytes).", by="commitlog index gateway",
        part="the gateway and the CommitLog refuse larger bodies; the index caps a run of records it reads",

@@ -5,17 +5,21 @@ its committed offset; a stream that waited gets the messages sent later."""
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
-from conftest import Broker
+from conftest import SMALL_COMMITLOG_FILE, Broker
+from rocketstore.services.gateway.local_reads import LocalStoreReader
 
 from rocketstore.client import ConsumeFromWhere, Message, Producer, PushConsumer
 from rocketstore.client.connection import Connection
 from rocketstore.client.consume_stream import ConsumeStream, StreamQueue
-from rocketstore.client.messages import ReceivedMessage
+from rocketstore.client.messages import ReceivedMessage, decode_records
+from rocketstore.subscription import parse_expression
 from rocketstore.v1 import gateway_pb2 as pb
 
 WAIT = 30.0
@@ -36,9 +40,10 @@ def create_topic(gateway: Broker, topic: str, queues: int) -> None:
 
 
 def send(endpoint: str, topic: str, bodies: list[str], tags: Callable[[int], str] = lambda i: "") -> None:
-    with Producer(endpoint, "stream_test_producer") as producer:
-        for i, body in enumerate(bodies):
-            producer.send(Message(topic, body.encode(), tags=tags(i)))
+    with Producer(endpoint, "stream_test_producer") as producer:  # batches of 10, each to the next queue
+        for start in range(0, len(bodies), 10):
+            producer.send_batch([Message(topic, body.encode(), tags=tags(start + i))
+                                 for i, body in enumerate(bodies[start:start + 10])])
 
 
 class Collector:
@@ -197,3 +202,60 @@ def test_a_restarted_consumer_resumes_at_its_committed_offset_and_a_waiting_stre
         wait_until(lambda: len(again.bodies()) == 15, "the 5 sent while the stream waited")
         time.sleep(0.3)
     assert sorted(again.bodies()) == sorted([f"s{i}" for i in range(10)] + [f"t{i}" for i in range(5)])
+
+
+def test_local_reads_serve_published_records_and_leave_anything_unusual_to_the_index(
+        gateway: Broker, tmp_path: Path) -> None:
+    ep = gateway.gateway.endpoint  # type: ignore[union-attr]
+    create_topic(gateway, "StreamLocal", 1)
+    n = 250  # 100 units a ConsumeQueue file and 64 KiB CommitLog files: reads cross both kinds of file end
+    send(ep, "StreamLocal", [f"{i:04d}" + "y" * 600 for i in range(n)], tags=lambda i: "A" if i % 2 else "B")
+    wait_until(lambda: [q.max_offset for q in gateway.index.client.queue_offsets("StreamLocal")] == [n],
+               "every message dispatched")
+    data = gateway.data_dir
+    reader = LocalStoreReader(str(data / "commitlog"), str(data / "consumequeue"), SMALL_COMMITLOG_FILE, 100 * 20)
+    tag_a = parse_expression("A")
+    offsets: list[int] = []
+    bodies: list[str] = []
+    offset = 0
+    while offset < n:
+        batch = reader.read("StreamLocal", 0, offset, n, 64, 1 << 20, tag_a)
+        assert batch is not None, f"a published batch at {offset} was not read locally"
+        assert batch.next_offset > offset
+        offsets += batch.queue_offsets
+        bodies += [m.body[:4].decode() for m in decode_records(batch.records, batch.queue_offsets)]
+        assert [len(r) for r in _split(batch.records)] == batch.sizes
+        offset = batch.next_offset
+    assert offsets == list(range(1, n, 2))  # only the A messages, in order
+    assert bodies == [f"{i:04d}" for i in range(1, n, 2)]
+    # The index's streamed read (what the stream uses without the files) answers the same, one call for the
+    # units of a ConsumeQueue file (100 here).
+    whole = gateway.index.client.get_message("StreamLocal", 0, 0, 300, expression="A", max_bytes=1 << 20)
+    assert list(whole.queue_offsets) == offsets[:50] and whole.next_begin_offset == 100
+    assert [m.body[:4].decode() for m in decode_records(whole.records, whole.queue_offsets)] == bodies[:50]
+    three = gateway.index.client.get_message("StreamLocal", 0, 0, 300, expression="A",
+                                             max_bytes=3 * whole.sizes[0] + 1)
+    assert list(three.queue_offsets) == [1, 3, 5]  # bounded by the bytes, not by the pull's 32
+    assert reader.read("StreamLocal", 0, n, n, 64, 1 << 20, tag_a) is None  # nothing published beyond the end
+    assert reader.read("StreamLocal", 0, n - 5, n + 5, 64, 1 << 20, tag_a) is None  # units not written: blank
+    # A damaged unit (its record is another one's) is never served: the index decides about it.
+    shutil.copytree(data / "consumequeue", tmp_path / "cq")
+    unit_file = tmp_path / "cq" / "StreamLocal" / "0" / f"{0:020d}"
+    units = bytearray(unit_file.read_bytes())
+    units[5 * 20:5 * 20 + 8] = units[6 * 20:6 * 20 + 8]
+    unit_file.write_bytes(bytes(units))
+    damaged = LocalStoreReader(str(data / "commitlog"), str(tmp_path / "cq"), SMALL_COMMITLOG_FILE, 100 * 20)
+    assert damaged.read("StreamLocal", 0, 0, n, 64, 1 << 20, parse_expression("*")) is None
+    after = damaged.read("StreamLocal", 0, 6, n, 64, 1 << 20, parse_expression("*"))
+    assert after is not None and after.queue_offsets[0] == 6
+    reader.close()
+    damaged.close()
+
+
+def _split(records: bytes) -> list[bytes]:
+    out, pos = [], 0
+    while pos < len(records):
+        size = int.from_bytes(records[pos:pos + 4], "big")
+        out.append(records[pos:pos + size])
+        pos += size
+    return out

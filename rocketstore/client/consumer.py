@@ -10,8 +10,14 @@ PushConsumer, piece by piece, as in RocketMQ's client:
   group's members, so members get disjoint shares). A queue it gains starts at the group's committed
   offset (or per ``consume_from_where`` when the group has none); a queue it loses stops being pulled
   and its offset is committed at once, so the next owner continues where this one stopped.
-- pulling: one long-polling pull in flight per queue (``poll_timeout``: the gateway holds a pull that
-  finds nothing until a message arrives), paused while ``pull_threshold_for_queue`` messages wait.
+- receiving (``consume_stream=True``, the default): one Consume stream per gateway
+  (``consume_stream.py``) carries the consumer's queues, assigned and unassigned as re-balances go; the
+  gateway pushes their messages in large batches, never more than ``stream_credit_messages`` /
+  ``stream_credit_bytes`` unconsumed at once (a message's credit returns when the listener consumed it,
+  it went back to the broker, or its queue was given up).
+- pulling (``consume_stream=False``): one long-polling pull in flight per queue (``poll_timeout``: the
+  gateway holds a pull that finds nothing until a message arrives), paused while
+  ``pull_threshold_for_queue`` messages wait.
 - consuming: concurrently (messages of a queue on ``consume_thread_nums`` threads) or orderly (one
   thread at a time per queue, in queue order; SUSPEND_CURRENT_QUEUE_A_MOMENT retries the same messages
   after ``suspend_current_queue_time``, and past ``max_reconsume_times`` they go to ``%DLQ%<group>``).
@@ -23,7 +29,7 @@ PushConsumer, piece by piece, as in RocketMQ's client:
   sees a retried message under its original topic (RETRY_TOPIC). Only when the broker cannot take it
   back is it consumed again from memory after ``reconsume_later_delay`` (as RocketMQ's client does).
 - offsets: the offset of a queue is the smallest offset still being consumed (so nothing unconsumed is
-  ever skipped); it travels with each pull and is committed every ``persist_consumer_offset_interval``,
+  ever skipped); it travels with each pull (pulling) and is committed every ``persist_consumer_offset_interval``,
   on re-balance and on shutdown. Delivery is at least once: a crash re-delivers what was consumed since
   the last commit.
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import SMALL_COMMITLOG_FILE, Broker
+from rocketstore.services.gateway import local_reads
 from rocketstore.services.gateway.local_reads import LocalStoreReader
 
 from rocketstore.client import ConsumeFromWhere, Message, Producer, PushConsumer
@@ -205,7 +206,7 @@ def test_a_restarted_consumer_resumes_at_its_committed_offset_and_a_waiting_stre
 
 
 def test_local_reads_serve_published_records_and_leave_anything_unusual_to_the_index(
-        gateway: Broker, tmp_path: Path) -> None:
+        gateway: Broker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ep = gateway.gateway.endpoint  # type: ignore[union-attr]
     create_topic(gateway, "StreamLocal", 1)
     n = 250  # 100 units a ConsumeQueue file and 64 KiB CommitLog files: reads cross both kinds of file end
@@ -215,19 +216,26 @@ def test_local_reads_serve_published_records_and_leave_anything_unusual_to_the_i
     data = gateway.data_dir
     reader = LocalStoreReader(str(data / "commitlog"), str(data / "consumequeue"), SMALL_COMMITLOG_FILE, 100 * 20)
     tag_a = parse_expression("A")
-    offsets: list[int] = []
-    bodies: list[str] = []
-    offset = 0
-    while offset < n:
-        batch = reader.read("StreamLocal", 0, offset, n, 64, 1 << 20, tag_a)
-        assert batch is not None, f"a published batch at {offset} was not read locally"
-        assert batch.next_offset > offset
-        offsets += batch.queue_offsets
-        bodies += [m.body[:4].decode() for m in decode_records(batch.records, batch.queue_offsets)]
-        assert [len(r) for r in _split(batch.records)] == batch.sizes
-        offset = batch.next_offset
+
+    def read_all() -> tuple[list[int], list[str]]:
+        offsets: list[int] = []
+        bodies: list[str] = []
+        offset = 0
+        while offset < n:
+            batch = reader.read("StreamLocal", 0, offset, n, 64, 1 << 20, tag_a)
+            assert batch is not None, f"a published batch at {offset} was not read locally"
+            assert batch.next_offset > offset
+            offsets += batch.queue_offsets
+            bodies += [m.body[:4].decode() for m in decode_records(batch.records, batch.queue_offsets)]
+            assert [len(r) for r in _split(batch.records)] == batch.sizes
+            offset = batch.next_offset
+        return offsets, bodies
+
+    offsets, bodies = read_all()
     assert offsets == list(range(1, n, 2))  # only the A messages, in order
     assert bodies == [f"{i:04d}" for i in range(1, n, 2)]
+    monkeypatch.setattr(local_reads, "_walk", None)  # the records checked by the pure-Python loop: the same
+    assert read_all() == (offsets, bodies)
     # The index's streamed read (what the stream uses without the files) answers the same, one call for the
     # units of a ConsumeQueue file (100 here).
     whole = gateway.index.client.get_message("StreamLocal", 0, 0, 300, expression="A", max_bytes=1 << 20)
@@ -245,6 +253,8 @@ def test_local_reads_serve_published_records_and_leave_anything_unusual_to_the_i
     units[5 * 20:5 * 20 + 8] = units[6 * 20:6 * 20 + 8]
     unit_file.write_bytes(bytes(units))
     damaged = LocalStoreReader(str(data / "commitlog"), str(tmp_path / "cq"), SMALL_COMMITLOG_FILE, 100 * 20)
+    assert damaged.read("StreamLocal", 0, 0, n, 64, 1 << 20, parse_expression("*")) is None
+    monkeypatch.undo()  # and by the compiled walk, when it is built
     assert damaged.read("StreamLocal", 0, 0, n, 64, 1 << 20, parse_expression("*")) is None
     after = damaged.read("StreamLocal", 0, 6, n, 64, 1 << 20, parse_expression("*"))
     assert after is not None and after.queue_offsets[0] == 6

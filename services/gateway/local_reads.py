@@ -24,7 +24,9 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Any
 
+from rocketstore import _speedups
 from rocketstore.codec import (
     BODYLEN_LENGTH,
     BODYLEN_POSITIONS,
@@ -51,6 +53,9 @@ _UNIT = struct.Struct(">qiq")
 # TOTALSIZE, MAGICCODE, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET, PHYSICALOFFSET: the head of every record
 _HEAD = struct.Struct(">iIiiiqq")
 _INT = struct.Struct(">i")
+# The dispatcher's compiled record walk (rocketstore/_hotloops.c), when built: the fields of a run of records
+# in one call; without it, the loop below checks each record.
+_walk = _speedups.compiled.walk_records if _speedups.compiled is not None else None
 
 
 @dataclass(slots=True)
@@ -151,13 +156,13 @@ class LocalStoreReader:
                 total += size
         if not chosen:
             return LocalBatch([], [], b"", offset + scanned)
-        parts = self._records(chosen, queue_id, topic.encode(), subscription)
+        parts = self._records(chosen, queue_id, topic, subscription)
         if parts is None:
             return None
         offsets, sizes, datas = parts
         return LocalBatch(offsets, sizes, datas[0] if len(datas) == 1 else b"".join(datas), offset + scanned)
 
-    def _records(self, chosen: list[tuple[int, int, int]], queue_id: int, topic: bytes,
+    def _records(self, chosen: list[tuple[int, int, int]], queue_id: int, topic: str,
                  subscription: Subscription) -> tuple[list[int], list[int], list[bytes]] | None:
         """The records of the chosen units, read in runs of adjacent records (one copy per run), each
         checked against its unit; tags checked by string when the subscription names tags."""
@@ -177,15 +182,10 @@ class LocalStoreReader:
                 return None
             data = f.mm[phy0 - file_from:end - file_from]
             run = chosen[i:j]
-            pos = 0
-            for qo, phy, size in run:
-                total, magic, _, qid, _, record_qo, record_phy = _HEAD.unpack_from(data, pos)
-                if total != size or magic != MESSAGE_MAGIC_CODE or qid != queue_id or record_qo != qo \
-                        or record_phy != phy or not _topic_is(data, pos, size, topic):
-                    _log.debug("local read found a record that is not its unit's; reading through the index",
-                               queue_offset=qo, commit_log_offset=phy, size=size)
-                    return None
-                pos += size
+            if not _are_the_units_records(data, phy0, run, queue_id, topic):
+                _log.debug("local read found a record that is not its unit's; reading through the index",
+                           topic=topic, queue_id=queue_id, queue_offset=run[0][0], commit_log_offset=phy0)
+                return None
             if not subscription.all:
                 kept, pos = [], 0
                 for qo, _, size in run:
@@ -229,6 +229,27 @@ class LocalStoreReader:
                 _, old = self._files.popitem(last=False)
                 old.close()
             return f
+
+
+def _are_the_units_records(data: bytes, phy0: int, run: list[tuple[int, int, int]], queue_id: int,
+                           topic: str) -> bool:
+    """Each record of ``data`` (read at ``phy0``) is the one its unit of ``run`` names: a whole record of the
+    unit's size, at its own physical offset, of this topic, queue id and queue offset."""
+    if _walk is not None:
+        cols: tuple[list[Any], ...] = ([], [], [], [], [], [], [], [], [], [])
+        reached, _ = _walk(data, 0, len(data), phy0, cols)
+        n = len(run)
+        return bool(reached == len(data) and cols[2] == [qo for qo, _, _ in run]
+                    and cols[3] == [phy for _, phy, _ in run] and cols[4] == [size for _, _, size in run]
+                    and cols[1].count(queue_id) == n and cols[0].count(topic) == n)
+    encoded, pos = topic.encode(), 0
+    for qo, phy, size in run:
+        total, magic, _, qid, _, record_qo, record_phy = _HEAD.unpack_from(data, pos)
+        if total != size or magic != MESSAGE_MAGIC_CODE or qid != queue_id or record_qo != qo \
+                or record_phy != phy or not _topic_is(data, pos, size, encoded):
+            return False
+        pos += size
+    return True
 
 
 def _topic_is(data: bytes, pos: int, size: int, topic: bytes) -> bool:

@@ -119,6 +119,14 @@ def test_the_gateway_never_sends_more_than_the_credit_granted_in_messages_or_byt
         wait_until(lambda: received() >= 11, "4 more messages once 4 were released")
         time.sleep(0.5)
         assert received() == 11
+        # Queue 1 is taken away while no credit is left: once credit comes back, only queue 0 is pushed.
+        stream.unassign([2])
+        time.sleep(0.2)
+        seen = len(batches)
+        stream.release(11, 11 * batches[0].sizes[0])
+        wait_until(lambda: received() >= 22, "11 more messages")
+        time.sleep(0.3)
+        assert {b.queue_id for b in batches[seen:]} == {0}
     finally:
         stream.close()
         conn.close()

@@ -14,6 +14,8 @@ stopped together.
 | ``SendBackProcessor`` | ``send_back_processor.py`` | ConsumerSendBack |
 | ``GroupAdminProcessor`` | ``group_admin_processor.py`` | subscription groups |
 | ``DeadLetterProcessor`` | ``dead_letter_processor.py`` | ListDeadLetters, ResendDeadLetter |
+| ``PopProcessor`` | ``pop_processor.py`` (+ ``pop_checkpoints.py``, | RocketMQ 5's receive, ack, |
+| | ``pop_records.py``) | invisibility, revive |
 
 Everything runs on one event loop: a held pull or a stream costs a coroutine, not a thread.
 """
@@ -33,6 +35,7 @@ from .consumer_manage import ConsumerManageProcessor
 from .context import BrokerStats, GatewayContext
 from .dead_letter_processor import DeadLetterProcessor
 from .group_admin_processor import GroupAdminProcessor
+from .pop_processor import PopProcessor
 from .producer_channels import ProducerChannels
 from .pull_processor import PullMessageProcessor
 from .query_processor import QueryMessageProcessor
@@ -67,6 +70,7 @@ class Gateway:
         self.send_back = SendBackProcessor(context, self.sender)
         self.group_admin = GroupAdminProcessor(context)
         self.dead_letters = DeadLetterProcessor(context, self.sender)
+        self.pop = PopProcessor(context, self.sender, self.send_back)
         self.pull = PullMessageProcessor(context)
         self.consumers = ConsumerManageProcessor(context)
         self.query = QueryMessageProcessor(context)
@@ -91,10 +95,12 @@ class Gateway:
         self.context.hold.start()
         self.consumers.start()
         self.transaction_check.start()
+        self.pop.start()
 
     async def shutdown(self) -> None:
         """Stop taking sends, answer the held pulls, persist the consumer offsets, close the clients."""
         await self.transaction_check.stop()
+        await self.pop.stop()
         self.sender.close()
         await self.context.hold.stop()
         await self.consumers.stop()

@@ -25,6 +25,7 @@ from ..servicer import peer_host
 from .client_settings import ClientSettingsRegistry, merged
 from .errors import V2Error, from_broker_error, status
 from .producer import V2SendProcessor
+from .receive import V2ConsumerProcessor
 from .route import broker_of, message_queues
 from .validation import check_group, check_topic
 
@@ -37,13 +38,7 @@ _log = get_logger("rocketstore.gateway.v2")
 _Context = grpc.aio.ServicerContext[Any, Any]
 _R = TypeVar("_R")
 
-_POP_LATER = ("pop consumption (ReceiveMessage, AckMessage, ChangeInvisibleDuration) is not supported yet by this "
-              "broker; consume through rocketstore.v1 (Pull) meanwhile")
 _NOT_SUPPORTED = {
-    "ReceiveMessage": _POP_LATER,
-    "AckMessage": _POP_LATER,
-    "ChangeInvisibleDuration": _POP_LATER,
-    "ForwardMessageToDeadLetterQueue": "ForwardMessageToDeadLetterQueue is not supported yet by this broker",
     "EndTransaction": "EndTransaction is not supported yet: this broker takes no transactional messages yet",
     "RecallMessage": "RecallMessage is not supported yet: this broker takes no DELAY messages "
                      "(delivery timestamps) yet",
@@ -93,6 +88,7 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
         self._ctx = gateway.context
         self._clients = ClientSettingsRegistry()
         self._producer = V2SendProcessor(gateway.context, gateway.send)
+        self._consumer = V2ConsumerProcessor(gateway.context, gateway.pop)
         self._endpoints = _endpoints_of(endpoint)
 
     # --- routes ----------------------------------------------------------------------------------
@@ -190,21 +186,42 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
         _client_id(context)
         return await self._producer.send(request, peer_host(context))
 
+    # --- receiving -------------------------------------------------------------------------------
+    async def ReceiveMessage(self, request: s.ReceiveMessageRequest,
+                             context: _Context) -> AsyncIterator[s.ReceiveMessageResponse]:
+        try:
+            _client_id(context)
+        except V2Error as e:
+            yield s.ReceiveMessageResponse(status=e.status())
+            return
+        try:
+            async for response in self._consumer.receive(request, context.time_remaining()):
+                yield response
+        except Exception as e:  # noqa: BLE001 - every failure is answered
+            _log.error("v2 rpc failed", method="ReceiveMessage", error=repr(e), exc_info=e)
+            yield s.ReceiveMessageResponse(status=status(d.INTERNAL_SERVER_ERROR,
+                                                         f"ReceiveMessage failed: {type(e).__name__}: {e}"))
+
+    @_answers(s.AckMessageResponse)
+    async def AckMessage(self, request: s.AckMessageRequest, context: _Context) -> s.AckMessageResponse:
+        _client_id(context)
+        return await self._consumer.ack(request)
+
+    @_answers(s.ChangeInvisibleDurationResponse)
+    async def ChangeInvisibleDuration(self, request: s.ChangeInvisibleDurationRequest,
+                                      context: _Context) -> s.ChangeInvisibleDurationResponse:
+        _client_id(context)
+        return await self._consumer.change_invisible_duration(request)
+
+    @_answers(s.ForwardMessageToDeadLetterQueueResponse)
+    async def ForwardMessageToDeadLetterQueue(self, request: s.ForwardMessageToDeadLetterQueueRequest,
+                                              context: _Context) -> s.ForwardMessageToDeadLetterQueueResponse:
+        _client_id(context)
+        return await self._consumer.forward_to_dead_letters(request)
+
     # --- not supported yet -----------------------------------------------------------------------
     async def _unsupported(self, name: str, context: _Context) -> None:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, _NOT_SUPPORTED[name])
-
-    async def ReceiveMessage(self, request: Any, context: _Context) -> None:  # type: ignore[override]
-        await self._unsupported("ReceiveMessage", context)
-
-    async def AckMessage(self, request: Any, context: _Context) -> Any:
-        await self._unsupported("AckMessage", context)
-
-    async def ChangeInvisibleDuration(self, request: Any, context: _Context) -> Any:
-        await self._unsupported("ChangeInvisibleDuration", context)
-
-    async def ForwardMessageToDeadLetterQueue(self, request: Any, context: _Context) -> Any:
-        await self._unsupported("ForwardMessageToDeadLetterQueue", context)
 
     async def EndTransaction(self, request: Any, context: _Context) -> Any:
         await self._unsupported("EndTransaction", context)

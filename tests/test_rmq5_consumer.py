@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-import uuid
-from collections.abc import Callable
+from collections.abc import Iterator
 
 import grpc
 import pytest
@@ -19,17 +18,31 @@ from rocketstore.v1 import gateway_pb2 as pb
 from rocketstore.v2 import definition_pb2 as d
 from rocketstore.v2 import service_pb2 as s
 from rocketstore.v2 import service_pb2_grpc as s_grpc
-from tests.conftest import Broker
+from tests.conftest import DEFAULT_BROKER_SETTINGS, Broker
 from tests.rmq5_venv import run_client
 
 QUEUES = 2
 METADATA = (("x-mq-client-id", "raw-consumer"),)
-SETTINGS = {"minInvisibleTimeMillsForRecv": "1000"}
+SETTINGS = {**DEFAULT_BROKER_SETTINGS, "minInvisibleTimeMillsForRecv": "1000", "flushDiskType": "SYNC_FLUSH",
+            "autoCreateSubscriptionGroup": "false"}
 
 
-@pytest.fixture
-def broker(broker_factory: Callable[..., Broker]) -> Broker:
-    return broker_factory({**SETTINGS, "flushDiskType": "SYNC_FLUSH"}, gateway=True)
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    """One broker for the module (each test has topics and groups of its own): starting one per test would
+    take most of the run time."""
+    tmp = tmp_path_factory.mktemp("rmq5-consumer")
+    started = Broker(tmp / "broker", SETTINGS, tmp, with_gateway=True).start()
+    yield started
+    failures = started.close()
+    assert not failures, failures
+
+
+def _group(broker: Broker, name: str, retry_max_times: int = 16) -> str:
+    assert broker.gateway is not None and broker.gateway.stub is not None
+    broker.gateway.stub.CreateSubscriptionGroup(pb.SubscriptionGroup(group_name=name,
+                                                                     retry_max_times=retry_max_times))
+    return name
 
 
 def _v1(broker: Broker) -> object:
@@ -98,6 +111,8 @@ def _until(v2: s_grpc.MessagingServiceStub, topic: str, count: int, timeout: flo
 
 def test_receipt_handles_are_checked_and_each_refusal_has_its_code(broker: Broker) -> None:
     v2 = _v2(broker)
+    _group(broker, "CG")
+    _group(broker, "OtherGroup")
     _create(broker, "Handles")
     _send_v1(broker, "Handles", ["a", "b", "c"])
     code, messages, responses = _receive(v2, "Handles", invisible_s=30)
@@ -133,37 +148,45 @@ def test_receipt_handles_are_checked_and_each_refusal_has_its_code(broker: Broke
     assert _receive(v2, "Handles", wait_s=0.3)[0] == d.MESSAGE_NOT_FOUND
 
 
-@pytest.mark.parametrize(("kw", "code", "words"), [
+_REFUSALS = [
     ({"topic": "Nowhere"}, d.TOPIC_NOT_FOUND, "'Nowhere' does not exist"),
     ({"topic": "rmq_sys_REVIVE_LOG_DefaultCluster"}, d.ILLEGAL_TOPIC, "system topic"),
     ({"group": "bad group!"}, d.ILLEGAL_CONSUMER_GROUP, "outside"),
     ({"group": "CID_RMQ_SYS_REVIVE_GROUP"}, d.ILLEGAL_CONSUMER_GROUP, "system group"),
+    ({"group": "NoSuchGroup"}, d.CONSUMER_GROUP_NOT_FOUND, "'NoSuchGroup' does not exist"),
     ({"invisible_s": 0.5}, d.ILLEGAL_INVISIBLE_TIME, "1000..43200000"),
     ({"expression": "a = 1", "filter_type": d.SQL}, d.ILLEGAL_FILTER_EXPRESSION, "SQL92"),
+    ({"expression": "a||"}, d.ILLEGAL_FILTER_EXPRESSION, "'a||'"),
     ({"batch": 0}, d.BAD_REQUEST, "batch_size is 0"),
-], ids=["unknown-topic", "system-topic", "bad-group", "system-group", "short-invisible", "sql", "no-batch"])
-def test_receive_refusals_carry_the_proxy_code(broker: Broker, kw: dict[str, object], code: int,
-                                               words: str) -> None:
+]
+
+
+def test_bad_receives_and_acks_are_refused_with_the_proxy_code(broker: Broker) -> None:
+    _group(broker, "Refused")
     _create(broker, "Refusals")
-    kw.setdefault("topic", "Refusals")
-    got, messages, _ = _receive(_v2(broker), wait_s=0.2, **kw)  # type: ignore[arg-type]
-    assert not messages
-    assert got == code
-
-
-def test_unknown_group_is_refused_when_groups_are_not_created_on_use(broker_factory: Callable[..., Broker]) -> None:
-    broker = broker_factory({**SETTINGS, "autoCreateSubscriptionGroup": "false"}, gateway=True)
-    _create(broker, "T")
-    code, _, responses = _receive(_v2(broker), "T", group="NoSuchGroup", wait_s=0.2)
-    assert code == d.CONSUMER_GROUP_NOT_FOUND and "'NoSuchGroup'" in responses[0].status.message
-    ack = _ack(_v2(broker), "T", "0 1 2 0 0 broker-a 0 0 0", group="NoSuchGroup")
-    assert ack.status.code == d.CONSUMER_GROUP_NOT_FOUND
+    _send_v1(broker, "Refusals", ["kept"])
+    v2 = _v2(broker)
+    for kw, code, words in _REFUSALS:
+        kw = {"topic": "Refusals", "group": "Refused", **kw}
+        got, messages, responses = _receive(v2, wait_s=0.2, **kw)  # type: ignore[arg-type]
+        assert (got, messages) == (code, []), kw
+        assert words in responses[0].status.message, (kw, responses[0].status.message)
+    for topic, group, code in (("Refusals", "NoSuchGroup", d.CONSUMER_GROUP_NOT_FOUND),
+                               ("Nowhere", "Refused", d.TOPIC_NOT_FOUND)):
+        assert _ack(v2, topic, "0 1 2 0 0 broker-a 0 0 0", group=group).status.code == code
+        assert _change(v2, topic, "0 1 2 0 0 broker-a 0 0 0", 5, group=group).status.code == code
+    missing_client = list(v2.ReceiveMessage(s.ReceiveMessageRequest(), timeout=5))
+    assert missing_client[0].status.code == d.CLIENT_ID_REQUIRED
+    # None of it consumed anything: the message is still there for the group.
+    [kept] = _until(v2, "Refusals", 1, group="Refused")
+    assert kept.body == b"kept"
+    assert _ack(v2, "Refusals", kept.system_properties.receipt_handle, group="Refused").status.code == d.OK
 
 
 def test_unacknowledged_messages_come_back_then_go_to_the_dlq_after_the_groups_attempts(broker: Broker) -> None:
     v2 = _v2(broker)
     stub = _v1(broker)
-    stub.CreateSubscriptionGroup(pb.SubscriptionGroup(group_name="Retry1", retry_max_times=1))  # type: ignore[attr-defined]
+    _group(broker, "Retry1", retry_max_times=1)
     _create(broker, "Redeliver")
     [sent_id] = _send_v1(broker, "Redeliver", ["once"])
     first = _until(v2, "Redeliver", 1, group="Retry1", invisible_s=1)
@@ -188,24 +211,26 @@ def test_unacknowledged_messages_come_back_then_go_to_the_dlq_after_the_groups_a
 
 def test_forward_to_dead_letter_queue_moves_the_message(broker: Broker) -> None:
     v2 = _v2(broker)
+    _group(broker, "Fwd")
     _create(broker, "Forward")
     [sent_id] = _send_v1(broker, "Forward", ["poison"])
-    [m] = _until(v2, "Forward", 1, invisible_s=1)
+    [m] = _until(v2, "Forward", 1, group="Fwd", invisible_s=1)
     r = v2.ForwardMessageToDeadLetterQueue(s.ForwardMessageToDeadLetterQueueRequest(
-        group=d.Resource(name="CG"), topic=d.Resource(name="Forward"), receipt_handle=m.system_properties.receipt_handle,
-        message_id=sent_id, delivery_attempt=1, max_delivery_attempts=16), metadata=METADATA)
+        group=d.Resource(name="Fwd"), topic=d.Resource(name="Forward"),
+        receipt_handle=m.system_properties.receipt_handle, message_id=sent_id, delivery_attempt=1,
+        max_delivery_attempts=16), metadata=METADATA)
     assert r.status.code == d.OK, r.status
-    dead = _v1(broker).ListDeadLetters(pb.ListDeadLettersRequest(consumer_group="CG"))  # type: ignore[attr-defined]
+    dead = _v1(broker).ListDeadLetters(pb.ListDeadLettersRequest(consumer_group="Fwd"))  # type: ignore[attr-defined]
     assert [x.msg_id for x in dead.messages] == [sent_id]
     time.sleep(1.5)  # past its invisible time: it is not delivered again
-    assert _receive(v2, "Forward", wait_s=0.5)[0] == d.MESSAGE_NOT_FOUND
+    assert _receive(v2, "Forward", group="Fwd", wait_s=0.5)[0] == d.MESSAGE_NOT_FOUND
 
 
 def test_a_message_sent_through_v1_is_received_with_its_identity(broker: Broker) -> None:
     v2 = _v2(broker)
     _create(broker, "Identity", queues=1)
     [sent_id] = _send_v1(broker, "Identity", ["hello"], tag="TagX", region="eu")
-    [m] = _until(v2, "Identity", 1)
+    [m] = _until(v2, "Identity", 1, group=_group(broker, "Ident"))
     sp = m.system_properties
     assert sp.message_id == sent_id and sp.tag == "TagX" and sorted(sp.keys) == ["key-hello", "other-hello"]
     assert dict(m.user_properties) == {"region": "eu"}
@@ -213,43 +238,101 @@ def test_a_message_sent_through_v1_is_received_with_its_identity(broker: Broker)
     assert sp.body_encoding == d.IDENTITY and sp.message_type == d.NORMAL and sp.delivery_attempt == 1
     assert sp.queue_id == 0 and sp.queue_offset == 0 and sp.born_timestamp.seconds > 0
     assert sp.store_timestamp.seconds > 0 and sp.store_host and sp.born_host
+    assert _ack(v2, "Identity", sp.receipt_handle, group="Ident").status.code == d.OK
 
 
 def test_fifo_queue_gives_the_next_message_only_after_the_previous_is_acked(broker: Broker) -> None:
     v2 = _v2(broker)
+    _group(broker, "Fifo")
     _create(broker, "Ordered", order=True, queues=1)
     _send_v1(broker, "Ordered", [f"m{i}" for i in range(4)], queue_id=0)
-    first = _until(v2, "Ordered", 1, batch=1, invisible_s=2)
+    first = _until(v2, "Ordered", 1, batch=1, invisible_s=2, group="Fifo")
     assert [m.body for m in first] == [b"m0"]
     # Blocked while m0 is invisible and unacknowledged.
-    assert _receive(v2, "Ordered", batch=1, wait_s=0.3)[0] == d.MESSAGE_NOT_FOUND
-    assert _ack(v2, "Ordered", first[0].system_properties.receipt_handle).status.code == d.OK
-    second = _until(v2, "Ordered", 1, batch=1, invisible_s=1)
+    assert _receive(v2, "Ordered", group="Fifo", batch=1, wait_s=0.3)[0] == d.MESSAGE_NOT_FOUND
+    assert _ack(v2, "Ordered", first[0].system_properties.receipt_handle, group="Fifo").status.code == d.OK
+    second = _until(v2, "Ordered", 1, batch=1, invisible_s=1, group="Fifo")
     assert [m.body for m in second] == [b"m1"]
     # Not acknowledged: m1 again after its invisible time, with the next attempt, before m2.
-    again = _until(v2, "Ordered", 1, batch=2, invisible_s=5, wait_s=3)
+    again = _until(v2, "Ordered", 1, batch=2, invisible_s=5, wait_s=3, group="Fifo")
     assert [m.body for m in again][:1] == [b"m1"]
     assert again[0].system_properties.delivery_attempt == 2
-    assert _ack(v2, "Ordered", *(m.system_properties.receipt_handle for m in again)).status.code == d.OK
+    assert _ack(v2, "Ordered", *(m.system_properties.receipt_handle for m in again),
+                group="Fifo").status.code == d.OK
 
 
 def test_kill9_of_the_gateway_between_receive_and_ack(broker: Broker) -> None:
     assert broker.gateway is not None
     v2 = _v2(broker)
+    _group(broker, "Survivor")
     _create(broker, "Durable")
     ids = _send_v1(broker, "Durable", [f"d{i}" for i in range(6)])
-    got = _until(v2, "Durable", 6, invisible_s=3)
+    got = _until(v2, "Durable", 6, invisible_s=2, group="Survivor")
     assert sorted(m.system_properties.message_id for m in got) == sorted(ids)
     acked, open_ = got[:4], got[4:]
-    assert _ack(v2, "Durable", *(m.system_properties.receipt_handle for m in acked)).status.code == d.OK
+    handles = [m.system_properties.receipt_handle for m in acked]
+    assert _ack(v2, "Durable", *handles, group="Survivor").status.code == d.OK
     broker.gateway.kill9()
     broker.gateway.restart()
     v2 = _v2(broker)
-    back = _until(v2, "Durable", 2, invisible_s=3, wait_s=2, timeout=20)
+    back = _until(v2, "Durable", 2, invisible_s=2, wait_s=2, timeout=20, group="Survivor")
     assert sorted(m.system_properties.message_id for m in back) == \
         sorted(m.system_properties.message_id for m in open_)
     assert all(m.system_properties.delivery_attempt == 2 for m in back)
-    assert _ack(v2, "Durable", *(m.system_properties.receipt_handle for m in back)).status.code == d.OK
-    time.sleep(3.5)  # past every invisible time: nothing acknowledged comes back
-    assert _receive(v2, "Durable", wait_s=0.5)[0] == d.MESSAGE_NOT_FOUND
-    assert uuid  # noqa: B018
+    handles = [m.system_properties.receipt_handle for m in back]
+    assert _ack(v2, "Durable", *handles, group="Survivor").status.code == d.OK
+    # The acknowledged ones were due with the open ones: had an acknowledgement been lost, they would have
+    # come back with them.
+    assert _receive(v2, "Durable", group="Survivor", wait_s=1)[0] == d.MESSAGE_NOT_FOUND
+
+
+def test_official_simple_consumer_filters_acks_changes_and_sees_redelivery(broker: Broker) -> None:
+    assert broker.gateway is not None
+    _create(broker, "Shop")
+    wanted = _send_v1(broker, "Shop", ["a0", "a1", "a2"], tag="TagA", region="eu")
+    _send_v1(broker, "Shop", ["b0", "b1"], tag="TagB")
+    results = run_client("consume.py", {
+        "endpoint": broker.gateway.endpoint, "group": _group(broker, "shop-consumers"), "topic": "Shop",
+        "expression": "TagA",
+        "steps": [
+            {"op": "receive", "max": 32, "invisible": 2, "until": 3},
+            {"op": "ack", "bodies": ["a0"]},
+            {"op": "change", "body": "a1", "invisible": 6},
+            # a2 was not acknowledged: it comes back with its next attempt; a1 stays hidden meanwhile.
+            {"op": "receive", "max": 32, "invisible": 3, "until": 1, "timeout": 8},
+            {"op": "ack", "bodies": ["a1", "a2"]},  # a1 with the handle ChangeInvisibleDuration gave it
+            {"op": "receive", "max": 32, "invisible": 2, "until": 99, "timeout": 4.5},
+        ]})
+    first, _, changed, again, _, after = results
+    assert sorted(m["body"] for m in first) == ["a0", "a1", "a2"]  # TagB filtered out by the broker
+    by_body = {m["body"]: m for m in first}
+    for body, sent_id in zip(["a0", "a1", "a2"], wanted, strict=True):
+        m = by_body[body]
+        assert m["id"] == sent_id and m["tag"] == "TagA" and m["attempt"] == 1 and not m["corrupted"]
+        assert m["keys"] == sorted([f"key-{body}", f"other-{body}"]) and m["properties"] == {"region": "eu"}
+    assert changed["new"] and changed["new"] != changed["old"]
+    assert [(m["body"], m["attempt"], m["id"]) for m in again] == [("a2", 2, wanted[2])]
+    assert after == []  # acknowledged ones never come back, a1 included once its new invisible time passed
+
+
+def test_official_simple_consumer_keeps_fifo_order(broker: Broker) -> None:
+    assert broker.gateway is not None
+    _create(broker, "Steps", order=True, queues=1)
+    sent = [{"body": f"{g}-{i}", "tag": "Step", "group": g} for i in range(3) for g in ("g1", "g2")]
+    run_client("produce.py", {"endpoint": broker.gateway.endpoint, "topic": "Steps", "messages": sent})
+    order = [m["body"] for m in sent]
+    results = run_client("consume.py", {
+        "endpoint": broker.gateway.endpoint, "group": _group(broker, "steppers"), "topic": "Steps", "steps": [
+            {"op": "receive", "max": 3, "invisible": 2, "until": 3},
+            {"op": "receive", "max": 3, "invisible": 2},  # blocked: the first three are neither acked nor due
+            {"op": "ack", "bodies": order[:3]},
+            {"op": "receive", "max": 3, "invisible": 1, "until": 3},
+            # Not acknowledged: the same three again, in order, before anything after them.
+            {"op": "receive", "max": 3, "invisible": 2, "until": 3, "timeout": 6},
+            {"op": "ack", "bodies": order[3:]},
+        ]})
+    first, blocked, _, second, again, _ = results
+    assert [m["body"] for m in first] == order[:3] and blocked == []
+    assert [m["body"] for m in second] == order[3:]
+    assert [(m["body"], m["attempt"]) for m in again] == [(b, 2) for b in order[3:]]
+    assert all(m["group"] == m["body"].split("-")[0] for m in first + second)

@@ -105,6 +105,7 @@ class PopProcessor:
         self.table = CheckpointTable()
         self.revive_topic = revive_topic(context.settings.broker_cluster_name)
         self._locks: dict[QueueKey, asyncio.Lock] = {}
+        self._contended: set[QueueKey] = set()  # queues a receive skipped while another one read them
         self._waiters: dict[str, set[asyncio.Future[bool]]] = {}
         self._due: list[tuple[int, tuple[str, str, int, int, int]]] = []
         self._loaded: asyncio.Future[None] | None = None
@@ -232,6 +233,7 @@ class PopProcessor:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
+            await asyncio.sleep(0)  # a receive woken at once (a queue moved meanwhile) still lets others run
             popped, durable, positions, unblock_ms = await self._pop_once(
                 group, topic, read_queue_nums, subscription, batch, invisible_ms, fifo)
             remaining = deadline - loop.time()
@@ -284,18 +286,25 @@ class PopProcessor:
                 break
             key = (group, source, queue_id)
             lock = self._lock(key)
-            if lock.locked():  # another receive of the group reads it now (queueLockManager.tryLock)
-                positions.append((source, queue_id, max(self._ctx.offsets.query(*key), 0)))
+            if lock.locked():
+                # Another receive of the group reads it now (queueLockManager.tryLock): skipped; a receive that
+                # waits is woken when that one is done with it.
+                self._contended.add(key)
                 continue
-            async with lock:
-                if fifo:
-                    got, ok, position, blocked = await self._pop_ordered(key, subscription, batch - len(out),
-                                                                         invisible_ms)
-                    if blocked:
-                        unblock = blocked if not unblock else min(unblock, blocked)
-                else:
-                    got, ok, position = await self._pop_queue(key, subscription, batch - len(out), invisible_ms,
-                                                              source != topic)
+            try:
+                async with lock:
+                    if fifo:
+                        got, ok, position, blocked = await self._pop_ordered(key, subscription, batch - len(out),
+                                                                             invisible_ms)
+                        if blocked:
+                            unblock = blocked if not unblock else min(unblock, blocked)
+                    else:
+                        got, ok, position = await self._pop_queue(key, subscription, batch - len(out),
+                                                                  invisible_ms, source != topic)
+            finally:
+                if key in self._contended:
+                    self._contended.discard(key)
+                    self._wake(group)
             out += got
             durable = durable and ok
             if position is not None:
@@ -431,8 +440,31 @@ class PopProcessor:
                                  "delivered again; use the handle of the latest receive")
         return ck, i
 
-    async def ack(self, ck: Checkpoint, index: int) -> bool:
-        return await self._store_ack(ck, [index], ACK_ACKED)
+    async def ack(self, found: Sequence[tuple[Checkpoint, int]]) -> bool:
+        """Acknowledge messages, one ACK record per checkpoint (RocketMQ's batch ack), all in one append."""
+        by_ck: dict[tuple[str, str, int, int, int], tuple[Checkpoint, list[int]]] = {}
+        for ck, index in found:
+            indexes = by_ck.setdefault(ck.key, (ck, []))[1]
+            if index not in indexes:
+                indexes.append(index)
+        records = []
+        for ck, indexes in by_ck.values():
+            records.append(ack_message(self.revive_topic, Ack(ck.group, ck.topic, ck.queue_id, ck.start_offset,
+                                                              ck.pop_time, tuple(ck.offsets[i] for i in indexes),
+                                                              ACK_ACKED)))
+            self.table.settle(ck, indexes, ACK_ACKED)  # at once: a revive running meanwhile leaves them alone
+        try:
+            offsets, durable = await self._append(records)
+        except BaseException:
+            for ck, indexes in by_ck.values():
+                self.table.unsettle(ck, indexes)
+            raise
+        self.table.seen(offsets[-1])
+        for ck, _ in by_ck.values():
+            if ck.order:
+                self._commit_order((ck.group, ck.topic, ck.queue_id))
+                self._wake(ck.group)
+        return durable
 
     async def change_invisible(self, ck: Checkpoint, index: int, invisible_ms: int) -> tuple[Checkpoint, bool]:
         """A new checkpoint for the message (now + ``invisible_ms``) and the old one settled, in one append:

@@ -211,21 +211,27 @@ class V2ConsumerProcessor:
         if not request.entries:
             raise V2Error(d.BAD_REQUEST, "entries is empty: name the messages to acknowledge")
         await self._pop.ready()
-        entries = []
+        results: list[d.Status | None] = []
+        found: list[tuple[Checkpoint, int]] = []
         for entry in request.entries:
             try:
-                ck, index = self._find(request.group.name, request.topic.name, entry.receipt_handle)
-                durable = await self._pop.ack(ck, index)
-                result = status() if durable else status(d.MASTER_PERSISTENCE_TIMEOUT,
-                                                         "acknowledged, but not flushed to disk in time")
+                found.append(self._find(request.group.name, request.topic.name, entry.receipt_handle))
+                results.append(None)
             except ReceiptRefused as e:
-                result = status() if e.acked else status(d.INVALID_RECEIPT_HANDLE, e.message)
+                results.append(status() if e.acked else status(d.INVALID_RECEIPT_HANDLE, e.message))
             except V2Error as e:
-                result = e.status()
+                results.append(e.status())
+        if found:
+            try:
+                durable = await self._pop.ack(found)
+                stored = status() if durable else status(d.MASTER_PERSISTENCE_TIMEOUT,
+                                                         "acknowledged, but not flushed to disk in time")
             except BrokerError as e:
-                result = from_broker_error(e).status()
-            entries.append(s.AckMessageResultEntry(message_id=entry.message_id, receipt_handle=entry.receipt_handle,
-                                                   status=result))
+                stored = from_broker_error(e).status()
+            results = [stored if r is None else r for r in results]
+        entries = [s.AckMessageResultEntry(message_id=entry.message_id, receipt_handle=entry.receipt_handle,
+                                           status=result)
+                   for entry, result in zip(request.entries, results, strict=True)]
         codes = {e.status.code for e in entries}
         overall = status() if codes == {d.OK} else (
             entries[0].status if len(codes) == 1 else status(d.MULTIPLE_RESULTS, "the entries had different results"))

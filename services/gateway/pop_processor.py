@@ -29,6 +29,7 @@ from rocketstore.codec import decode_message
 from rocketstore.errors import BrokerError
 from rocketstore.log import get_logger
 from rocketstore.message import PROPERTY_RETRY_TOPIC, MessageExt, properties_to_string
+from rocketstore.settings import BrokerRole
 from rocketstore.subscription import Subscription
 from rocketstore.v1 import commitlog_pb2 as cl_pb
 from rocketstore.v1 import gateway_pb2 as pb
@@ -115,6 +116,8 @@ class PopProcessor:
 
     # --- life cycle ----------------------------------------------------------------------------
     def start(self) -> None:
+        if self._ctx.settings.broker_role is BrokerRole.SLAVE:
+            return  # a slave stores nothing: its master revives (PopReviveService runs on masters only)
         self._task = asyncio.get_running_loop().create_task(self._revive_loop(), name="PopReviveService")
 
     async def stop(self) -> None:

@@ -10,6 +10,10 @@ Starts the four services over a scratch data directory, stores ``--messages`` 1 
 - ``v1 pull``: ``Pull`` of ``--batch`` with the offset committed by the next pull, one thread per queue, over
   the same messages with another group.
 
+- ``stream floor``: the same stream shape with no broker at all: a grpc.aio server in a process of its own
+  answering each ReceiveMessage with a status, ``--batch`` 1 KiB messages and a timestamp, read by the same
+  threads (the ceiling of one-response-per-message streaming on this machine).
+
 It prints msgs/s and the CPU seconds each service used (from /proc).
 
     python bench/rmq5_bench.py
@@ -19,6 +23,8 @@ It prints msgs/s and the CPU seconds each service used (from /proc).
 from __future__ import annotations
 
 import argparse
+import asyncio
+import multiprocessing
 import os
 import sys
 import tempfile
@@ -32,6 +38,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from gateway_bench import Broker  # noqa: E402
 
+from rocketstore.demo import free_port  # noqa: E402
 from rocketstore.v1 import gateway_pb2 as pb  # noqa: E402
 from rocketstore.v2 import definition_pb2 as d  # noqa: E402
 from rocketstore.v2 import service_pb2 as s  # noqa: E402
@@ -117,6 +124,57 @@ def pull(broker: Broker, batch: int, count: int) -> float:
     return sum(done) / (time.perf_counter() - t0)
 
 
+def _floor_server(port: int, batch: int, ready: multiprocessing.synchronize.Event) -> None:
+    import grpc.aio
+
+    message = d.Message(topic=d.Resource(name=TOPIC), body=BODY, system_properties=d.SystemProperties(
+        message_id="7F00000100002A9F0000000000000000", tag="TagA", keys=["k"], receipt_handle="0 " * 8 + "0"))
+
+    class Floor(s_grpc.MessagingServiceServicer):
+        async def ReceiveMessage(self, request, context):  # type: ignore[no-untyped-def]
+            yield s.ReceiveMessageResponse(status=d.Status(code=d.OK))
+            for _ in range(batch):
+                yield s.ReceiveMessageResponse(message=message)
+            yield s.ReceiveMessageResponse(delivery_timestamp={})
+
+    async def serve() -> None:
+        server = grpc.aio.server()
+        s_grpc.add_MessagingServiceServicer_to_server(Floor(), server)
+        server.add_insecure_port(f"127.0.0.1:{port}")
+        await server.start()
+        ready.set()
+        await server.wait_for_termination()
+
+    asyncio.run(serve())
+
+
+def stream_floor(threads: int, batch: int, count: int) -> float:
+    port = free_port()
+    ready = multiprocessing.Event()
+    server = multiprocessing.Process(target=_floor_server, args=(port, batch, ready), daemon=True)
+    server.start()
+    ready.wait(30)
+    done = [0] * threads
+
+    def worker(i: int) -> None:
+        stub = s_grpc.MessagingServiceStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
+        while sum(done) < count:
+            done[i] += sum(1 for r in stub.ReceiveMessage(s.ReceiveMessageRequest(), timeout=30)
+                           if r.HasField("message"))
+
+    try:
+        t0 = time.perf_counter()
+        workers = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        return sum(done) / (time.perf_counter() - t0)
+    finally:
+        server.terminate()
+        server.join(10)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=100_000)
@@ -132,7 +190,8 @@ def main() -> None:
               f"load {os.getloadavg()[0]:.1f}")
         for name, run in (("v2 receive+ack", lambda: receive_ack(broker.endpoints["gateway"], args.threads,
                                                                  args.batch, args.messages)),
-                          ("v1 pull", lambda: pull(broker, args.batch, args.messages))):
+                          ("v1 pull", lambda: pull(broker, args.batch, args.messages)),
+                          ("stream floor", lambda: stream_floor(args.threads, args.batch, args.messages // 4))):
             before = broker.cpu()
             t0 = time.perf_counter()
             rate = run()

@@ -42,8 +42,8 @@ class PullRequestHoldService:
 
     @property
     def held(self) -> int:
-        """Pulls held right now."""
-        return sum(len(waiters) for waiters in self._held.values())
+        """Pulls (and receives) held right now; a receive held on several queues counts once."""
+        return len({future for waiters in self._held.values() for future in waiters})
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="PullRequestHoldService")

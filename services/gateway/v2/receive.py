@@ -160,14 +160,17 @@ class V2ConsumerProcessor:
         if not popped:
             yield s.ReceiveMessageResponse(status=status(d.MESSAGE_NOT_FOUND, "no new message"))
             return
-        # The proxy's order: the status, one message per response, then the delivery timestamp.
-        yield s.ReceiveMessageResponse(status=status())
+        # The proxy's order: the status, one message per response, then the delivery timestamp. All are built
+        # before the first is written, so the writes follow one another (gRPC sends them in fewer packets).
         topic, namespace = request.message_queue.topic.name, request.message_queue.topic.resource_namespace
-        for p in popped:
-            yield s.ReceiveMessageResponse(message=v2_message(p.message, topic, namespace, _handle_of(p.ck, p.index),
-                                                              p.attempt))
+        responses = [s.ReceiveMessageResponse(status=status())]
+        responses += [s.ReceiveMessageResponse(message=v2_message(p.message, topic, namespace,
+                                                                  _handle_of(p.ck, p.index), p.attempt))
+                      for p in popped]
+        responses.append(s.ReceiveMessageResponse(delivery_timestamp=_timestamp(int(time.time() * 1000))))
         self._ctx.stats.pulled(len(popped))
-        yield s.ReceiveMessageResponse(delivery_timestamp=_timestamp(int(time.time() * 1000)))
+        for response in responses:
+            yield response
 
     async def _receive(self, request: s.ReceiveMessageRequest, time_remaining: float | None) -> list[Popped]:
         self._group(request.group)

@@ -38,10 +38,10 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     assert not failures, failures
 
 
-def _group(broker: Broker, name: str, retry_max_times: int = 16) -> str:
+def _group(broker: Broker, name: str, retry_max_times: int = 16, orderly: bool = False) -> str:
     assert broker.gateway is not None and broker.gateway.stub is not None
-    broker.gateway.stub.CreateSubscriptionGroup(pb.SubscriptionGroup(group_name=name,
-                                                                     retry_max_times=retry_max_times))
+    broker.gateway.stub.CreateSubscriptionGroup(pb.SubscriptionGroup(
+        group_name=name, retry_max_times=retry_max_times, consume_message_orderly=orderly))
     return name
 
 
@@ -241,10 +241,10 @@ def test_a_message_sent_through_v1_is_received_with_its_identity(broker: Broker)
     assert _ack(v2, "Identity", sp.receipt_handle, group="Ident").status.code == d.OK
 
 
-def test_fifo_queue_gives_the_next_message_only_after_the_previous_is_acked(broker: Broker) -> None:
+def test_an_orderly_group_gets_the_next_message_only_after_the_previous_is_acked(broker: Broker) -> None:
     v2 = _v2(broker)
-    _group(broker, "Fifo")
-    _create(broker, "Ordered", order=True, queues=1)
+    _group(broker, "Fifo", orderly=True)  # consumeMessageOrderly: FIFO on any topic
+    _create(broker, "Ordered", queues=1)
     _send_v1(broker, "Ordered", [f"m{i}" for i in range(4)], queue_id=0)
     first = _until(v2, "Ordered", 1, batch=1, invisible_s=2, group="Fifo")
     assert [m.body for m in first] == [b"m0"]

@@ -706,7 +706,7 @@ class ListTransactionsResponse(_message.Message):
     def __init__(self, transactions: _Optional[_Iterable[_Union[PendingTransaction, _Mapping]]] = ...) -> None: ...
 
 class SubscriptionGroup(_message.Message):
-    __slots__ = ("group_name", "consume_enable", "consume_from_min_enable", "consume_broadcast_enable", "retry_queue_nums", "retry_max_times", "broker_id", "which_broker_when_consume_slowly", "notify_consumer_ids_changed_enable")
+    __slots__ = ("group_name", "consume_enable", "consume_from_min_enable", "consume_broadcast_enable", "retry_queue_nums", "retry_max_times", "broker_id", "which_broker_when_consume_slowly", "notify_consumer_ids_changed_enable", "consume_message_orderly")
     GROUP_NAME_FIELD_NUMBER: _ClassVar[int]
     CONSUME_ENABLE_FIELD_NUMBER: _ClassVar[int]
     CONSUME_FROM_MIN_ENABLE_FIELD_NUMBER: _ClassVar[int]
@@ -716,6 +716,7 @@ class SubscriptionGroup(_message.Message):
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     WHICH_BROKER_WHEN_CONSUME_SLOWLY_FIELD_NUMBER: _ClassVar[int]
     NOTIFY_CONSUMER_IDS_CHANGED_ENABLE_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_MESSAGE_ORDERLY_FIELD_NUMBER: _ClassVar[int]
     group_name: str
     consume_enable: bool
     consume_from_min_enable: bool
@@ -725,7 +726,8 @@ class SubscriptionGroup(_message.Message):
     broker_id: int
     which_broker_when_consume_slowly: int
     notify_consumer_ids_changed_enable: bool
-    def __init__(self, group_name: _Optional[str] = ..., consume_enable: _Optional[bool] = ..., consume_from_min_enable: _Optional[bool] = ..., consume_broadcast_enable: _Optional[bool] = ..., retry_queue_nums: _Optional[int] = ..., retry_max_times: _Optional[int] = ..., broker_id: _Optional[int] = ..., which_broker_when_consume_slowly: _Optional[int] = ..., notify_consumer_ids_changed_enable: _Optional[bool] = ...) -> None: ...
+    consume_message_orderly: bool
+    def __init__(self, group_name: _Optional[str] = ..., consume_enable: _Optional[bool] = ..., consume_from_min_enable: _Optional[bool] = ..., consume_broadcast_enable: _Optional[bool] = ..., retry_queue_nums: _Optional[int] = ..., retry_max_times: _Optional[int] = ..., broker_id: _Optional[int] = ..., which_broker_when_consume_slowly: _Optional[int] = ..., notify_consumer_ids_changed_enable: _Optional[bool] = ..., consume_message_orderly: _Optional[bool] = ...) -> None: ...
 
 class GetSubscriptionGroupRequest(_message.Message):
     __slots__ = ("group_name",)

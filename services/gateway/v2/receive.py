@@ -113,10 +113,11 @@ class V2ConsumerProcessor:
         self._pop = pop
 
     # --- common checks -------------------------------------------------------------------------
-    def _group(self, resource: d.Resource) -> None:
+    def _group(self, resource: d.Resource) -> bool:
+        """Whether the group pops in order (its consumeMessageOrderly)."""
         check_group(resource.name)
         try:
-            self._ctx.group_for_consume(resource.name)
+            return self._ctx.group_for_consume(resource.name).consume_message_orderly
         except BrokerError as e:
             code = {"NOT_FOUND": d.CONSUMER_GROUP_NOT_FOUND, "PERMISSION_DENIED": d.FORBIDDEN}.get(
                 e.code, d.INTERNAL_SERVER_ERROR)
@@ -173,8 +174,9 @@ class V2ConsumerProcessor:
             yield response
 
     async def _receive(self, request: s.ReceiveMessageRequest, time_remaining: float | None) -> list[Popped]:
-        self._group(request.group)
+        orderly = self._group(request.group)
         queues, ordered = self._topic(request.message_queue.topic)
+        ordered = ordered or orderly
         subscription = _subscription(request.filter_expression)
         if request.batch_size <= 0:
             raise V2Error(d.BAD_REQUEST, f"batch_size is {request.batch_size}; ask for 1..{MAX_POP_MESSAGES} "

@@ -296,14 +296,15 @@ class PopProcessor:
                 continue
             try:
                 async with lock:
-                    if fifo:
-                        got, ok, position, blocked = await self._pop_ordered(key, subscription, batch - len(out),
-                                                                             invisible_ms)
-                        if blocked:
-                            unblock = blocked if not unblock else min(unblock, blocked)
-                    else:
-                        got, ok, position = await self._pop_queue(key, subscription, batch - len(out),
-                                                                  invisible_ms, source != topic)
+                    try:
+                        got, ok, position, blocked = await self._pop_source(key, subscription, batch - len(out),
+                                                                            invisible_ms, fifo, source != topic)
+                    except BrokerError:
+                        if not out:
+                            raise
+                        break  # what the other queues gave is hidden already: answer it
+                    if blocked:
+                        unblock = blocked if not unblock else min(unblock, blocked)
             finally:
                 if key in self._contended:
                     self._contended.discard(key)
@@ -313,6 +314,13 @@ class PopProcessor:
             if position is not None:
                 positions.append(position)
         return out, durable, positions, unblock
+
+    async def _pop_source(self, key: QueueKey, subscription: Subscription, n: int, invisible_ms: int, fifo: bool,
+                          retry: bool) -> tuple[list[Popped], bool, tuple[str, int, int] | None, int]:
+        if fifo:
+            return await self._pop_ordered(key, subscription, n, invisible_ms)
+        got, ok, position = await self._pop_queue(key, subscription, n, invisible_ms, retry)
+        return got, ok, position, 0
 
     async def _start_offset(self, key: QueueKey, retry: bool) -> int:
         """The group's pop offset in the queue; a group new to it starts at its first message when nothing

@@ -592,6 +592,7 @@ class PopProcessor:
                 await self._retry_topic(retry)
                 copies.append(_retry_copy(m, retry, real, ck.pop_time, ck.attempts[i]))
             await self._store_ack(ck, [i for i, _ in again], ACK_REVIVED, copies)
+            self._wake(ck.group)  # a receive waiting since before the retry topic existed does not watch it yet
         if dead:
             await self._to_dead_letters(ck, dead)
         _log.debug("revived", group=ck.group, topic=ck.topic, queue_id=ck.queue_id, retried=len(again),

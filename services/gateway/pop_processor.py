@@ -113,6 +113,7 @@ class PopProcessor:
         self._task: asyncio.Task[None] | None = None
         self._last_pop_time = 0
         self._revive_committed = -1
+        self._in_flight: dict[object, int] = {}  # appends of revive records under way -> the position then
 
     # --- life cycle ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -190,7 +191,13 @@ class PopProcessor:
         (PUT_OK). Raises when they were not stored."""
         payload = cl_pb.AppendBatchRequest(columnar=True, messages=messages).SerializeToString()
         encoded = EncodedSend(payload, [""] * len(messages), sum(len(m.body) for m in messages))
-        appended = await self._batcher.send(encoded, SEND_TIMEOUT)
+        # Until it is answered, the revive position may not pass where this append can land.
+        token = object()
+        self._in_flight[token] = self.table.revive_position()
+        try:
+            appended = await self._batcher.send(encoded, SEND_TIMEOUT)
+        finally:
+            del self._in_flight[token]
         columns, start = appended.columns, appended.start
         statuses = list(columns.statuses[start:start + len(messages)])
         for i, status in enumerate(statuses):
@@ -536,7 +543,7 @@ class PopProcessor:
             await asyncio.sleep(REVIVE_TICK)
 
     def _commit_revive_position(self) -> None:
-        position = self.table.revive_position()
+        position = min([self.table.revive_position(), *self._in_flight.values()])
         if position != self._revive_committed:
             self._ctx.offsets.commit(REVIVE_GROUP, self.revive_topic, 0, position)
             self._revive_committed = position

@@ -52,6 +52,11 @@ class CheckpointTable:
         """A record at ``revive_offset`` of the revive queue was stored (or read)."""
         self._revive_end = max(self._revive_end, revive_offset + 1)
 
+    @property
+    def revive_end(self) -> int:
+        """One past the last revive record stored or read: where the next one lands, or beyond."""
+        return self._revive_end
+
     def revive_position(self) -> int:
         """The revive queue offset a start reads from: the first open checkpoint's, else past every record."""
         return min((ck.revive_offset for ck in self._cks.values() if ck.open_indexes), default=self._revive_end)

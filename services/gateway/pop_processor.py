@@ -191,9 +191,10 @@ class PopProcessor:
         (PUT_OK). Raises when they were not stored."""
         payload = cl_pb.AppendBatchRequest(columnar=True, messages=messages).SerializeToString()
         encoded = EncodedSend(payload, [""] * len(messages), sum(len(m.body) for m in messages))
-        # Until it is answered, the revive position may not pass where this append can land.
+        # Until it is answered, the revive position may not pass where this append can land (at or after the
+        # end now: the CommitLog answers appends in order).
         token = object()
-        self._in_flight[token] = self.table.revive_position()
+        self._in_flight[token] = self.table.revive_end
         try:
             appended = await self._batcher.send(encoded, SEND_TIMEOUT)
         finally:

@@ -409,6 +409,8 @@ class PopProcessor:
         if not found:
             if state is None:
                 self._ctx.offsets.commit(group, topic, queue_id, next_offset)
+            elif status == pb.PULL_OFFSET_ILLEGAL and next_offset > offset:
+                await self._forget_below(key, next_offset)  # deleted from the store: nothing left to deliver
             return [], True, (topic, queue_id, next_offset), 0
         limit = self.max_attempts(group)
         attempts = [(state.attempts[m.queue_offset] + 1) if state is not None and m.queue_offset in state.attempts
@@ -424,6 +426,16 @@ class PopProcessor:
             await self._to_dead_letters(ck, dead)
         self._commit_order(key)
         return [Popped(m, ck, i) for i, m in enumerate(found) if i not in dead], durable, None, 0
+
+    async def _forget_below(self, key: QueueKey, offset: int) -> None:
+        """Settle the ordered queue's live messages below ``offset``, which the store no longer holds (their
+        CommitLog files expired), so the queue moves on instead of waiting for them for ever."""
+        for ck in [ck for ck in self.table.open_checkpoints() if (ck.group, ck.topic, ck.queue_id) == key]:
+            gone = [i for i in ck.open_indexes if ck.offsets[i] < offset]
+            if gone:
+                _log.warning("ordered messages no longer in the store", group=key[0], topic=key[1],
+                             queue_id=key[2], offsets=[ck.offsets[i] for i in gone])
+                await self._store_ack(ck, gone, ACK_REVIVED)
 
     def _commit_order(self, key: QueueKey) -> None:
         committed = self.table.order_committed(key, _now_ms())

@@ -148,8 +148,9 @@ class PopProcessor:
 
     async def _load(self) -> None:
         ctx = self._ctx
-        await asyncio.to_thread(ctx.topics.create_topic_in_send_message_back_method, self.revive_topic, 1,
-                                PERM_READ | PERM_WRITE)
+        if ctx.settings.broker_role is not BrokerRole.SLAVE:  # a slave's topics are its master's
+            await asyncio.to_thread(ctx.topics.create_topic_in_send_message_back_method, self.revive_topic, 1,
+                                    PERM_READ | PERM_WRITE)
         target = (await ctx.commitlog.offsets()).max_offset
         deadline = time.monotonic() + CATCH_UP_TIMEOUT
         while (await ctx.index.position()).position < target:  # what was stored before a crash is read whole

@@ -12,6 +12,13 @@ One thread here does what RocketMQ's enqueue and dequeue services do:
   them back with REAL_TOPIC / REAL_QID (every property kept, WAIT=false) in one append per batch, and
   records the progress in the checkpoint; a finished slot's file is removed.
 
+Recall (RocketMQ 5.3's delete markers): a recalled message has a marker in the timer topic, a message of the
+same slot whose TIMER_DEL_UNIQKEY is ``<real topic>+<UNIQ_KEY>``. Its unit goes in the slot's file marked
+MAGIC_DELETE; before a slot is delivered its markers are read, and the messages they name are not
+delivered, nor are the markers. A marker whose slot has already passed is dropped, and a message found due
+at enqueue (its slot passed while the service was behind) is first looked up for a marker in the index.
+Markers are in the CommitLog and the slot files, so a cancel holds across restarts.
+
 Durability: a batch is appended before the checkpoint records it. A crash between the two delivers that
 batch again after the restart (at most ``BATCH`` messages): those, and only those, can repeat.
 """
@@ -28,17 +35,20 @@ from rocketstore.services.index.client import IndexClient
 from rocketstore.codec import decode_message
 from rocketstore.errors import BrokerError
 from rocketstore.log import get_logger
+from rocketstore.message import PROPERTY_REAL_TOPIC, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, MessageExt
 from rocketstore.statuses import PutMessageStatus
 from rocketstore.v1 import commitlog_pb2 as cl_pb
 from rocketstore.v1 import index_pb2 as index_pb
 
 from .schedule_service import delivery_message
-from .timer_wheel import TimerCheckpoint, TimerUnit, TimerWheel
+from .timer_wheel import MAGIC_DELETE, TimerCheckpoint, TimerUnit, TimerWheel
 
 __all__ = ["BATCH", "TIMER_TOPIC", "TimerMessageService"]
 
 TIMER_TOPIC = "rmq_sys_wheel_timer"
+PROPERTY_TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"
 BATCH = 256
+_MARKER_SEARCH = 64  # messages of the timer topic with one UNIQ_KEY looked at for a marker
 RETRY_AFTER_ERROR = 1.0
 _STORED = frozenset(int(s) for s in (PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT,
                                       PutMessageStatus.FLUSH_SLAVE_TIMEOUT, PutMessageStatus.SLAVE_NOT_AVAILABLE))
@@ -58,6 +68,8 @@ class TimerMessageService:
         self.wheel = TimerWheel(os.path.join(root_dir, "timerwheel"))
         self.check = TimerCheckpoint.load(self.config_dir, _now_ms() // precision_ms * precision_ms)
         self.delivered = 0
+        self.recalled = 0  # messages not delivered because a marker cancelled them
+        self._deletes: tuple[int, int, frozenset[str]] = (-1, -1, frozenset())  # slot, file size, keys
         self._deliver = deliver
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="timer", daemon=True)
@@ -108,12 +120,17 @@ class TimerMessageService:
             except ValueError:
                 _log.warning("timed message without TIMER_OUT_MS dropped", queue_offset=queue_offset)
                 continue
-            if slot < c.last_read_time_ms:  # its slot has passed already: deliver now
+            marker = PROPERTY_TIMER_DEL_UNIQKEY in msg.properties
+            if slot < c.last_read_time_ms and marker:
+                _log.warning("recall marker after its slot was delivered; dropped", queue_offset=queue_offset,
+                             key=msg.properties[PROPERTY_TIMER_DEL_UNIQKEY])
+            elif slot < c.last_read_time_ms:  # its slot has passed already: deliver now, unless recalled
                 m = delivery_message(msg)
-                if m is not None:
+                if m is not None and not self._recalled(msg):
                     due.append(m)
             else:
-                units.append((slot, TimerUnit(queue_offset, msg.commitlog_offset, msg.store_size)))
+                units.append((slot, TimerUnit(queue_offset, msg.commitlog_offset, msg.store_size,
+                                              MAGIC_DELETE if marker else 0)))
         self.wheel.append(units)
         if due:
             self._append(due)
@@ -128,10 +145,16 @@ class TimerMessageService:
         while c.last_read_time_ms + p <= _now_ms() and not self._stop.is_set():
             units = self.wheel.read(c.last_read_time_ms, c.slot_delivered, BATCH)
             if units:
-                records = self._commitlog.read_records([(u.commitlog_offset, u.size) for u in units])
+                deletes = self._slot_deletes(c.last_read_time_ms)
+                timed = [u for u in units if not u.is_delete]
+                records = self._commitlog.read_records([(u.commitlog_offset, u.size) for u in timed])
                 out = []
-                for u, record in zip(units, records, strict=True):
-                    m = delivery_message(decode_message(record)) if record is not None else None
+                for u, record in zip(timed, records, strict=True):
+                    decoded = decode_message(record) if record is not None else None
+                    if decoded is not None and deletes and _delete_key(decoded) in deletes:
+                        self.recalled += 1
+                        continue
+                    m = delivery_message(decoded) if decoded is not None else None
                     if m is None:
                         _log.warning("timed message not deliverable (expired or no real topic)",
                                      commit_log_offset=u.commitlog_offset, queue_offset=u.queue_offset)
@@ -153,6 +176,42 @@ class TimerMessageService:
             c.persist(self.config_dir)
         return moved
 
+    def _slot_deletes(self, slot_ms: int) -> frozenset[str]:
+        """The keys the slot's markers cancel (read again whenever the slot's file has grown)."""
+        size = self.wheel.size(slot_ms)
+        cached_slot, cached_size, keys = self._deletes
+        if (cached_slot, cached_size) == (slot_ms, size):
+            return keys
+        markers = self.wheel.delete_units(slot_ms)
+        found: set[str] = set()
+        if markers:
+            records = self._commitlog.read_records([(u.commitlog_offset, u.size) for u in markers])
+            for u, record in zip(markers, records, strict=True):
+                key = decode_message(record).properties.get(PROPERTY_TIMER_DEL_UNIQKEY) if record else None
+                if key:
+                    found.add(key)
+                else:
+                    _log.warning("recall marker unreadable; its message may be delivered",
+                                 commit_log_offset=u.commitlog_offset)
+        self._deletes = (slot_ms, size, frozenset(found))
+        return self._deletes[2]
+
+    def _recalled(self, msg: MessageExt) -> bool:
+        """Whether a marker for ``msg`` is in the timer topic (for a message found due at enqueue)."""
+        uniq = msg.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+        if not uniq:
+            return False
+        key = _delete_key(msg)
+        r = self._index.query_by_key(TIMER_TOPIC, uniq, _MARKER_SEARCH)
+        pos = 0
+        for _ in r.physical_offsets:
+            m = decode_message(r.records, pos)
+            pos += m.store_size
+            if m.properties.get(PROPERTY_TIMER_DEL_UNIQKEY) == key:
+                self.recalled += 1
+                return True
+        return False
+
     def _append(self, messages: list[cl_pb.Message]) -> None:
         response = self._commitlog.append(messages, columnar=True)
         failed = [int(s) for s in response.columns.statuses if int(s) not in _STORED]
@@ -163,6 +222,12 @@ class TimerMessageService:
 class _PutFailed(BrokerError):
     def __init__(self, message: str) -> None:
         super().__init__("INTERNAL", message)
+
+
+def _delete_key(msg: MessageExt) -> str:
+    """TimerMessageStore.buildDeleteKey of a timed message: its real topic and UNIQ_KEY."""
+    props = msg.properties
+    return f"{props.get(PROPERTY_REAL_TOPIC, '')}+{props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, '')}"
 
 
 def _now_ms() -> int:

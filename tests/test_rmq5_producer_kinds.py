@@ -1,0 +1,244 @@
+"""RocketMQ 5's producer message kinds on the gateway, with the official Python client (its own virtualenv and
+process): DELAY messages delivered no earlier than their delivery timestamp, a recalled one never (also
+across a restart of the schedule service); TRANSACTION messages committed, rolled back, and left open and
+then resolved by the client's TransactionChecker through Telemetry. Then the edges through raw stubs:
+EndTransaction of an unknown or resolved transaction, recall handles that are bad, of an unknown message or
+of a delivered one, and sends a topic's message type refuses."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from rocketstore.v1 import gateway_pb2 as pb
+from rocketstore.v2 import definition_pb2 as d
+from rocketstore.v2 import service_pb2 as s
+from rocketstore.v2 import service_pb2_grpc as s_grpc
+from tests.conftest import RPC_TIMEOUT, Broker
+from tests.rmq5_venv import run_client
+
+METADATA = (("x-mq-client-id", "raw-stub-client"),)
+
+
+def _create(broker: Broker, topic: str, queues: int = 2, message_type: str = "") -> None:
+    assert broker.gateway is not None and broker.gateway.stub is not None
+    broker.gateway.stub.CreateTopic(pb.CreateTopicRequest(topic=topic, read_queue_nums=queues, write_queue_nums=queues,
+                                                          message_type=message_type))
+
+
+def _pulled(broker: Broker, topic: str, queues: int = 2) -> list[pb.ReceivedMessage]:
+    assert broker.gateway is not None and broker.gateway.stub is not None
+    out: list[pb.ReceivedMessage] = []
+    for queue_id in range(queues):
+        got: list[pb.ReceivedMessage] = []
+        while True:
+            r = broker.gateway.stub.Pull(pb.PullRequest(consumer_group="v1-reader", topic=topic, queue_id=queue_id,
+                                                        offset=len(got), max_messages=32, poll_timeout_ms=0),
+                                         timeout=RPC_TIMEOUT)
+            if r.status != pb.PULL_FOUND:
+                break
+            got += r.messages
+        out += got
+    return out
+
+
+def _wait_for(what: Callable[[], bool], timeout: float = 30.0, say: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if what():
+            return
+        time.sleep(0.1)
+    pytest.fail(f"timed out after {timeout}s waiting for {say}")
+
+
+def _send_v1_at(broker: Broker, topic: str, body: bytes, at_ms: int) -> str:
+    assert broker.gateway is not None and broker.gateway.stub is not None
+    r = broker.gateway.stub.Send(pb.SendRequest(topic=topic, queue_id=0, messages=[
+        pb.OutgoingMessage(body=body, timer_deliver_ms=at_ms)]), timeout=RPC_TIMEOUT)
+    return str(r.results[0].msg_id)
+
+
+# --- DELAY and RecallMessage through the official client --------------------------------------------------
+def test_delay_messages_arrive_not_before_their_time_and_recalled_ones_never(
+        broker_factory: Callable[..., Broker]) -> None:
+    broker = broker_factory({}, gateway=True, schedule=True)
+    assert broker.gateway is not None and broker.schedule is not None
+    _create(broker, "Later")
+    sent = run_client("delay.py", {"endpoint": broker.gateway.endpoint, "topic": "Later", "messages": [
+        {"body": "soon-0", "delay_s": 2}, {"body": "soon-1", "delay_s": 2},
+        {"body": "recalled", "delay_s": 3, "recalls": 2},  # a second recall answers OK again
+        {"body": "recalled-then-restart", "delay_s": 4, "recalls": 1}]})
+    assert all(r["recall_handle"] for r in sent)
+    assert [r["recalled"] for r in sent] == [[], [], [sent[2]["message_id"]] * 2, [sent[3]["message_id"]]]
+
+    # The schedule service stops and starts again before the recalled slots: the cancel is durable.
+    broker.schedule.kill9()
+    broker.schedule.restart()
+    last = max(r["at"] for r in sent)
+    sentinel = _send_v1_at(broker, "Later", b"after-all", (last + 1) * 1000)  # slots are delivered in order
+    _wait_for(lambda: sentinel in {m.msg_id for m in _pulled(broker, "Later")}, say="the last timed message")
+    got = {m.msg_id: m for m in _pulled(broker, "Later")}
+    assert set(got) == {sent[0]["message_id"], sent[1]["message_id"], sentinel}
+    for receipt in sent[:2]:
+        m = got[receipt["message_id"]]
+        assert m.store_timestamp >= receipt["at"] * 1000  # put in its topic no earlier than its delivery time
+        assert m.tags == "Later" and m.properties["TIMER_DELIVER_MS"] == str(receipt["at"] * 1000)
+
+
+def test_recall_refusals_say_what_is_wrong(broker_factory: Callable[..., Broker]) -> None:
+    broker = broker_factory({}, gateway=True, schedule=True)
+    assert broker.gateway is not None
+    _create(broker, "Later")
+    _create(broker, "Plain", message_type="NORMAL")
+    v2 = s_grpc.MessagingServiceStub(grpc.insecure_channel(broker.gateway.endpoint))
+
+    def recall(topic: str, handle: str) -> d.Status:
+        return v2.RecallMessage(s.RecallMessageRequest(topic=d.Resource(name=topic), recall_handle=handle),
+                                metadata=METADATA, timeout=RPC_TIMEOUT).status
+
+    def handle(topic: str, at_ms: int, message_id: str, broker_name: str = "broker-a") -> str:
+        return base64.urlsafe_b64encode(f"v1 {topic} {broker_name} {at_ms} {message_id}".encode()).decode()
+
+    later = int(time.time() * 1000) + 60_000
+    sent = v2.SendMessage(s.SendMessageRequest(messages=[d.Message(
+        topic=d.Resource(name="Later"), body=b"x", system_properties=d.SystemProperties(
+            message_id=uuid.uuid4().hex.upper(), message_type=d.DELAY,
+            delivery_timestamp=Timestamp(seconds=later // 1000)))]), metadata=METADATA, timeout=RPC_TIMEOUT)
+    good = sent.entries[0].recall_handle
+    for topic, bad, code, words in [
+            ("Later", "not base64 !", d.BAD_REQUEST, "recall handle is invalid"),
+            ("Later", base64.urlsafe_b64encode(b"v2 Later broker-a 1 X").decode(), d.BAD_REQUEST, "not a v1"),
+            ("Later", handle("Other", later, "AB"), d.BAD_REQUEST, "of topic 'Other'"),
+            ("Later", handle("Later", later, "AB", "broker-z"), d.BAD_REQUEST, "of broker 'broker-z'"),
+            ("Later", handle("Later", later, "0123456789ABCDEF"), d.MESSAGE_NOT_FOUND, "no scheduled message"),
+            ("Later", handle("Later", int(time.time() * 1000) - 1000, sent.entries[0].message_id),
+             d.PRECONDITION_FAILED, "delivery time has passed"),
+            ("Plain", good, d.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, "accepts NORMAL")]:
+        status = recall(topic, bad)
+        assert (status.code, words in status.message) == (code, True), status
+    assert recall("Later", good).code == d.OK
+
+
+# --- TRANSACTION through the official client ----------------------------------------------------------------
+def test_transactions_commit_rollback_and_an_open_one_resolved_by_the_clients_checker(
+        broker_factory: Callable[..., Broker]) -> None:
+    broker = broker_factory({"transactionCheckInterval": "300", "transactionTimeOut": "1000"}, gateway=True)
+    assert broker.gateway is not None and broker.gateway.stub is not None
+    _create(broker, "Payments")
+    outcomes = ["commit", "rollback", "check-commit", "check-rollback"]
+    result = run_client("transaction.py", {"endpoint": broker.gateway.endpoint, "topic": "Payments", "timeout": 30,
+                                           "messages": [{"body": o, "outcome": o} for o in outcomes]})
+    receipts = dict(zip(outcomes, result["receipts"], strict=True))
+    assert all(r["transaction_id"] == r["message_id"] for r in receipts.values())
+    # The checker saw the open ones as the proxy hands them over: real topic, id, tag, type, user properties.
+    checked = {c["message_id"]: c for c in result["checked"]}
+    assert set(checked) == {receipts["check-commit"]["message_id"], receipts["check-rollback"]["message_id"]}
+    for c in checked.values():
+        assert (c["topic"], c["tag"], c["type"], c["properties"]["outcome"]) == \
+            ("Payments", "Tx", d.TRANSACTION, c["body"])
+
+    _wait_for(lambda: not broker.gateway.stub.ListTransactions(pb.ListTransactionsRequest()).transactions,
+              say="every transaction resolved")
+    visible = {m.msg_id: m for m in _pulled(broker, "Payments")}
+    assert set(visible) == {receipts["commit"]["message_id"], receipts["check-commit"]["message_id"]}
+    assert {m.body for m in visible.values()} == {b"commit", b"check-commit"}
+    assert all(m.properties["outcome"] == m.body.decode() and m.tags == "Tx" for m in visible.values())
+
+
+def test_end_transaction_of_an_unknown_or_resolved_transaction(broker_factory: Callable[..., Broker]) -> None:
+    broker = broker_factory({}, gateway=True)
+    assert broker.gateway is not None
+    _create(broker, "Payments")
+    v2 = s_grpc.MessagingServiceStub(grpc.insecure_channel(broker.gateway.endpoint))
+
+    def end(txid: str, resolution: d.TransactionResolution, topic: str = "Payments") -> d.Status:
+        return v2.EndTransaction(s.EndTransactionRequest(
+            topic=d.Resource(name=topic), message_id=txid, transaction_id=txid, resolution=resolution,
+            source=d.SOURCE_CLIENT), metadata=METADATA, timeout=RPC_TIMEOUT).status
+
+    sent = v2.SendMessage(s.SendMessageRequest(messages=[d.Message(
+        topic=d.Resource(name="Payments"), body=b"pay", system_properties=d.SystemProperties(
+            message_id=uuid.uuid4().hex.upper(), message_type=d.TRANSACTION))]), metadata=METADATA, timeout=RPC_TIMEOUT)
+    txid = sent.entries[0].transaction_id
+    assert sent.status.code == d.OK and txid == sent.entries[0].message_id
+    assert _pulled(broker, "Payments") == []  # a half message is not visible
+
+    assert end(" ", d.COMMIT).code == d.INVALID_TRANSACTION_ID
+    unknown = end("0123456789ABCDEF0123456789ABCDEF", d.COMMIT)
+    assert (unknown.code, "no open transaction" in unknown.message) == (d.INTERNAL_SERVER_ERROR, True), unknown
+    assert end(txid, d.COMMIT, topic="Other").code == d.INTERNAL_SERVER_ERROR  # not this topic's transaction
+    assert end(txid, d.TRANSACTION_RESOLUTION_UNSPECIFIED).code == d.OK  # left open
+    assert end(txid, d.COMMIT).code == d.OK
+    again = end(txid, d.COMMIT)
+    assert (again.code, "already resolved" in again.message) == (d.INTERNAL_SERVER_ERROR, True), again
+    assert end(txid, d.ROLLBACK).code == d.INTERNAL_SERVER_ERROR
+    assert [m.msg_id for m in _pulled(broker, "Payments")] == [txid]  # committed once
+
+
+# --- topic message types ------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("topic_type", "system", "code", "words"), [
+    ("NORMAL", {"message_type": d.DELAY, "delivery_timestamp": Timestamp(seconds=int(time.time()) + 60)},
+     d.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, "accepts NORMAL messages"),
+    ("FIFO", {"message_type": d.TRANSACTION}, d.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, "cannot send it as TRANSACTION"),
+    ("DELAY", {"message_type": d.NORMAL}, d.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, "accepts DELAY messages"),
+    ("MIXED", {"message_type": 7}, d.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, "message_type 7 is unknown"),
+], ids=["delay-on-normal", "transaction-on-fifo", "normal-on-delay", "unknown-type"])
+def test_a_topics_message_type_refuses_other_kinds(broker_factory: Callable[..., Broker], topic_type: str,
+                                                   system: dict[str, Any], code: int, words: str) -> None:
+    broker = broker_factory({}, gateway=True)
+    assert broker.gateway is not None
+    _create(broker, "Typed", message_type=topic_type)
+    v2 = s_grpc.MessagingServiceStub(grpc.insecure_channel(broker.gateway.endpoint))
+    route = v2.QueryRoute(s.QueryRouteRequest(topic=d.Resource(name="Typed")), metadata=METADATA, timeout=RPC_TIMEOUT)
+    expected = {d.NORMAL, d.FIFO, d.DELAY, d.TRANSACTION} if topic_type == "MIXED" else \
+        {d.MessageType.Value(topic_type)}
+    assert all(set(q.accept_message_types) == expected for q in route.message_queues)
+    r = v2.SendMessage(s.SendMessageRequest(messages=[d.Message(topic=d.Resource(name="Typed"), body=b"x",
+                                                                system_properties=d.SystemProperties(
+                                                                    message_id=uuid.uuid4().hex.upper(), **system))]),
+                       metadata=METADATA, timeout=RPC_TIMEOUT)
+    assert (r.status.code, words in r.status.message) == (code, True), r.status
+    assert _pulled(broker, "Typed") == []
+
+
+# --- recovery commands reach a live producer of the group ---------------------------------------------------
+def test_a_check_goes_to_a_live_producer_whether_it_speaks_v1_or_v2() -> None:
+    from rocketstore.services.gateway.producer_channels import ProducerChannels
+    from rocketstore.services.gateway.v2.transactions import ProducerStream
+
+    async def run() -> None:
+        producers = ProducerChannels()
+        v1_producer = producers.open("Payments", "v1-client")
+        v2_producer = ProducerStream(producers, "v2-client")
+        v2_producer.adopt(d.Settings(client_type=d.PRODUCER, publishing=d.Publishing(
+            topics=[d.Resource(name="Payments"), d.Resource(name="Refunds")])))
+        assert producers.live("Payments") == 2 and producers.live("Refunds") == 1
+        producers.close(v1_producer)  # the v1 producer went away: every check goes to the v2 one
+        for i in range(3):
+            half = pb.ReceivedMessage(topic="RMQ_SYS_TRANS_HALF_TOPIC", msg_id=f"TX{i}", body=b"b", tags="T",
+                                      keys="k1 k2", properties={"REAL_TOPIC": "Payments", "REAL_QID": "1",
+                                                                "TRAN_MSG": "true", "color": "red"})
+            assert producers.ask("Payments", pb.TransactionCheck(message=half, transaction_id=f"TX{i}"))
+        commands = [await v2_producer.next_command() for _ in range(3)]
+        for i, command in enumerate(commands):
+            recover = command.recover_orphaned_transaction_command
+            assert recover.transaction_id == f"TX{i}"
+            m = recover.message
+            assert (m.topic.name, m.system_properties.message_type, m.system_properties.queue_id) == \
+                ("Payments", d.TRANSACTION, 1)
+            assert (list(m.system_properties.keys), dict(m.user_properties)) == (["k1", "k2"], {"color": "red"})
+        v2_producer.adopt(d.Settings(client_type=d.PRODUCER, publishing=d.Publishing(
+            topics=[d.Resource(name="Refunds")])))
+        assert producers.live("Payments") == 0  # no longer publishing to it: no check for it
+        v2_producer.close()
+        assert producers.live("Refunds") == 0
+
+    asyncio.run(run())

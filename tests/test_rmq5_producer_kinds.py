@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
 
 import grpc
 import pytest
@@ -93,13 +93,43 @@ def test_delay_messages_arrive_not_before_their_time_and_recalled_ones_never(
         assert m.tags == "Later" and m.properties["TIMER_DELIVER_MS"] == str(receipt["at"] * 1000)
 
 
-def test_recall_refusals_say_what_is_wrong(broker_factory: Callable[..., Broker]) -> None:
-    broker = broker_factory({}, gateway=True, schedule=True)
+# --- TRANSACTION through the official client ----------------------------------------------------------------
+def test_transactions_commit_rollback_and_an_open_one_resolved_by_the_clients_checker(
+        broker_factory: Callable[..., Broker]) -> None:
+    broker = broker_factory({"transactionCheckInterval": "300", "transactionTimeOut": "1000"}, gateway=True)
+    assert broker.gateway is not None and broker.gateway.stub is not None
+    _create(broker, "Payments")
+    outcomes = ["commit", "rollback", "check-commit", "check-rollback"]
+    result = run_client("transaction.py", {"endpoint": broker.gateway.endpoint, "topic": "Payments", "timeout": 30,
+                                           "messages": [{"body": o, "outcome": o} for o in outcomes]})
+    receipts = dict(zip(outcomes, result["receipts"], strict=True))
+    assert all(r["transaction_id"] == r["message_id"] for r in receipts.values())
+    # The checker saw the open ones as the proxy hands them over: real topic, id, tag, type, user properties.
+    checked = {c["message_id"]: c for c in result["checked"]}
+    assert set(checked) == {receipts["check-commit"]["message_id"], receipts["check-rollback"]["message_id"]}
+    for c in checked.values():
+        assert (c["topic"], c["tag"], c["type"], c["properties"]["outcome"]) == \
+            ("Payments", "Tx", d.TRANSACTION, c["body"])
+
+    _wait_for(lambda: not broker.gateway.stub.ListTransactions(pb.ListTransactionsRequest()).transactions,
+              say="every transaction resolved")
+    _wait_for(lambda: len(_pulled(broker, "Payments")) >= 2, say="the committed messages")
+    visible = {m.msg_id: m for m in _pulled(broker, "Payments")}
+    assert set(visible) == {receipts["commit"]["message_id"], receipts["check-commit"]["message_id"]}
+    assert {m.body for m in visible.values()} == {b"commit", b"check-commit"}
+    assert all(m.properties["outcome"] == m.body.decode() and m.tags == "Tx" for m in visible.values())
+
+
+# --- the edges through raw stubs (one broker) ---------------------------------------------------------------
+def test_recall_and_end_transaction_refusals_say_what_is_wrong(broker_factory: Callable[..., Broker]) -> None:
+    broker = broker_factory({}, gateway=True)
     assert broker.gateway is not None
     _create(broker, "Later")
     _create(broker, "Plain", message_type="NORMAL")
+    _create(broker, "Payments")
     v2 = s_grpc.MessagingServiceStub(grpc.insecure_channel(broker.gateway.endpoint))
 
+    # RecallMessage: a bad handle, one of another topic or broker, of no scheduled message, of a delivered one.
     def recall(topic: str, handle: str) -> d.Status:
         return v2.RecallMessage(s.RecallMessageRequest(topic=d.Resource(name=topic), recall_handle=handle),
                                 metadata=METADATA, timeout=RPC_TIMEOUT).status
@@ -126,39 +156,7 @@ def test_recall_refusals_say_what_is_wrong(broker_factory: Callable[..., Broker]
         assert (status.code, words in status.message) == (code, True), status
     assert recall("Later", good).code == d.OK
 
-
-# --- TRANSACTION through the official client ----------------------------------------------------------------
-def test_transactions_commit_rollback_and_an_open_one_resolved_by_the_clients_checker(
-        broker_factory: Callable[..., Broker]) -> None:
-    broker = broker_factory({"transactionCheckInterval": "300", "transactionTimeOut": "1000"}, gateway=True)
-    assert broker.gateway is not None and broker.gateway.stub is not None
-    _create(broker, "Payments")
-    outcomes = ["commit", "rollback", "check-commit", "check-rollback"]
-    result = run_client("transaction.py", {"endpoint": broker.gateway.endpoint, "topic": "Payments", "timeout": 30,
-                                           "messages": [{"body": o, "outcome": o} for o in outcomes]})
-    receipts = dict(zip(outcomes, result["receipts"], strict=True))
-    assert all(r["transaction_id"] == r["message_id"] for r in receipts.values())
-    # The checker saw the open ones as the proxy hands them over: real topic, id, tag, type, user properties.
-    checked = {c["message_id"]: c for c in result["checked"]}
-    assert set(checked) == {receipts["check-commit"]["message_id"], receipts["check-rollback"]["message_id"]}
-    for c in checked.values():
-        assert (c["topic"], c["tag"], c["type"], c["properties"]["outcome"]) == \
-            ("Payments", "Tx", d.TRANSACTION, c["body"])
-
-    _wait_for(lambda: not broker.gateway.stub.ListTransactions(pb.ListTransactionsRequest()).transactions,
-              say="every transaction resolved")
-    visible = {m.msg_id: m for m in _pulled(broker, "Payments")}
-    assert set(visible) == {receipts["commit"]["message_id"], receipts["check-commit"]["message_id"]}
-    assert {m.body for m in visible.values()} == {b"commit", b"check-commit"}
-    assert all(m.properties["outcome"] == m.body.decode() and m.tags == "Tx" for m in visible.values())
-
-
-def test_end_transaction_of_an_unknown_or_resolved_transaction(broker_factory: Callable[..., Broker]) -> None:
-    broker = broker_factory({}, gateway=True)
-    assert broker.gateway is not None
-    _create(broker, "Payments")
-    v2 = s_grpc.MessagingServiceStub(grpc.insecure_channel(broker.gateway.endpoint))
-
+    # EndTransaction: blank, unknown, of another topic, resolved already; a commit is applied once.
     def end(txid: str, resolution: d.TransactionResolution, topic: str = "Payments") -> d.Status:
         return v2.EndTransaction(s.EndTransactionRequest(
             topic=d.Resource(name=topic), message_id=txid, transaction_id=txid, resolution=resolution,
@@ -174,39 +172,55 @@ def test_end_transaction_of_an_unknown_or_resolved_transaction(broker_factory: C
     assert end(" ", d.COMMIT).code == d.INVALID_TRANSACTION_ID
     unknown = end("0123456789ABCDEF0123456789ABCDEF", d.COMMIT)
     assert (unknown.code, "no open transaction" in unknown.message) == (d.INTERNAL_SERVER_ERROR, True), unknown
-    assert end(txid, d.COMMIT, topic="Other").code == d.INTERNAL_SERVER_ERROR  # not this topic's transaction
+    assert end(txid, d.COMMIT, topic="Later").code == d.INTERNAL_SERVER_ERROR  # not this topic's transaction
     assert end(txid, d.TRANSACTION_RESOLUTION_UNSPECIFIED).code == d.OK  # left open
     assert end(txid, d.COMMIT).code == d.OK
     again = end(txid, d.COMMIT)
     assert (again.code, "already resolved" in again.message) == (d.INTERNAL_SERVER_ERROR, True), again
     assert end(txid, d.ROLLBACK).code == d.INTERNAL_SERVER_ERROR
+    _wait_for(lambda: bool(_pulled(broker, "Payments")), say="the committed message")
     assert [m.msg_id for m in _pulled(broker, "Payments")] == [txid]  # committed once
 
 
 # --- topic message types ------------------------------------------------------------------------------------
-@pytest.mark.parametrize(("topic_type", "system", "code", "words"), [
-    ("NORMAL", {"message_type": d.DELAY, "delivery_timestamp": Timestamp(seconds=int(time.time()) + 60)},
-     d.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, "accepts NORMAL messages"),
-    ("FIFO", {"message_type": d.TRANSACTION}, d.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, "cannot send it as TRANSACTION"),
-    ("DELAY", {"message_type": d.NORMAL}, d.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, "accepts DELAY messages"),
-    ("MIXED", {"message_type": 7}, d.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, "message_type 7 is unknown"),
-], ids=["delay-on-normal", "transaction-on-fifo", "normal-on-delay", "unknown-type"])
-def test_a_topics_message_type_refuses_other_kinds(broker_factory: Callable[..., Broker], topic_type: str,
-                                                   system: dict[str, Any], code: int, words: str) -> None:
+_ALL_TYPES = {d.NORMAL, d.FIFO, d.DELAY, d.TRANSACTION}
+
+
+def test_a_topics_message_type_refuses_other_kinds_and_is_kept(broker_factory: Callable[..., Broker]) -> None:
+    from rocketstore.services.gateway.topics import TopicConfig
+
+    from rocketstore.client import Admin
+
     broker = broker_factory({}, gateway=True)
     assert broker.gateway is not None
-    _create(broker, "Typed", message_type=topic_type)
     v2 = s_grpc.MessagingServiceStub(grpc.insecure_channel(broker.gateway.endpoint))
-    route = v2.QueryRoute(s.QueryRouteRequest(topic=d.Resource(name="Typed")), metadata=METADATA, timeout=RPC_TIMEOUT)
-    expected = {d.NORMAL, d.FIFO, d.DELAY, d.TRANSACTION} if topic_type == "MIXED" else \
-        {d.MessageType.Value(topic_type)}
-    assert all(set(q.accept_message_types) == expected for q in route.message_queues)
-    r = v2.SendMessage(s.SendMessageRequest(messages=[d.Message(topic=d.Resource(name="Typed"), body=b"x",
-                                                                system_properties=d.SystemProperties(
-                                                                    message_id=uuid.uuid4().hex.upper(), **system))]),
-                       metadata=METADATA, timeout=RPC_TIMEOUT)
-    assert (r.status.code, words in r.status.message) == (code, True), r.status
-    assert _pulled(broker, "Typed") == []
+    in_a_minute = Timestamp(seconds=int(time.time()) + 60)
+    for topic_type, system, words in [
+            ("NORMAL", {"message_type": d.DELAY, "delivery_timestamp": in_a_minute}, "accepts NORMAL messages"),
+            ("FIFO", {"message_type": d.TRANSACTION}, "cannot send it as TRANSACTION"),
+            ("DELAY", {"message_type": d.NORMAL}, "accepts DELAY messages"),
+            ("MIXED", {"message_type": 7}, "message_type 7 is unknown")]:
+        topic = f"Typed{topic_type}"
+        _create(broker, topic, message_type=topic_type)
+        route = v2.QueryRoute(s.QueryRouteRequest(topic=d.Resource(name=topic)), metadata=METADATA,
+                              timeout=RPC_TIMEOUT)
+        expected = _ALL_TYPES if topic_type == "MIXED" else {d.MessageType.Value(topic_type)}
+        assert route.message_queues and all(set(q.accept_message_types) == expected for q in route.message_queues)
+        r = v2.SendMessage(s.SendMessageRequest(messages=[d.Message(
+            topic=d.Resource(name=topic), body=b"x",
+            system_properties=d.SystemProperties(message_id=uuid.uuid4().hex.upper(), **system))]),
+            metadata=METADATA, timeout=RPC_TIMEOUT)
+        assert (r.status.code, words in r.status.message) == (d.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, True), r.status
+        assert _pulled(broker, topic) == []
+
+    with Admin(broker.gateway.endpoint) as admin:
+        assert admin.update_topic("TypedDELAY", perm=4).message_type == "DELAY"  # other settings changed, type kept
+        with pytest.raises(Exception, match="message.type 'LATER' is invalid"):
+            admin.create_topic("Other", message_type="LATER")
+    saved = json.loads((broker.data_dir / "config" / "topics.json").read_text())["topicConfigTable"]
+    assert saved["TypedDELAY"]["attributes"] == {"message.type": "DELAY"}  # RocketMQ's layout, read back at start
+    assert TopicConfig.from_json(saved["TypedDELAY"]).message_type == "DELAY"
+    assert "attributes" not in saved["TypedMIXED"] or saved["TypedMIXED"]["attributes"] == {"message.type": "MIXED"}
 
 
 # --- recovery commands reach a live producer of the group ---------------------------------------------------

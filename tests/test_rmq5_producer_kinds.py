@@ -93,6 +93,32 @@ def test_delay_messages_arrive_not_before_their_time_and_recalled_ones_never(
         assert m.tags == "Later" and m.properties["TIMER_DELIVER_MS"] == str(receipt["at"] * 1000)
 
 
+def test_a_recalled_message_found_overdue_is_not_delivered(broker_factory: Callable[..., Broker]) -> None:
+    """The wheel has moved past a recalled message's slot before the message reached it (the schedule
+    service was behind): the message is delivered at once, unless a marker follows it in the timer queue."""
+    broker = broker_factory({}, gateway=True, schedule=True)
+    assert broker.gateway is not None and broker.schedule is not None
+    _create(broker, "Late")
+    assert broker.schedule.terminate() == 0
+    v2 = s_grpc.MessagingServiceStub(grpc.insecure_channel(broker.gateway.endpoint))
+    at = int(time.time()) + 30
+    entries = [v2.SendMessage(s.SendMessageRequest(messages=[d.Message(
+        topic=d.Resource(name="Late"), body=body, system_properties=d.SystemProperties(
+            message_id=uuid.uuid4().hex.upper(), message_type=d.DELAY, delivery_timestamp=Timestamp(seconds=at)))]),
+        metadata=METADATA, timeout=RPC_TIMEOUT).entries[0] for body in (b"kept", b"recalled")]
+    recalled = v2.RecallMessage(s.RecallMessageRequest(topic=d.Resource(name="Late"),
+                                                       recall_handle=entries[1].recall_handle),
+                                metadata=METADATA, timeout=RPC_TIMEOUT)
+    assert recalled.status.code == d.OK and recalled.message_id == entries[1].message_id
+    check = broker.data_dir / "config" / "timercheck.json"
+    saved = json.loads(check.read_text())
+    saved["lastReadTimeMs"] = (at + 60) * 1000  # the wheel is past both slots, neither is in it
+    check.write_text(json.dumps(saved))
+    broker.schedule.restart()
+    _wait_for(lambda: bool(_pulled(broker, "Late")), say="the overdue message")
+    assert [m.msg_id for m in _pulled(broker, "Late")] == [entries[0].message_id]
+
+
 # --- TRANSACTION through the official client ----------------------------------------------------------------
 def test_transactions_commit_rollback_and_an_open_one_resolved_by_the_clients_checker(
         broker_factory: Callable[..., Broker]) -> None:

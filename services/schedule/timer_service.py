@@ -16,7 +16,8 @@ Recall (RocketMQ 5.3's delete markers): a recalled message has a marker in the t
 same slot whose TIMER_DEL_UNIQKEY is ``<real topic>+<UNIQ_KEY>``. Its unit goes in the slot's file marked
 MAGIC_DELETE; before a slot is delivered its markers are read, and the messages they name are not
 delivered, nor are the markers. A marker whose slot has already passed is dropped, and a message found due
-at enqueue (its slot passed while the service was behind) is first looked up for a marker in the index.
+at enqueue (its slot passed while the service was behind) is delivered unless a marker follows it in the
+timer queue (the markers there are read once, by their tag, while the service catches up).
 Markers are in the CommitLog and the slot files, so a cancel holds across restarts.
 
 Durability: a batch is appended before the checkpoint records it. A crash between the two delivers that
@@ -47,8 +48,8 @@ __all__ = ["BATCH", "TIMER_TOPIC", "TimerMessageService"]
 
 TIMER_TOPIC = "rmq_sys_wheel_timer"
 PROPERTY_TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"
+RECALL_TAG = "_RECALL_TAG_"  # the tag of a recall's marker (RecallMessageProcessor.RECALL_MESSAGE_TAG)
 BATCH = 256
-_MARKER_SEARCH = 64  # messages of the timer topic with one UNIQ_KEY looked at for a marker
 RETRY_AFTER_ERROR = 1.0
 _STORED = frozenset(int(s) for s in (PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT,
                                       PutMessageStatus.FLUSH_SLAVE_TIMEOUT, PutMessageStatus.SLAVE_NOT_AVAILABLE))
@@ -70,6 +71,8 @@ class TimerMessageService:
         self.delivered = 0
         self.recalled = 0  # messages not delivered because a marker cancelled them
         self._deletes: tuple[int, int, frozenset[str]] = (-1, -1, frozenset())  # slot, file size, keys
+        self._late_markers: set[str] = set()  # keys of the markers after the due messages being caught up
+        self._late_scanned = -1  # the timer queue offset those markers were read up to
         self._deliver = deliver
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="timer", daemon=True)
@@ -109,7 +112,7 @@ class TimerMessageService:
                 return True
             return False
         units: list[tuple[int, TimerUnit]] = []
-        due: list[cl_pb.Message] = []
+        due: list[tuple[int, MessageExt]] = []
         pos, next_offset = 0, offset
         for queue_offset, size in zip(r.queue_offsets, r.sizes, strict=True):
             msg = decode_message(r.records, pos)
@@ -125,15 +128,14 @@ class TimerMessageService:
                 _log.warning("recall marker after its slot was delivered; dropped", queue_offset=queue_offset,
                              key=msg.properties[PROPERTY_TIMER_DEL_UNIQKEY])
             elif slot < c.last_read_time_ms:  # its slot has passed already: deliver now, unless recalled
-                m = delivery_message(msg)
-                if m is not None and not self._recalled(msg):
-                    due.append(m)
+                due.append((queue_offset, msg))
             else:
                 units.append((slot, TimerUnit(queue_offset, msg.commitlog_offset, msg.store_size,
                                               MAGIC_DELETE if marker else 0)))
         self.wheel.append(units)
-        if due:
-            self._append(due)
+        deliver = self._not_recalled(due, r.max_offset)
+        if deliver:
+            self._append(deliver)
         c.last_timer_queue_offset = next_offset
         c.persist(self.config_dir)
         return True
@@ -196,21 +198,32 @@ class TimerMessageService:
         self._deletes = (slot_ms, size, frozenset(found))
         return self._deletes[2]
 
-    def _recalled(self, msg: MessageExt) -> bool:
-        """Whether a marker for ``msg`` is in the timer topic (for a message found due at enqueue)."""
-        uniq = msg.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-        if not uniq:
-            return False
-        key = _delete_key(msg)
-        r = self._index.query_by_key(TIMER_TOPIC, uniq, _MARKER_SEARCH)
-        pos = 0
-        for _ in r.physical_offsets:
-            m = decode_message(r.records, pos)
-            pos += m.store_size
-            if m.properties.get(PROPERTY_TIMER_DEL_UNIQKEY) == key:
+    def _not_recalled(self, due: list[tuple[int, MessageExt]], queue_end: int) -> list[cl_pb.Message]:
+        """The messages to put of those found due at enqueue: not the ones a marker later in the timer queue
+        cancels (read from the first due message on, continued batch after batch while catching up)."""
+        if not due:
+            self._late_markers.clear()
+            self._late_scanned = -1
+            return []
+        start = max(self._late_scanned, due[0][0])
+        if start < queue_end:
+            for batch in self._index.read_queue(TIMER_TOPIC, 0, start, queue_end, expression=RECALL_TAG):
+                pos = 0
+                while pos < len(batch.records):
+                    marker = decode_message(batch.records, pos)
+                    pos += marker.store_size
+                    if key := marker.properties.get(PROPERTY_TIMER_DEL_UNIQKEY):
+                        self._late_markers.add(key)
+            self._late_scanned = queue_end
+        out = []
+        for _, msg in due:
+            if self._late_markers and _delete_key(msg) in self._late_markers:
                 self.recalled += 1
-                return True
-        return False
+                continue
+            m = delivery_message(msg)
+            if m is not None:
+                out.append(m)
+        return out
 
     def _append(self, messages: list[cl_pb.Message]) -> None:
         response = self._commitlog.append(messages, columnar=True)

@@ -217,10 +217,8 @@ def test_telemetry_answers_settings_merged_as_the_proxy_does(broker: Broker,
 @pytest.mark.parametrize(("call", "words"), [
     (lambda v2: list(v2.ReceiveMessage(s.ReceiveMessageRequest(), metadata=METADATA)), "pop consumption"),
     (lambda v2: v2.AckMessage(s.AckMessageRequest(), metadata=METADATA), "pop consumption"),
-    (lambda v2: v2.EndTransaction(s.EndTransactionRequest(), metadata=METADATA), "not supported yet"),
-    (lambda v2: v2.RecallMessage(s.RecallMessageRequest(), metadata=METADATA), "not supported yet"),
     (lambda v2: v2.UpdateOffset(s.UpdateOffsetRequest(), metadata=METADATA), "not implemented"),
-], ids=["receive", "ack", "end-transaction", "recall", "update-offset"])
+], ids=["receive", "ack", "update-offset"])
 def test_methods_not_built_yet_answer_unimplemented_saying_so(v2: s_grpc.MessagingServiceStub,
                                                               call: Callable[..., Any], words: str) -> None:
     with pytest.raises(grpc.RpcError) as e:

@@ -13,6 +13,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 
 import grpc
 import pytest
@@ -282,3 +283,23 @@ def test_a_check_goes_to_a_live_producer_whether_it_speaks_v1_or_v2() -> None:
         assert producers.live("Refunds") == 0
 
     asyncio.run(run())
+
+
+def test_recall_handles_and_marker_units_keep_rocketmqs_forms(tmp_path: Path) -> None:
+    from rocketstore.services.gateway.v2.recall import RecallHandle
+    from rocketstore.services.schedule.timer_wheel import MAGIC_DELETE, TimerUnit, TimerWheel
+
+    handle = RecallHandle("Orders", "broker-a", 1_700_000_000_001, "01ABCDEF")
+    encoded = handle.encode()  # Java's Base64.getUrlEncoder() of RecallMessageHandle.HandleV1.buildHandle
+    assert encoded == base64.urlsafe_b64encode(b"v1 Orders broker-a 1700000000001 01ABCDEF").decode()
+    assert RecallHandle.decode(encoded) == handle
+    for bad, says in [("", "empty"), ("%%%", "not URL-safe Base64"),
+                      (base64.urlsafe_b64encode(b"v1 Orders broker-a soon 01AB").decode(), "is not a number")]:
+        with pytest.raises(ValueError, match=says):
+            RecallHandle.decode(bad)
+
+    wheel = TimerWheel(str(tmp_path / "timerwheel"))
+    wheel.append([(1000, TimerUnit(5, 100, 60)), (1000, TimerUnit(6, 160, 70, MAGIC_DELETE))])
+    assert wheel.read(1000, 0, 10) == [TimerUnit(5, 100, 60), TimerUnit(6, 160, 70, MAGIC_DELETE)]
+    assert wheel.delete_units(1000) == [TimerUnit(6, 160, 70, MAGIC_DELETE)]
+    assert wheel.append([(1000, TimerUnit(6, 160, 70, MAGIC_DELETE))]) == 0  # read again after a crash: kept once

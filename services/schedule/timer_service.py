@@ -149,7 +149,7 @@ class TimerMessageService:
             if units:
                 deletes = self._slot_deletes(c.last_read_time_ms)
                 timed = [u for u in units if not u.is_delete]
-                records = self._commitlog.read_records([(u.commitlog_offset, u.size) for u in timed])
+                records = self._commitlog.read_records([(u.commitlog_offset, u.size) for u in timed]) if timed else []
                 out = []
                 for u, record in zip(timed, records, strict=True):
                     decoded = decode_message(record) if record is not None else None

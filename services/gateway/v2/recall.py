@@ -76,7 +76,8 @@ class RecallHandle:
         if not handle:
             raise ValueError("recall_handle is empty")
         try:
-            raw = base64.urlsafe_b64decode(handle.encode()).decode()
+            # As Java's URL-safe decoder: other characters refused, the padding optional.
+            raw = base64.b64decode(handle + "=" * (-len(handle) % 4), altchars=b"-_", validate=True).decode()
         except (binascii.Error, UnicodeError, ValueError):
             raise ValueError("recall_handle is not URL-safe Base64 of a recall handle") from None
         items = raw.split(" ")

@@ -75,9 +75,9 @@ def test_delay_messages_arrive_not_before_their_time_and_recalled_ones_never(
     _create(broker, "Later")
     sent = run_client("delay.py", {"endpoint": broker.gateway.endpoint, "topic": "Later", "messages": [
         {"body": "soon-0", "delay_s": 2}, {"body": "soon-1", "delay_s": 2},
-        {"body": "recalled", "delay_s": 3, "recalls": 2},  # a second recall answers OK again
-        {"body": "recalled-then-restart", "delay_s": 4, "recalls": 1}]})
-    assert all(r["recall_handle"] for r in sent)
+        {"body": "recalled", "delay_s": 4, "recalls": 2},  # a second recall answers OK again
+        {"body": "recalled-then-restart", "delay_s": 5, "recalls": 1}]})
+    assert sent[2]["recall_handle"] and sent[3]["recall_handle"]
     assert [r["recalled"] for r in sent] == [[], [], [sent[2]["message_id"]] * 2, [sent[3]["message_id"]]]
 
     # The schedule service stops and starts again before the recalled slots: the cancel is durable.
@@ -112,9 +112,8 @@ def test_a_recalled_message_found_overdue_is_not_delivered(broker_factory: Calla
                                 metadata=METADATA, timeout=RPC_TIMEOUT)
     assert recalled.status.code == d.OK and recalled.message_id == entries[1].message_id
     check = broker.data_dir / "config" / "timercheck.json"
-    saved = json.loads(check.read_text())
-    saved["lastReadTimeMs"] = (at + 60) * 1000  # the wheel is past both slots, neither is in it
-    check.write_text(json.dumps(saved))
+    # The wheel is past both slots, and neither is in it (the timer queue is read from its start).
+    check.write_text(json.dumps({"lastTimerQueueOffset": 0, "lastReadTimeMs": (at + 60) * 1000, "slotDelivered": 0}))
     broker.schedule.restart()
     _wait_for(lambda: bool(_pulled(broker, "Late")), say="the overdue message")
     assert [m.msg_id for m in _pulled(broker, "Late")] == [entries[0].message_id]

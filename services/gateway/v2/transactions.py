@@ -126,7 +126,7 @@ class ProducerStream:
         check = await self.checks.get()
         command = s.RecoverOrphanedTransactionCommand(message=half_message_view(check.message),
                                                       transaction_id=check.transaction_id)
-        return s.TelemetryCommand(status=status(), recover_orphaned_transaction_command=command)
+        return s.TelemetryCommand(recover_orphaned_transaction_command=command)  # no status, as the proxy
 
 
 def _timestamp(millis: int) -> Timestamp:

@@ -10,10 +10,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -239,10 +242,15 @@ def test_a_topics_message_type_refuses_other_kinds_and_is_kept(broker_factory: C
         assert (r.status.code, words in r.status.message) == (d.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, True), r.status
         assert _pulled(broker, topic) == []
 
-    with Admin(broker.gateway.endpoint) as admin:
-        assert admin.update_topic("TypedDELAY", perm=4).message_type == "DELAY"  # other settings changed, type kept
-        with pytest.raises(Exception, match="message.type 'LATER' is invalid"):
-            admin.create_topic("Other", message_type="LATER")
+    def cli(*args: str) -> dict[str, Any]:
+        done = subprocess.run([sys.executable, "-m", "rocketstore", "topic", *args, "-e", broker.gateway.endpoint,
+                               "--json"], capture_output=True, text=True, timeout=60, check=True)
+        return dict(json.loads(done.stdout))
+
+    assert cli("update", "--topic", "TypedDELAY", "--perm", "4")["messageType"] == "DELAY"  # the others kept
+    assert cli("create", "--topic", "TypedCLI", "--message-type", "TRANSACTION")["messageType"] == "TRANSACTION"
+    with Admin(broker.gateway.endpoint) as admin, pytest.raises(Exception, match="message.type 'LATER' is invalid"):
+        admin.create_topic("Other", message_type="LATER")
     saved = json.loads((broker.data_dir / "config" / "topics.json").read_text())["topicConfigTable"]
     assert saved["TypedDELAY"]["attributes"] == {"message.type": "DELAY"}  # RocketMQ's layout, read back at start
     assert TopicConfig.from_json(saved["TypedDELAY"]).message_type == "DELAY"

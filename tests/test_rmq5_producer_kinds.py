@@ -151,7 +151,7 @@ def test_transactions_commit_rollback_and_an_open_one_resolved_by_the_clients_ch
 
 # --- the edges through raw stubs (one broker) ---------------------------------------------------------------
 def test_recall_and_end_transaction_refusals_say_what_is_wrong(broker_factory: Callable[..., Broker]) -> None:
-    broker = broker_factory({}, gateway=True)
+    broker = broker_factory({"timerMaxDelaySec": "600"}, gateway=True)
     assert broker.gateway is not None
     _create(broker, "Later")
     _create(broker, "Plain", message_type="NORMAL")
@@ -172,12 +172,18 @@ def test_recall_and_end_transaction_refusals_say_what_is_wrong(broker_factory: C
             message_id=uuid.uuid4().hex.upper(), message_type=d.DELAY,
             delivery_timestamp=Timestamp(seconds=later // 1000)))]), metadata=METADATA, timeout=RPC_TIMEOUT)
     good = sent.entries[0].recall_handle
+    too_far = v2.SendMessage(s.SendMessageRequest(messages=[d.Message(
+        topic=d.Resource(name="Later"), body=b"x", system_properties=d.SystemProperties(
+            message_id=uuid.uuid4().hex.upper(), message_type=d.DELAY,
+            delivery_timestamp=Timestamp(seconds=int(time.time()) + 1200)))]), metadata=METADATA, timeout=RPC_TIMEOUT)
+    assert (too_far.status.code, "at most 600 s ahead" in too_far.status.message) == (d.ILLEGAL_DELIVERY_TIME, True)
     for topic, bad, code, words in [
             ("Later", "not base64 !", d.BAD_REQUEST, "recall handle is invalid"),
             ("Later", base64.urlsafe_b64encode(b"v2 Later broker-a 1 X").decode(), d.BAD_REQUEST, "not a v1"),
             ("Later", handle("Other", later, "AB"), d.BAD_REQUEST, "of topic 'Other'"),
             ("Later", handle("Later", later, "AB", "broker-z"), d.BAD_REQUEST, "of broker 'broker-z'"),
             ("Later", handle("Later", later, "0123456789ABCDEF"), d.MESSAGE_NOT_FOUND, "no scheduled message"),
+            ("Later", handle("Later", later + 3_600_000, "AB"), d.BAD_REQUEST, "beyond timerMaxDelaySec"),
             ("Later", handle("Later", int(time.time() * 1000) - 1000, sent.entries[0].message_id),
              d.PRECONDITION_FAILED, "delivery time has passed"),
             ("Plain", good, d.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, "accepts NORMAL")]:

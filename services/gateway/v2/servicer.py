@@ -26,8 +26,8 @@ from ..servicer import peer_host
 from .client_settings import ClientSettingsRegistry, merged
 from .errors import V2Error, from_broker_error, status
 from .producer import V2SendProcessor
-from .receive import V2ConsumerProcessor
 from .recall import RecallProcessor
+from .receive import V2ConsumerProcessor
 from .route import broker_of, message_queues
 from .transactions import V2Transactions
 from .validation import check_group, check_topic

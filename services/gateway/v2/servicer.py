@@ -1,7 +1,7 @@
 """``apache.rocketmq.v2.MessagingService`` on grpc.aio over a ``Gateway``, beside ``rocketstore.v1`` on the
 same port, answering as RocketMQ's proxy answers: refusals are a ``Code`` and a message in the response's
-status; a method not built yet ends the call UNIMPLEMENTED (as the proxy answers the methods it leaves
-unimplemented) with a message saying what is not supported yet."""
+status; the methods the proxy leaves unimplemented (PullMessage, the offset calls) end the call UNIMPLEMENTED
+with a message saying so."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ stopped together.
 
 | processor | module | requests |
 |---|---|---|
-| ``SendMessageProcessor`` | ``send_processor.py`` (+ ``sender.py``) | Send |
+| ``SendMessageProcessor`` | ``send_processor.py`` (+ ``sender.py``, ``send_stream.py``) | Send, SendStream |
 | ``PullMessageProcessor`` | ``pull_processor.py`` (+ ``pull_hold.py``) | Pull, long polling |
 | ``ConsumerManageProcessor`` | ``consumer_manage.py`` | heartbeats, assignment, offsets, progress |
 | ``QueryMessageProcessor`` | ``query_processor.py`` | QueryMessage |

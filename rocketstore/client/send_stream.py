@@ -1,0 +1,222 @@
+"""The producer's sends to one gateway, multiplexed on one long-lived ``SendStream``.
+
+Each send gets an id; the sends queued while the previous request message was being written leave
+together in the next one, and the gateway answers each when it is stored as its mode demands (in any
+order, several answers to a response message). A caller waits for its own answer only, up to its own
+timeout: a gateway that stalls costs a caller no more than that. A refused send fails alone, with the
+error a unary ``Send`` would raise.
+
+The stream breaks when the gateway restarts or the connection drops: every send still unanswered on it
+then fails with the stream's error (usually ``UnavailableError``, which the producer retries like the
+same failure of a unary Send: on the next try, with the same msgId; the send may have been stored
+before the break, so a retried message can be stored twice, recognisably). The next send opens a new
+stream. A gateway without SendStream (UNIMPLEMENTED) is sent to with unary ``Send`` from then on.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+
+import grpc
+
+from rocketstore.v1 import gateway_pb2 as pb
+from rocketstore.v1 import gateway_pb2_grpc
+
+from .errors import ClientError, DeadlineExceededError, from_rpc_error, from_status
+
+__all__ = ["MAX_REQUEST_BYTES", "SendStream"]
+
+MAX_REQUEST_BYTES = 4 << 20
+"""A request message carries queued sends up to about this many bytes (one larger send goes alone)."""
+
+
+class _Call:
+    """One SendStream call: the request messages still to write and the sends awaiting their answers.
+    Guarded by its owner's lock."""
+
+    def __init__(self, owner: SendStream) -> None:
+        self.owner = owner
+        self.frames: deque[pb.SendStreamRequest] = deque()
+        self.frame_bytes = 0
+        self.waiting: dict[int, Future[pb.SendResponse]] = {}
+        self.open = True
+        self.call = owner._stub.SendStream(self._requests())
+        threading.Thread(target=self._read, name=f"send-stream-{owner.endpoint}", daemon=True).start()
+
+    def add(self, request_id: int, request: pb.SendRequest, timeout: float,
+            future: Future[pb.SendResponse]) -> None:
+        size = request.ByteSize()
+        if not self.frames or (self.frame_bytes + size > MAX_REQUEST_BYTES and len(self.frames[-1].sends)):
+            self.frames.append(pb.SendStreamRequest())
+            self.frame_bytes = 0
+        self.frames[-1].sends.add(request_id=request_id, send=request, timeout_ms=max(1, int(timeout * 1000)))
+        self.frame_bytes += size
+        self.waiting[request_id] = future
+        if len(self.frames) == 1 and len(self.frames[0].sends) == 1:
+            self.owner._lock.notify()  # the writer waits for the first send queued
+
+    def _requests(self) -> Iterator[pb.SendStreamRequest]:
+        # Runs on grpc's thread that writes the stream: everything queued meanwhile leaves in one message.
+        cond = self.owner._lock
+        while True:
+            with cond:
+                while self.open and not self.frames:
+                    cond.wait()
+                if not self.open:
+                    return
+                frame = self.frames.popleft()
+                self.frame_bytes = 0 if not self.frames else self.frame_bytes
+            yield frame
+
+    def _read(self) -> None:
+        owner = self.owner
+        error: ClientError
+        try:
+            for response in self.call:
+                with owner._lock:
+                    answered = [(self.waiting.pop(r.request_id, None), r) for r in response.results]
+                for future, r in answered:
+                    if future is None:  # its caller gave up waiting
+                        continue
+                    if r.error_code:
+                        future.set_exception(from_status(r.error_code, r.error_message, owner.endpoint))
+                    else:
+                        future.set_result(r.response)
+            error = from_status(grpc.StatusCode.UNAVAILABLE.value[0],
+                                f"{owner.endpoint}: the gateway ended the send stream", owner.endpoint)
+        except grpc.RpcError as e:
+            error = from_rpc_error(e, owner.endpoint)
+        except BaseException as e:  # noqa: BLE001 - whatever ends the reader ends the stream
+            error = ClientError(f"{owner.endpoint}: the send stream failed: {e!r}", grpc.StatusCode.UNKNOWN,
+                                owner.endpoint)
+        self._end(error)
+
+    def _end(self, error: ClientError) -> None:
+        owner = self.owner
+        with owner._lock:
+            self.open = False
+            owner._lock.notify_all()
+            if owner._current is self:
+                owner._current = None
+            if error.code == grpc.StatusCode.UNIMPLEMENTED:
+                owner.supported = False
+            lost = list(self.waiting.values())
+            self.waiting.clear()
+            self.frames.clear()
+        if lost and error.code != grpc.StatusCode.UNIMPLEMENTED:
+            detail = (f"the send stream broke before this send was answered ({error.detail}); it may or may not "
+                      "have been stored")
+            error = type(error)(detail, error.code, error.endpoint)
+        for future in lost:
+            if not future.done():
+                future.set_exception(error)
+
+    def close(self) -> None:
+        with self.owner._lock:
+            self.open = False
+            self.owner._lock.notify_all()
+        self.call.cancel()
+
+
+class SendStream:
+    """Sends to one gateway over its channel, multiplexed on one SendStream call (opened on first use,
+    reopened after a break). Thread-safe."""
+
+    def __init__(self, channel: grpc.Channel, endpoint: str) -> None:
+        self.endpoint = endpoint
+        self.supported = True  # False once the gateway answered UNIMPLEMENTED
+        self.opened = 0  # SendStream calls opened (one more after each break)
+        self._stub = gateway_pb2_grpc.GatewayStub(channel)
+        self._lock = threading.Condition()
+        self._ids = itertools.count(1)
+        self._current: _Call | None = None
+        self._closed = False
+        self._deadlines: _Deadlines | None = None
+
+    def submit(self, request: pb.SendRequest, timeout: float) -> Future[pb.SendResponse]:
+        """Queue ``request``; the future resolves to its SendResponse or fails with its ClientError
+        (``DeadlineExceededError`` once ``timeout`` seconds passed without an answer)."""
+        call, request_id, future = self._queue(request, timeout)
+        deadlines = self._deadlines
+        if deadlines is None:
+            with self._lock:
+                deadlines = self._deadlines = self._deadlines or _Deadlines()
+        deadlines.add(time.monotonic() + timeout, lambda: self._expire(call, request_id, future, timeout))
+        return future
+
+    def send(self, request: pb.SendRequest, timeout: float) -> pb.SendResponse:
+        """Send and wait for the answer, at most ``timeout`` seconds."""
+        call, request_id, future = self._queue(request, timeout)
+        try:
+            return future.result(timeout)
+        except TimeoutError:
+            self._expire(call, request_id, future, timeout)
+            return future.result()  # the answer, if it came first, else the deadline error
+
+    def _queue(self, request: pb.SendRequest, timeout: float) -> tuple[_Call, int, Future[pb.SendResponse]]:
+        future: Future[pb.SendResponse] = Future()
+        with self._lock:
+            if self._closed:
+                raise ClientError("the producer is shut down", grpc.StatusCode.CANCELLED, self.endpoint)
+            call = self._current
+            if call is None:
+                call = self._current = _Call(self)
+                self.opened += 1
+            request_id = next(self._ids)
+            call.add(request_id, request, timeout, future)
+        return call, request_id, future
+
+    def _expire(self, call: _Call, request_id: int, future: Future[pb.SendResponse], timeout: float) -> None:
+        with self._lock:
+            mine = call.waiting.pop(request_id, None) is not None
+        if mine and not future.done():
+            future.set_exception(DeadlineExceededError(
+                f"{self.endpoint}: no answer to the send within {timeout:.3g} s; it may still be stored",
+                grpc.StatusCode.DEADLINE_EXCEEDED, self.endpoint))
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            call, self._current = self._current, None
+        if call is not None:
+            call.close()
+        if self._deadlines is not None:
+            self._deadlines.close()
+
+
+class _Deadlines:
+    """One thread that runs each registered action when its time comes (the timeouts of async sends)."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._seq = itertools.count()
+        self._cond = threading.Condition()
+        self._closed = False
+        threading.Thread(target=self._run, name="send-deadlines", daemon=True).start()
+
+    def add(self, at: float, action: Callable[[], None]) -> None:
+        with self._cond:
+            heapq.heappush(self._heap, (at, next(self._seq), action))
+            if self._heap[0][0] == at:
+                self._cond.notify()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed and (not self._heap or self._heap[0][0] > time.monotonic()):
+                    self._cond.wait(self._heap[0][0] - time.monotonic() if self._heap else None)
+                if self._closed:
+                    return
+                _, _, action = heapq.heappop(self._heap)
+            action()

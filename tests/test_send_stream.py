@@ -1,0 +1,274 @@
+"""Single sends multiplexed on one SendStream per gateway: what the Python producer uses.
+
+One SYNC_FLUSH broker with its gateway serves the module (autoCreateTopicEnable off, a small
+maxMessageSize, so refusals are easy to provoke); the tests that stop or kill the gateway leave it
+serving again.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import DEFAULT_BROKER_SETTINGS, Broker
+
+from rocketstore.client import (
+    Admin,
+    ClientError,
+    DeadlineExceededError,
+    InvalidArgumentError,
+    Message,
+    NotFoundError,
+    Producer,
+    PullConsumer,
+    PullStatus,
+    ReceivedMessage,
+    SendResult,
+    SendStatus,
+    UnavailableError,
+)
+from rocketstore.client.connection import Connection
+
+MAX_MESSAGE_SIZE = 4096
+QUEUES = 4
+WAIT = 30.0
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    root = Path(tmp_path_factory.mktemp("send-stream"))
+    settings = {**DEFAULT_BROKER_SETTINGS, "flushDiskType": "SYNC_FLUSH", "autoCreateTopicEnable": "false",
+                "maxMessageSize": str(MAX_MESSAGE_SIZE)}
+    b = Broker(root / "store", settings, root, with_gateway=True).start()
+    try:
+        yield b
+    finally:
+        assert b.gateway is not None and b.gateway.proc is not None
+        os.kill(b.gateway.proc.pid, signal.SIGCONT)  # never leave a stopped process behind
+        failures = b.close()
+    assert not failures, failures
+
+
+@pytest.fixture(scope="module")
+def endpoint(broker: Broker) -> str:
+    assert broker.gateway is not None
+    return broker.gateway.endpoint
+
+
+def _topic(endpoint: str, name: str) -> str:
+    with Admin(endpoint) as admin:
+        admin.create_topic(name, read_queue_nums=QUEUES, write_queue_nums=QUEUES)
+    return name
+
+
+def _streams_opened(producer: Producer, endpoint: str) -> int:
+    conn: Connection = producer._connection(endpoint)
+    assert conn._sends is not None
+    return conn._sends.opened
+
+
+def _read_all(endpoint: str, topic: str) -> list[ReceivedMessage]:
+    consumer = PullConsumer(endpoint, "SendStreamReader")
+    out: list[ReceivedMessage] = []
+    try:
+        for q in range(QUEUES):
+            offset = 0
+            while True:
+                r = consumer.pull((topic, q), offset, 32)
+                out.extend(r.messages)
+                if r.status != PullStatus.FOUND:
+                    break
+                offset = r.next_begin_offset
+    finally:
+        consumer.close()
+    return out
+
+
+def _wait_readable(endpoint: str, topic: str, count: int, last: bytes = b"") -> list[ReceivedMessage]:
+    """The topic's messages once ``count`` are readable (and ``last`` among them), or after WAIT."""
+    deadline = time.monotonic() + WAIT
+    while True:
+        messages = _read_all(endpoint, topic)
+        if (len(messages) >= count and (not last or any(m.body == last for m in messages))
+                or time.monotonic() > deadline):
+            return messages
+        time.sleep(0.2)
+
+
+def test_64_threads_of_single_sends_share_one_stream_and_each_message_is_stored_once(endpoint: str) -> None:
+    topic = _topic(endpoint, "StreamSixtyFour")
+    threads, per_thread = 64, 6
+    results: dict[bytes, SendResult] = {}
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+    with Producer(endpoint, send_timeout=WAIT) as producer:
+        start = threading.Barrier(threads)
+
+        def worker(t: int) -> None:
+            start.wait()
+            for i in range(per_thread):
+                body = f"thread-{t}-message-{i}".encode()
+                try:
+                    result = producer.send(Message(topic, body, tags="T"))
+                except BaseException as e:  # noqa: BLE001 - reported below
+                    with lock:
+                        errors.append(e)
+                    return
+                with lock:
+                    results[body] = result
+
+        workers = [threading.Thread(target=worker, args=(t,)) for t in range(threads)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join(WAIT * 2)
+        assert not errors, errors[:3]
+        assert _streams_opened(producer, endpoint) == 1  # every send travelled on the one stream
+    assert len(results) == threads * per_thread
+    assert all(r.status == SendStatus.SEND_OK and r.topic == topic for r in results.values())
+    assert len({(r.queue_id, r.queue_offset) for r in results.values()}) == len(results)
+    assert len({r.commit_log_offset for r in results.values()}) == len(results)
+    assert len({r.msg_id for r in results.values()}) == len(results)
+    for q in range(QUEUES):  # each queue's offsets are 0..n-1: nothing stored twice, nothing skipped
+        offsets = sorted(r.queue_offset for r in results.values() if r.queue_id == q)
+        assert offsets == list(range(len(offsets)))
+    stored = _wait_readable(endpoint, topic, len(results))
+    assert sorted(m.body for m in stored) == sorted(results)  # every message exactly once
+    for m in stored:
+        r = results[m.body]
+        assert (m.queue_id, m.queue_offset, m.commit_log_offset, m.msg_id) == (
+            r.queue_id, r.queue_offset, r.commit_log_offset, r.msg_id)
+
+
+def test_a_refused_send_gets_its_own_error_while_the_others_on_the_stream_succeed(endpoint: str) -> None:
+    topic = _topic(endpoint, "StreamRefusals")
+    outcomes: dict[str, list[object]] = {"good": [], "large": [], "unknown": [], "bad_tag": []}
+    lock = threading.Lock()
+    with Producer(endpoint, send_timeout=WAIT) as producer:
+        producer.send(Message(topic, b"first"))  # the stream is open before the refusals
+
+        def worker(kind: str, i: int) -> None:
+            message = {"good": Message(topic, f"good-{i}".encode()),
+                       "large": Message(topic, b"x" * (MAX_MESSAGE_SIZE + 1)),
+                       "unknown": Message("NoSuchTopicOnThisBroker", b"lost"),
+                       "bad_tag": Message(topic, b"tagged", tags="a|b")}[kind]
+            try:
+                outcome: object = producer.send(message)
+            except ClientError as e:
+                outcome = e
+            with lock:
+                outcomes[kind].append(outcome)
+
+        workers = [threading.Thread(target=worker, args=(kind, i)) for i in range(8) for kind in outcomes]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join(WAIT * 2)
+        async_large = producer.send_async(Message(topic, b"y" * (MAX_MESSAGE_SIZE + 1)))
+        assert isinstance(async_large.exception(WAIT), InvalidArgumentError)
+        assert _streams_opened(producer, endpoint) == 1  # refusals did not break the stream
+    assert all(isinstance(r, SendResult) and r.status == SendStatus.SEND_OK for r in outcomes["good"])
+    for e in outcomes["large"]:
+        assert isinstance(e, InvalidArgumentError) and "maxMessageSize" in e.detail, e
+    for e in outcomes["unknown"]:
+        assert isinstance(e, NotFoundError) and "NoSuchTopicOnThisBroker" in e.detail, e
+    for e in outcomes["bad_tag"]:
+        assert isinstance(e, InvalidArgumentError) and "tags" in e.detail, e
+    stored = _wait_readable(endpoint, topic, 9)
+    assert sorted(m.body for m in stored) == sorted([b"first"] + [f"good-{i}".encode() for i in range(8)])
+
+
+def test_a_send_times_out_while_the_gateway_is_stopped_and_the_stream_serves_again_after(
+        broker: Broker, endpoint: str) -> None:
+    topic = _topic(endpoint, "StreamStopped")
+    assert broker.gateway is not None and broker.gateway.proc is not None
+    pid = broker.gateway.proc.pid
+    with Producer(endpoint, send_timeout=WAIT) as producer:
+        producer.send(Message(topic, b"before"))
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            with pytest.raises(DeadlineExceededError):
+                producer.send(Message(topic, b"while-stopped"), timeout=1.0)
+            pending = producer.send_async(Message(topic, b"async-while-stopped"), timeout=1.0)
+            assert isinstance(pending.exception(WAIT), DeadlineExceededError)
+            # Bounded by the send timeouts, not by the stopped gateway (generous: the machine is shared).
+            assert time.monotonic() - started < WAIT
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        result = producer.send(Message(topic, b"after"))
+        assert result.status == SendStatus.SEND_OK
+    bodies = [m.body for m in _wait_readable(endpoint, topic, 2, last=b"after")]
+    assert b"before" in bodies and b"after" in bodies
+    # A send that timed out may still have been stored once the gateway ran again, but never twice.
+    assert all(bodies.count(b) == 1 for b in bodies)
+
+
+def test_the_producer_reconnects_after_the_gateway_is_killed_and_loses_no_acknowledged_send(
+        broker: Broker, endpoint: str) -> None:
+    topic = _topic(endpoint, "StreamKilled")
+    gateway = broker.gateway
+    assert gateway is not None
+    acked: dict[bytes, SendResult] = {}
+    failures: list[ClientError] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+    with Producer(endpoint, send_timeout=5.0) as producer:
+
+        def worker(t: int) -> None:
+            i = 0
+            while not stop.is_set():
+                body = f"t{t}-{i}".encode()
+                i += 1
+                try:
+                    result = producer.send(Message(topic, body))
+                except ClientError as e:
+                    with lock:
+                        failures.append(e)
+                    time.sleep(0.05)
+                    continue
+                with lock:
+                    acked[body] = result
+
+        workers = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
+        for w in workers:
+            w.start()
+        try:
+            _wait_for(lambda: len(acked) >= 100)
+            gateway.kill9()
+            time.sleep(0.5)  # sends fail meanwhile (the retries find no gateway)
+            with lock:
+                acked_while_down = len(acked)
+            gateway.restart()
+            _wait_for(lambda: len(acked) >= acked_while_down + 100)
+        finally:
+            stop.set()
+            for w in workers:
+                w.join(WAIT)
+        after_restart = producer.send(Message(topic, b"after-restart"))
+        assert after_restart.status == SendStatus.SEND_OK
+        assert _streams_opened(producer, endpoint) >= 2  # a new stream after the break
+    # Every failure a caller saw is a retryable one of a gateway gone away, never a hang.
+    assert failures and all(isinstance(e, UnavailableError | DeadlineExceededError) for e in failures), failures[:3]
+    stored = _wait_readable(endpoint, topic, len(acked) + 1, last=b"after-restart")
+    by_body: dict[bytes, list[ReceivedMessage]] = {}
+    for m in stored:
+        by_body.setdefault(m.body, []).append(m)
+    missing = [b for b in acked if b not in by_body]
+    assert not missing, missing[:5]
+    for body, result in acked.items():  # stored where its acknowledgement said
+        assert any(m.commit_log_offset == result.commit_log_offset for m in by_body[body])
+    for copies in by_body.values():  # a retried send stored twice keeps its msgId: recognisable
+        assert len({m.msg_id for m in copies}) == 1
+
+
+def _wait_for(condition: object, timeout: float = WAIT * 2) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.05)

@@ -12,6 +12,7 @@ import collections
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,7 @@ from rocketstore.client import (
     decode_records,
 )
 from rocketstore.client.consumer import _ProcessQueue
+from rocketstore.client.errors import from_rpc_error
 from rocketstore.client.selector import java_hash_code
 from rocketstore.codec import decode_message, encode_message
 from rocketstore.message import Message as StoreMessage
@@ -272,6 +274,22 @@ class _FakeConnection:
 
     def call(self, rpc: Any, request: Any, timeout: float | None = None) -> Any:
         return rpc(request, timeout=timeout)
+
+    # The producer's sends (the real Connection carries them on its SendStream).
+    def send(self, request: pb.SendRequest, timeout: float) -> pb.SendResponse:
+        self._g.endpoint = self.endpoint
+        try:
+            return self._g.answer(request)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e, self.endpoint) from None
+
+    def send_future(self, request: pb.SendRequest, timeout: float) -> Future[pb.SendResponse]:
+        future: Future[pb.SendResponse] = Future()
+        try:
+            future.set_result(self.send(request, timeout))
+        except ClientError as e:
+            future.set_exception(e)
+        return future
 
     def close(self) -> None:
         pass

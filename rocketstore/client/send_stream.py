@@ -36,6 +36,28 @@ MAX_REQUEST_BYTES = 4 << 20
 """A request message carries queued sends up to about this many bytes (one larger send goes alone)."""
 
 
+class _Waiter:
+    """One send awaiting its answer. A waiting caller blocks on ``lock`` (held from the start, released
+    with the answer: the cheapest wake-up there is); an async send's ``callback`` gets it instead."""
+
+    __slots__ = ("callback", "error", "lock", "response")
+
+    def __init__(self, callback: Callable[[_Waiter], None] | None = None) -> None:
+        self.lock = threading.Lock()
+        if callback is None:
+            self.lock.acquire()
+        self.callback = callback
+        self.response: pb.SendResponse | None = None
+        self.error: ClientError | None = None
+
+    def resolve(self, response: pb.SendResponse | None, error: ClientError | None) -> None:
+        self.response, self.error = response, error
+        if self.callback is not None:
+            self.callback(self)
+        else:
+            self.lock.release()
+
+
 class _Call:
     """One SendStream call: the request messages still to write and the sends awaiting their answers.
     Guarded by its owner's lock."""
@@ -44,20 +66,19 @@ class _Call:
         self.owner = owner
         self.frames: deque[pb.SendStreamRequest] = deque()
         self.frame_bytes = 0
-        self.waiting: dict[int, Future[pb.SendResponse]] = {}
+        self.waiting: dict[int, _Waiter] = {}
         self.open = True
         self.call = owner._stub.SendStream(self._requests())
         threading.Thread(target=self._read, name=f"send-stream-{owner.endpoint}", daemon=True).start()
 
-    def add(self, request_id: int, request: pb.SendRequest, timeout: float,
-            future: Future[pb.SendResponse]) -> None:
+    def add(self, request_id: int, request: pb.SendRequest, timeout: float, waiter: _Waiter) -> None:
         size = request.ByteSize()
         if not self.frames or (self.frame_bytes + size > MAX_REQUEST_BYTES and len(self.frames[-1].sends)):
             self.frames.append(pb.SendStreamRequest())
             self.frame_bytes = 0
         self.frames[-1].sends.add(request_id=request_id, send=request, timeout_ms=max(1, int(timeout * 1000)))
         self.frame_bytes += size
-        self.waiting[request_id] = future
+        self.waiting[request_id] = waiter
         if len(self.frames) == 1 and len(self.frames[0].sends) == 1:
             self.owner._lock.notify()  # the writer waits for the first send queued
 
@@ -81,13 +102,13 @@ class _Call:
             for response in self.call:
                 with owner._lock:
                     answered = [(self.waiting.pop(r.request_id, None), r) for r in response.results]
-                for future, r in answered:
-                    if future is None:  # its caller gave up waiting
+                for waiter, r in answered:
+                    if waiter is None:  # its caller gave up waiting
                         continue
                     if r.error_code:
-                        future.set_exception(from_status(r.error_code, r.error_message, owner.endpoint))
+                        waiter.resolve(None, from_status(r.error_code, r.error_message, owner.endpoint))
                     else:
-                        future.set_result(r.response)
+                        waiter.resolve(r.response, None)
             error = from_status(grpc.StatusCode.UNAVAILABLE.value[0],
                                 f"{owner.endpoint}: the gateway ended the send stream", owner.endpoint)
         except grpc.RpcError as e:
@@ -113,9 +134,8 @@ class _Call:
             detail = (f"the send stream broke before this send was answered ({error.detail}); it may or may not "
                       "have been stored")
             error = type(error)(detail, error.code, error.endpoint)
-        for future in lost:
-            if not future.done():
-                future.set_exception(error)
+        for waiter in lost:
+            waiter.resolve(None, error)
 
     def close(self) -> None:
         with self.owner._lock:
@@ -142,25 +162,42 @@ class SendStream:
     def submit(self, request: pb.SendRequest, timeout: float) -> Future[pb.SendResponse]:
         """Queue ``request``; the future resolves to its SendResponse or fails with its ClientError
         (``DeadlineExceededError`` once ``timeout`` seconds passed without an answer)."""
-        call, request_id, future = self._queue(request, timeout)
+        future: Future[pb.SendResponse] = Future()
+
+        def answered(waiter: _Waiter) -> None:
+            if waiter.error is not None:
+                future.set_exception(waiter.error)
+            else:
+                future.set_result(waiter.response)  # type: ignore[arg-type]
+
+        waiter = _Waiter(answered)
+        call, request_id = self._queue(request, timeout, waiter)
         deadlines = self._deadlines
         if deadlines is None:
             with self._lock:
                 deadlines = self._deadlines = self._deadlines or _Deadlines()
-        deadlines.add(time.monotonic() + timeout, lambda: self._expire(call, request_id, future, timeout))
+
+        def expire() -> None:
+            if self._forget(call, request_id):
+                waiter.resolve(None, self._deadline_error(timeout))
+
+        deadlines.add(time.monotonic() + timeout, expire)
         return future
 
     def send(self, request: pb.SendRequest, timeout: float) -> pb.SendResponse:
         """Send and wait for the answer, at most ``timeout`` seconds."""
-        call, request_id, future = self._queue(request, timeout)
-        try:
-            return future.result(timeout)
-        except TimeoutError:
-            self._expire(call, request_id, future, timeout)
-            return future.result()  # the answer, if it came first, else the deadline error
+        waiter = _Waiter()
+        call, request_id = self._queue(request, timeout, waiter)
+        if not waiter.lock.acquire(timeout=max(timeout, 0.0)):
+            if self._forget(call, request_id):  # no answer will come to it now
+                raise self._deadline_error(timeout)
+            waiter.lock.acquire()  # the answer is being handed over
+        if waiter.error is not None:
+            raise waiter.error
+        assert waiter.response is not None
+        return waiter.response
 
-    def _queue(self, request: pb.SendRequest, timeout: float) -> tuple[_Call, int, Future[pb.SendResponse]]:
-        future: Future[pb.SendResponse] = Future()
+    def _queue(self, request: pb.SendRequest, timeout: float, waiter: _Waiter) -> tuple[_Call, int]:
         with self._lock:
             if self._closed:
                 raise ClientError("the producer is shut down", grpc.StatusCode.CANCELLED, self.endpoint)
@@ -169,16 +206,17 @@ class SendStream:
                 call = self._current = _Call(self)
                 self.opened += 1
             request_id = next(self._ids)
-            call.add(request_id, request, timeout, future)
-        return call, request_id, future
+            call.add(request_id, request, timeout, waiter)
+        return call, request_id
 
-    def _expire(self, call: _Call, request_id: int, future: Future[pb.SendResponse], timeout: float) -> None:
+    def _forget(self, call: _Call, request_id: int) -> bool:
+        """Stop waiting for a send's answer; False when the answer (or the stream's end) took it first."""
         with self._lock:
-            mine = call.waiting.pop(request_id, None) is not None
-        if mine and not future.done():
-            future.set_exception(DeadlineExceededError(
-                f"{self.endpoint}: no answer to the send within {timeout:.3g} s; it may still be stored",
-                grpc.StatusCode.DEADLINE_EXCEEDED, self.endpoint))
+            return call.waiting.pop(request_id, None) is not None
+
+    def _deadline_error(self, timeout: float) -> DeadlineExceededError:
+        return DeadlineExceededError(f"{self.endpoint}: no answer to the send within {timeout:.3g} s; it may still "
+                                     "be stored", grpc.StatusCode.DEADLINE_EXCEEDED, self.endpoint)
 
     def close(self) -> None:
         with self._lock:

@@ -60,6 +60,7 @@ class SendMessageProcessor:
         self._tags = TagsCache()
         self._uniq = UniqKeyGenerator()
         self._round_robin: dict[str, itertools.count[int]] = {}
+        self._log = _log.bind()  # bound once: a lazy logger binds again at every call
 
     async def send(self, request: pb.SendRequest, peer_host: str, timeout: float = SEND_TIMEOUT) -> pb.SendResponse:
         prepared = await self.prepare(request, peer_host)
@@ -80,7 +81,9 @@ class SendMessageProcessor:
         encoded = encode_send(request.messages, topic, queue_id, settings.max_message_size, self._uniq,
                               self._tags, peer_host, file_size=settings.mapped_file_size_commit_log)
         timers = timer_times(request.messages, settings)  # refuses a timer beside a delay level
-        if level := delay_level_of(request.messages, self._ctx.settings.max_delay_level):
+        # max_delay_level parses messageDelayLevel: asked only of a send that carries a level.
+        delayed = any(m.delay_time_level for m in request.messages)
+        if delayed and (level := delay_level_of(request.messages, settings.max_delay_level)):
             encoded = to_schedule_topic(encoded, level)  # answered with the real topic and queue, as RocketMQ
         elif timers:
             encoded = to_timer_topic(encoded, timers, snap_timer_precision(self._ctx.settings.timer_precision_ms))
@@ -95,8 +98,9 @@ class SendMessageProcessor:
         count = len(prepared.encoded.uniq_keys)
         self._ctx.stats.stored(count, stored_bytes)
         columns, start = appended.columns, appended.start
-        _log.debug("sent", topic=topic, queue_id=queue_id, messages=count, queue_offset=columns.queue_offsets[start],
-                   commit_log_offset=columns.wrote_offsets[start], producer_group=prepared.producer_group)
+        self._log.debug("sent", topic=topic, queue_id=queue_id, messages=count,
+                        queue_offset=columns.queue_offsets[start], commit_log_offset=columns.wrote_offsets[start],
+                        producer_group=prepared.producer_group)
 
     async def choose_queue(self, topic: str, request: pb.SendRequest) -> int:
         return await self._send_queue(topic, request)

@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 from conftest import DEFAULT_BROKER_SETTINGS, Broker
 
@@ -33,6 +34,8 @@ from rocketstore.client import (
     UnavailableError,
 )
 from rocketstore.client.connection import Connection
+from rocketstore.v1 import gateway_pb2 as pb
+from rocketstore.v1 import gateway_pb2_grpc as pb_grpc
 
 MAX_MESSAGE_SIZE = 4096
 QUEUES = 4
@@ -181,6 +184,45 @@ def test_a_refused_send_gets_its_own_error_while_the_others_on_the_stream_succee
         assert isinstance(e, InvalidArgumentError) and "tags" in e.detail, e
     stored = _wait_readable(endpoint, topic, 9)
     assert sorted(m.body for m in stored) == sorted([b"first"] + [f"good-{i}".encode() for i in range(8)])
+
+
+def test_the_stream_answers_each_send_by_its_id_half_and_delayed_messages_included(endpoint: str) -> None:
+    """The wire contract, through the raw stub: sends of one request message answered by id, in any order,
+    a transaction's half message and a delayed message stored as unary Send stores them."""
+    topic = _topic(endpoint, "StreamContract")
+    sends = [
+        pb.StreamedSend(request_id=7, send=pb.SendRequest(topic=topic, messages=[pb.OutgoingMessage(body=b"plain")],
+                                                          columnar_results=True)),
+        pb.StreamedSend(request_id=8, send=pb.SendRequest(
+            topic=topic, messages=[pb.OutgoingMessage(body=b"later", delay_time_level=3)])),
+        pb.StreamedSend(request_id=9, send=pb.SendRequest(
+            topic=topic, producer_group="StreamTx", transaction=True,
+            messages=[pb.OutgoingMessage(body=b"half", uniq_key="StreamContractHalf")])),
+        pb.StreamedSend(request_id=10, send=pb.SendRequest(topic=topic, messages=[])),
+        pb.StreamedSend(request_id=11, timeout_ms=5000, send=pb.SendRequest(
+            topic=topic, queue_id=QUEUES, messages=[pb.OutgoingMessage(body=b"x")])),
+    ]
+    channel = grpc.insecure_channel(endpoint)
+    try:
+        stub = pb_grpc.GatewayStub(channel)
+        answers = {r.request_id: r for response in stub.SendStream(iter([pb.SendStreamRequest(sends=sends)]),
+                                                                   timeout=WAIT)
+                   for r in response.results}
+        assert sorted(answers) == [7, 8, 9, 10, 11]  # the stream ends once every send is answered
+        plain, later, half = answers[7], answers[8], answers[9]
+        assert plain.error_code == 0 and plain.response.columns.topic == topic
+        assert later.error_code == 0 and later.response.results[0].topic == topic  # answered with its real topic
+        assert half.error_code == 0 and half.response.results[0].msg_id == "StreamContractHalf"
+        assert answers[10].error_code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+        assert "messages is empty" in answers[10].error_message
+        assert answers[11].error_code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+        assert "out of range" in answers[11].error_message
+        pending = stub.ListTransactions(pb.ListTransactionsRequest(producer_group="StreamTx"), timeout=WAIT)
+        assert [t.transaction_id for t in pending.transactions] == ["StreamContractHalf"]
+    finally:
+        channel.close()
+    # Only the plain message is visible now: the half waits for its commit, the delayed one for its level.
+    assert [m.body for m in _read_all(endpoint, topic)] == [b"plain"]
 
 
 def test_a_send_times_out_while_the_gateway_is_stopped_and_the_stream_serves_again_after(

@@ -13,6 +13,10 @@ Send modes (RocketMQ's CommunicationMode):
 - ``send_oneway``: hands the message over and returns; no result, no retry, errors are dropped.
 - ``send_batch``: many messages of one topic stored together, in order, in one queue.
 
+Every send travels on the connection's multiplexed SendStream (``send_stream.py``: one long-lived
+stream per gateway, each send answered by id; a broken stream fails the sends it had in flight with
+``UnavailableError``, retried as above); ``send_stream=False`` makes one unary ``Send`` call per send.
+
 Queue choice: round robin over the topic's writable queues of every endpoint (the gateway's own round
 robin when the topic has no route yet, e.g. before auto-creation); ``queue_id=`` targets one queue;
 ``sharding_key=`` (or ``selector=`` with ``arg=``) keeps every message of a key in one queue, for ordered

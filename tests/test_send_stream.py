@@ -12,6 +12,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
@@ -227,7 +228,7 @@ def test_the_stream_answers_each_send_by_its_id_half_and_delayed_messages_includ
 
 def test_a_send_times_out_while_the_gateway_is_stopped_and_the_stream_serves_again_after(
         broker: Broker, endpoint: str) -> None:
-    topic = _topic(endpoint, "StreamStopped")
+    topic = _topic(endpoint, "StreamPaused")
     assert broker.gateway is not None and broker.gateway.proc is not None
     pid = broker.gateway.proc.pid
     with Producer(endpoint, send_timeout=WAIT) as producer:
@@ -251,9 +252,12 @@ def test_a_send_times_out_while_the_gateway_is_stopped_and_the_stream_serves_aga
     assert all(bodies.count(b) == 1 for b in bodies)
 
 
+@pytest.mark.parametrize("stop", ["kill9", "terminate"])
 def test_the_producer_reconnects_after_the_gateway_is_killed_and_loses_no_acknowledged_send(
-        broker: Broker, endpoint: str) -> None:
-    topic = _topic(endpoint, "StreamKilled")
+        broker: Broker, endpoint: str, stop: str) -> None:
+    """kill -9 breaks the stream under the sends in flight; SIGTERM ends it once the sends the gateway
+    read are answered (the gateway exits 0 with the producer still connected)."""
+    topic = _topic(endpoint, f"StreamStopped_{stop}")
     gateway = broker.gateway
     assert gateway is not None
     acked: dict[bytes, SendResult] = {}
@@ -282,7 +286,10 @@ def test_the_producer_reconnects_after_the_gateway_is_killed_and_loses_no_acknow
             w.start()
         try:
             _wait_for(lambda: len(acked) >= 100)
-            gateway.kill9()
+            if stop == "kill9":
+                gateway.kill9()
+            else:
+                assert gateway.terminate() == 0, gateway.log_tail()
             time.sleep(0.5)  # sends fail meanwhile (the retries find no gateway)
             with lock:
                 acked_while_down = len(acked)
@@ -314,3 +321,29 @@ def _wait_for(condition: object, timeout: float = WAIT * 2) -> None:
     while not condition():  # type: ignore[operator]
         assert time.monotonic() < deadline, "timed out waiting"
         time.sleep(0.05)
+
+
+class _UnaryOnlyGateway(pb_grpc.GatewayServicer):
+    """A gateway that predates SendStream: Send only (grpc answers every other method UNIMPLEMENTED)."""
+
+    def Send(self, request: pb.SendRequest, context: object) -> pb.SendResponse:  # noqa: N802 - the rpc's name
+        return pb.SendResponse(results=[pb.SendResult(msg_id=m.uniq_key, topic=request.topic, queue_offset=5)
+                                        for m in request.messages])
+
+
+def test_a_gateway_without_send_stream_is_sent_to_with_unary_send() -> None:
+    server = grpc.server(ThreadPoolExecutor(max_workers=4))
+    pb_grpc.add_GatewayServicer_to_server(_UnaryOnlyGateway(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    endpoint = f"127.0.0.1:{port}"
+    try:
+        with Producer(endpoint, send_timeout=WAIT) as producer:
+            first = producer.send(Message("Old", b"a"), queue_id=0)
+            later = producer.send_async(Message("Old", b"b"), queue_id=0).result(WAIT)
+            conn: Connection = producer._connection(endpoint)
+            assert conn._sends is not None and not conn._sends.supported
+        assert (first.queue_offset, later.queue_offset) == (5, 5)
+        assert first.msg_id and later.msg_id and first.msg_id != later.msg_id
+    finally:
+        server.stop(0)

@@ -40,7 +40,7 @@ class _Waiter:
     """One send awaiting its answer. A waiting caller blocks on ``lock`` (held from the start, released
     with the answer: the cheapest wake-up there is); an async send's ``callback`` gets it instead."""
 
-    __slots__ = ("callback", "error", "lock", "response")
+    __slots__ = ("callback", "error", "lock", "response", "sent")
 
     def __init__(self, callback: Callable[[_Waiter], None] | None = None) -> None:
         self.lock = threading.Lock()
@@ -49,6 +49,7 @@ class _Waiter:
         self.callback = callback
         self.response: pb.SendResponse | None = None
         self.error: ClientError | None = None
+        self.sent = False  # handed to grpc to write (before that, the gateway cannot have it)
 
     def resolve(self, response: pb.SendResponse | None, error: ClientError | None) -> None:
         self.response, self.error = response, error
@@ -64,7 +65,8 @@ class _Call:
 
     def __init__(self, owner: SendStream) -> None:
         self.owner = owner
-        self.frames: deque[pb.SendStreamRequest] = deque()
+        # Request messages not yet handed to grpc, each with the waiters of its sends.
+        self.frames: deque[tuple[pb.SendStreamRequest, list[_Waiter]]] = deque()
         self.frame_bytes = 0
         self.waiting: dict[int, _Waiter] = {}
         self.open = True
@@ -73,13 +75,15 @@ class _Call:
 
     def add(self, request_id: int, request: pb.SendRequest, timeout: float, waiter: _Waiter) -> None:
         size = request.ByteSize()
-        if not self.frames or (self.frame_bytes + size > MAX_REQUEST_BYTES and len(self.frames[-1].sends)):
-            self.frames.append(pb.SendStreamRequest())
+        if not self.frames or (self.frame_bytes + size > MAX_REQUEST_BYTES and self.frames[-1][1]):
+            self.frames.append((pb.SendStreamRequest(), []))
             self.frame_bytes = 0
-        self.frames[-1].sends.add(request_id=request_id, send=request, timeout_ms=max(1, int(timeout * 1000)))
+        frame, waiters = self.frames[-1]
+        frame.sends.add(request_id=request_id, send=request, timeout_ms=max(1, int(timeout * 1000)))
+        waiters.append(waiter)
         self.frame_bytes += size
         self.waiting[request_id] = waiter
-        if len(self.frames) == 1 and len(self.frames[0].sends) == 1:
+        if len(self.frames) == 1 and len(waiters) == 1:
             self.owner._lock.notify()  # the writer waits for the first send queued
 
     def _requests(self) -> Iterator[pb.SendStreamRequest]:
@@ -91,8 +95,10 @@ class _Call:
                     cond.wait()
                 if not self.open:
                     return
-                frame = self.frames.popleft()
+                frame, waiters = self.frames.popleft()
                 self.frame_bytes = 0 if not self.frames else self.frame_bytes
+                for waiter in waiters:
+                    waiter.sent = True
             yield frame
 
     def _read(self) -> None:
@@ -130,12 +136,16 @@ class _Call:
             lost = list(self.waiting.values())
             self.waiting.clear()
             self.frames.clear()
-        if lost and error.code != grpc.StatusCode.UNIMPLEMENTED:
-            detail = (f"the send stream broke before this send was answered ({error.detail}); it may or may not "
-                      "have been stored")
-            error = type(error)(detail, error.code, error.endpoint)
+        if error.code == grpc.StatusCode.UNIMPLEMENTED:  # nothing was stored: the connection sends unary
+            for waiter in lost:
+                waiter.resolve(None, error)
+            return
+        maybe = type(error)(f"the send stream broke before this send was answered ({error.detail}); it may or may "
+                            "not have been stored", error.code, error.endpoint)
+        never = type(error)(f"the send stream broke before this send was written to it ({error.detail}); it was "
+                            "not stored", error.code, error.endpoint)
         for waiter in lost:
-            waiter.resolve(None, error)
+            waiter.resolve(None, maybe if waiter.sent else never)
 
     def close(self) -> None:
         with self.owner._lock:

@@ -38,6 +38,7 @@ from .pull_processor import PullMessageProcessor
 from .query_processor import QueryMessageProcessor
 from .send_back_processor import SendBackProcessor
 from .send_processor import SendMessageProcessor
+from .send_stream import SendStreams
 from .sender import SendBatcher
 from .transaction_check import TransactionCheckService
 from .transaction_processor import TransactionProcessor
@@ -64,6 +65,7 @@ class Gateway:
         self._bulk_channel = bulk_channel
         self.sender = SendBatcher(commitlog.append)
         self.send = SendMessageProcessor(context, self.sender)
+        self.send_streams = SendStreams()
         self.send_back = SendBackProcessor(context, self.sender)
         self.group_admin = GroupAdminProcessor(context)
         self.dead_letters = DeadLetterProcessor(context, self.sender)

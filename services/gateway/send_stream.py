@@ -11,14 +11,17 @@ failed is answered with the status Send would end with; the stream and the other
 
 Each send carries the client's timeout: the gateway stops waiting for its append after it (the send may
 still be stored, as a unary Send whose deadline passed). A client that goes away ends the stream; the
-appends already queued still run, their answers are dropped.
+appends already queued still run, their answers are dropped. A gateway that is stopping ends every
+stream once the sends it read are answered (``stop``), so a connected producer does not hold up its
+shutdown.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import grpc
 
@@ -30,7 +33,7 @@ from .errors import GatewayError, client_facing
 from .send_processor import SEND_TIMEOUT, PreparedSend, SendMessageProcessor
 from .sender import AppendedColumns
 
-__all__ = ["SendStreamSession"]
+__all__ = ["SendStreamSession", "SendStreams"]
 
 _log = get_logger("rocketstore.gateway")
 
@@ -61,20 +64,31 @@ class SendStreamSession:
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def run(self, requests: AsyncIterator[pb.SendStreamRequest]) -> None:
-        """Serve the stream until the client closed its side and every send was answered."""
-        writer = asyncio.get_running_loop().create_task(self._write_answers())
+        """Serve the stream until the client closed its side (or ``stop``) and every send read was answered."""
+        reader = asyncio.get_running_loop().create_task(self._read(requests))
+        try:
+            await self._write_answers()
+        finally:
+            reader.cancel()
+            for task in self._tasks:
+                task.cancel()
+
+    def stop(self) -> None:
+        """The gateway is stopping: read no more sends, answer those read, then end the stream (the
+        client's sends not read yet fail there with UNAVAILABLE, and are retried elsewhere)."""
+        self._reading = False
+        self._ready.set()
+
+    async def _read(self, requests: AsyncIterator[pb.SendStreamRequest]) -> None:
         try:
             async for request in requests:
                 for item in request.sends:
+                    if not self._reading:
+                        return
                     await self._start(item)
-            self._reading = False
-            self._ready.set()
-            await writer  # ends once every send is answered
         finally:
             self._reading = False
-            writer.cancel()
-            for task in self._tasks:
-                task.cancel()
+            self._ready.set()
 
     async def _start(self, item: pb.StreamedSend) -> None:
         request_id = item.request_id
@@ -160,3 +174,30 @@ def _give_up(done: asyncio.Future[AppendedColumns], timeout: float) -> None:
     """The send's own deadline passed: answer it (an append not yet made leaves it out)."""
     if not done.done():
         done.set_exception(GatewayError("DEADLINE_EXCEEDED", f"the send was not stored within {timeout:g} s"))
+
+
+class SendStreams:
+    """The open SendStream sessions, ended together when the gateway stops."""
+
+    def __init__(self) -> None:
+        self._open: set[SendStreamSession] = set()
+        self._stopping = False
+
+    @property
+    def count(self) -> int:
+        return len(self._open)
+
+    @contextlib.contextmanager
+    def open(self, session: SendStreamSession) -> Iterator[SendStreamSession]:
+        if self._stopping:
+            session.stop()
+        self._open.add(session)
+        try:
+            yield session
+        finally:
+            self._open.discard(session)
+
+    def stop(self) -> None:
+        self._stopping = True
+        for session in list(self._open):
+            session.stop()

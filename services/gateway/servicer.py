@@ -70,7 +70,8 @@ class GatewayServicer(pb_grpc.GatewayServicer):
     async def SendStream(self, request_iterator: AsyncIterator[pb.SendStreamRequest],  # type: ignore[override]
                          context: _Context) -> None:
         session = SendStreamSession(self._g.send, self._g.transactions.send_half, peer_host(context), context.write)
-        await session.run(request_iterator)
+        with self._g.send_streams.open(session):
+            await session.run(request_iterator)
 
     @rpc_errors
     @_facing

@@ -35,12 +35,27 @@ from rocketstore.client import (
     UnavailableError,
 )
 from rocketstore.client.connection import Connection
+from rocketstore.client.send_stream import encode_streamed_send
 from rocketstore.v1 import gateway_pb2 as pb
 from rocketstore.v1 import gateway_pb2_grpc as pb_grpc
 
 MAX_MESSAGE_SIZE = 4096
 QUEUES = 4
 WAIT = 30.0
+
+
+@pytest.mark.parametrize("request_id, timeout_ms, body_size", [(1, 1, 1), (300, 3000, 1024), (2**64 - 1, 2**32 - 1,
+                                                                                            70_000)])
+def test_the_producers_hand_encoded_request_messages_are_what_protobuf_reads(request_id: int, timeout_ms: int,
+                                                                            body_size: int) -> None:
+    sends = [pb.SendRequest(topic="T", queue_id=0, producer_group="G", columnar_results=True,
+                            messages=[pb.OutgoingMessage(body=b"b" * body_size, tags="x")]),
+             pb.SendRequest(topic="U", transaction=True, messages=[pb.OutgoingMessage(body=b"c")])]
+    encoded = b"".join(part for i, send in enumerate(sends)
+                       for part in encode_streamed_send(request_id - i, send.SerializeToString(), timeout_ms))
+    expected = pb.SendStreamRequest(sends=[pb.StreamedSend(request_id=request_id - i, send=send, timeout_ms=timeout_ms)
+                                           for i, send in enumerate(sends)])
+    assert pb.SendStreamRequest.FromString(encoded) == expected
 
 
 @pytest.fixture(scope="module")

@@ -26,14 +26,31 @@ from concurrent.futures import Future
 import grpc
 
 from rocketstore.v1 import gateway_pb2 as pb
-from rocketstore.v1 import gateway_pb2_grpc
 
 from .errors import ClientError, DeadlineExceededError, from_rpc_error, from_status
 
-__all__ = ["MAX_REQUEST_BYTES", "SendStream"]
+__all__ = ["MAX_REQUEST_BYTES", "SendStream", "encode_streamed_send"]
 
 MAX_REQUEST_BYTES = 4 << 20
 """A request message carries queued sends up to about this many bytes (one larger send goes alone)."""
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def encode_streamed_send(request_id: int, send: bytes, timeout_ms: int) -> tuple[bytes, bytes, bytes]:
+    """One ``SendStreamRequest.sends`` entry in protobuf's wire form, as three parts to join (the
+    serialized SendRequest ``send`` is the middle one, never copied): a request message is the
+    concatenation of its entries."""
+    header = b"\x08" + _varint(request_id) + b"\x12" + _varint(len(send))  # request_id = 1, send = 2
+    trailer = b"\x18" + _varint(timeout_ms)  # timeout_ms = 3
+    return b"\x0a" + _varint(len(header) + len(send) + len(trailer)) + header, send, trailer  # sends = 1
 
 
 class _Waiter:
@@ -65,28 +82,29 @@ class _Call:
 
     def __init__(self, owner: SendStream) -> None:
         self.owner = owner
-        # Request messages not yet handed to grpc, each with the waiters of its sends.
-        self.frames: deque[tuple[pb.SendStreamRequest, list[_Waiter]]] = deque()
+        # Request messages not yet handed to grpc (their encoded parts), each with the waiters of its sends.
+        self.frames: deque[tuple[list[bytes], list[_Waiter]]] = deque()
         self.frame_bytes = 0
         self.waiting: dict[int, _Waiter] = {}
         self.open = True
-        self.call = owner._stub.SendStream(self._requests())
+        self.call = owner._method(self._requests())
         threading.Thread(target=self._read, name=f"send-stream-{owner.endpoint}", daemon=True).start()
 
     def add(self, request_id: int, request: pb.SendRequest, timeout: float, waiter: _Waiter) -> None:
-        size = request.ByteSize()
+        parts = encode_streamed_send(request_id, request.SerializeToString(), max(1, int(timeout * 1000)))
+        size = len(parts[0]) + len(parts[1]) + len(parts[2])
         if not self.frames or (self.frame_bytes + size > MAX_REQUEST_BYTES and self.frames[-1][1]):
-            self.frames.append((pb.SendStreamRequest(), []))
+            self.frames.append(([], []))
             self.frame_bytes = 0
         frame, waiters = self.frames[-1]
-        frame.sends.add(request_id=request_id, send=request, timeout_ms=max(1, int(timeout * 1000)))
+        frame.extend(parts)
         waiters.append(waiter)
         self.frame_bytes += size
         self.waiting[request_id] = waiter
         if len(self.frames) == 1 and len(waiters) == 1:
             self.owner._lock.notify()  # the writer waits for the first send queued
 
-    def _requests(self) -> Iterator[pb.SendStreamRequest]:
+    def _requests(self) -> Iterator[bytes]:
         # Runs on grpc's thread that writes the stream: everything queued meanwhile leaves in one message.
         cond = self.owner._lock
         while True:
@@ -99,7 +117,7 @@ class _Call:
                 self.frame_bytes = 0 if not self.frames else self.frame_bytes
                 for waiter in waiters:
                     waiter.sent = True
-            yield frame
+            yield b"".join(frame)
 
     def _read(self) -> None:
         owner = self.owner
@@ -162,7 +180,10 @@ class SendStream:
         self.endpoint = endpoint
         self.supported = True  # False once the gateway answered UNIMPLEMENTED
         self.opened = 0  # SendStream calls opened (one more after each break)
-        self._stub = gateway_pb2_grpc.GatewayStub(channel)
+        # Request messages go out as bytes joined from each send's encoding (no copy into a message).
+        self._method: grpc.StreamStreamMultiCallable[bytes, pb.SendStreamResponse] = channel.stream_stream(
+            "/rocketstore.v1.Gateway/SendStream", request_serializer=None,
+            response_deserializer=pb.SendStreamResponse.FromString)
         self._lock = threading.Condition()
         self._ids = itertools.count(1)
         self._current: _Call | None = None

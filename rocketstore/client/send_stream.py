@@ -196,10 +196,12 @@ class SendStream:
         future: Future[pb.SendResponse] = Future()
 
         def answered(waiter: _Waiter) -> None:
-            if waiter.error is not None:
-                future.set_exception(waiter.error)
+            response, error = waiter.response, waiter.error
+            waiter.response = waiter.error = None  # its deadline entry lives on until the timeout: hold nothing
+            if error is not None:
+                future.set_exception(error)
             else:
-                future.set_result(waiter.response)  # type: ignore[arg-type]
+                future.set_result(response)  # type: ignore[arg-type]
 
         waiter = _Waiter(answered)
         call, request_id = self._queue(request, timeout, waiter)

@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -33,6 +34,7 @@ from rocketstore.client import (
     SendResult,
     SendStatus,
     UnavailableError,
+    send_stream,
 )
 from rocketstore.client.connection import Connection
 from rocketstore.client.send_stream import encode_streamed_send
@@ -239,6 +241,40 @@ def test_the_stream_answers_each_send_by_its_id_half_and_delayed_messages_includ
         channel.close()
     # Only the plain message is visible now: the half waits for its commit, the delayed one for its level.
     assert [m.body for m in _read_all(endpoint, topic)] == [b"plain"]
+
+
+class _CountingSend:
+    """A unary Send stub method that counts its calls."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.calls = inner, 0
+
+    def __call__(self, request: pb.SendRequest, timeout: float | None = None) -> pb.SendResponse:
+        self.calls += 1
+        return self.inner(request, timeout=timeout)  # type: ignore[no-any-return]
+
+    def future(self, request: pb.SendRequest, timeout: float | None = None) -> Any:
+        self.calls += 1
+        return self.inner.future(request, timeout=timeout)
+
+
+def test_a_send_too_large_for_the_stream_goes_alone_as_a_unary_send(endpoint: str,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over the gRPC message limit a send would end the stream with every send on it: it goes unary."""
+    monkeypatch.setattr(send_stream, "MAX_STREAMED_SEND", 2000)  # instead of the 63 MiB a real one needs
+    topic = _topic(endpoint, "StreamLarge")
+    with Producer(endpoint, send_timeout=WAIT) as producer:
+        conn: Connection = producer._connection(endpoint)
+        unary = _CountingSend(conn.gateway.Send)
+        conn.gateway.Send = unary  # type: ignore[method-assign]
+        assert producer.send(Message(topic, b"small")).status == SendStatus.SEND_OK
+        assert unary.calls == 0
+        assert producer.send(Message(topic, b"L" * 3000)).status == SendStatus.SEND_OK
+        assert producer.send_async(Message(topic, b"A" * 3000)).result(WAIT).status == SendStatus.SEND_OK
+        assert unary.calls == 2
+        assert producer.send(Message(topic, b"small again")).status == SendStatus.SEND_OK
+        assert unary.calls == 2 and _streams_opened(producer, endpoint) == 1
+    assert len(_wait_readable(endpoint, topic, 4)) == 4
 
 
 def test_a_send_times_out_while_the_gateway_is_stopped_and_the_stream_serves_again_after(

@@ -13,7 +13,7 @@ from rocketstore.v1 import gateway_pb2 as pb
 from rocketstore.v1 import gateway_pb2_grpc
 
 from .errors import ClientError, from_rpc_error
-from .send_stream import SendStream
+from .send_stream import SendStream, TooLargeForStream
 
 __all__ = ["DEFAULT_TIMEOUT", "Connection", "split_endpoints"]
 
@@ -54,10 +54,13 @@ class Connection:
         if stream is not None:
             try:
                 return stream.send(request, timeout)
+            except TooLargeForStream:
+                pass
             except ClientError as e:
                 if e.code != grpc.StatusCode.UNIMPLEMENTED or stream.supported:
                     raise
-        return self.call(self.gateway.Send, request, timeout)  # a gateway without SendStream
+        # A gateway without SendStream, or a send too large for it.
+        return self.call(self.gateway.Send, request, timeout)
 
     def send_future(self, request: pb.SendRequest, timeout: float) -> Future[pb.SendResponse]:
         """Send without waiting: the future resolves to the answer or fails with the ClientError."""
@@ -76,7 +79,10 @@ class Connection:
             else:
                 out.set_exception(error)
 
-        stream.submit(request, timeout).add_done_callback(done)
+        try:
+            stream.submit(request, timeout).add_done_callback(done)
+        except TooLargeForStream:
+            return self._unary_future(request, timeout)
         return out
 
     def _unary_future(self, request: pb.SendRequest, timeout: float) -> Future[pb.SendResponse]:

@@ -25,14 +25,22 @@ from concurrent.futures import Future
 
 import grpc
 
+from rocketstore.server import MAX_MESSAGE_BYTES
 from rocketstore.v1 import gateway_pb2 as pb
 
 from .errors import ClientError, DeadlineExceededError, from_rpc_error, from_status
 
-__all__ = ["MAX_REQUEST_BYTES", "SendStream", "encode_streamed_send"]
+__all__ = ["MAX_REQUEST_BYTES", "MAX_STREAMED_SEND", "SendStream", "TooLargeForStream", "encode_streamed_send"]
 
 MAX_REQUEST_BYTES = 4 << 20
 """A request message carries queued sends up to about this many bytes (one larger send goes alone)."""
+MAX_STREAMED_SEND = MAX_MESSAGE_BYTES - (1 << 20)
+"""A larger send goes as a unary Send: over the gRPC message limit, it fails alone there, where on the
+stream it would end the stream and every send on it."""
+
+
+class TooLargeForStream(Exception):
+    """The send is too large for the stream (see ``MAX_STREAMED_SEND``): send it with unary Send."""
 
 
 def _varint(value: int) -> bytes:
@@ -90,8 +98,8 @@ class _Call:
         self.call = owner._method(self._requests())
         threading.Thread(target=self._read, name=f"send-stream-{owner.endpoint}", daemon=True).start()
 
-    def add(self, request_id: int, request: pb.SendRequest, timeout: float, waiter: _Waiter) -> None:
-        parts = encode_streamed_send(request_id, request.SerializeToString(), max(1, int(timeout * 1000)))
+    def add(self, request_id: int, send: bytes, timeout_ms: int, waiter: _Waiter) -> None:
+        parts = encode_streamed_send(request_id, send, timeout_ms)
         size = len(parts[0]) + len(parts[1]) + len(parts[2])
         if not self.frames or (self.frame_bytes + size > MAX_REQUEST_BYTES and self.frames[-1][1]):
             self.frames.append(([], []))
@@ -231,6 +239,10 @@ class SendStream:
         return waiter.response
 
     def _queue(self, request: pb.SendRequest, timeout: float, waiter: _Waiter) -> tuple[_Call, int]:
+        send = request.SerializeToString()  # outside the lock: the callers' threads encode in parallel
+        if len(send) > MAX_STREAMED_SEND:
+            raise TooLargeForStream(len(send))
+        timeout_ms = max(1, int(timeout * 1000))
         with self._lock:
             if self._closed:
                 raise ClientError("the producer is shut down", grpc.StatusCode.CANCELLED, self.endpoint)
@@ -239,7 +251,7 @@ class SendStream:
                 call = self._current = _Call(self)
                 self.opened += 1
             request_id = next(self._ids)
-            call.add(request_id, request, timeout, waiter)
+            call.add(request_id, send, timeout_ms, waiter)
         return call, request_id
 
     def _forget(self, call: _Call, request_id: int) -> bool:

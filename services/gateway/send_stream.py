@@ -165,7 +165,12 @@ class SendStreamSession:
             self._ready.clear()
             if len(self._out.results):
                 out, self._out = self._out, pb.SendStreamResponse()
-                await self._write(out)
+                try:
+                    await self._write(out)
+                except Exception as e:  # noqa: BLE001 - the client went away: nobody is left to answer
+                    _log.debug("SendStream client went away", peer=self._peer, unanswered=len(out.results),
+                               error=repr(e))
+                    return
             if not self._reading and self._in_flight == 0:
                 return
 

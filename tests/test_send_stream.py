@@ -282,7 +282,8 @@ def test_a_send_times_out_while_the_gateway_is_stopped_and_the_stream_serves_aga
     topic = _topic(endpoint, "StreamPaused")
     assert broker.gateway is not None and broker.gateway.proc is not None
     pid = broker.gateway.proc.pid
-    with Producer(endpoint, send_timeout=WAIT) as producer:
+    # Every send asks for the topic's route first: that call, too, must end within the send's timeout.
+    with Producer(endpoint, send_timeout=WAIT, route_refresh_interval=0) as producer:
         producer.send(Message(topic, b"before"))
         os.kill(pid, signal.SIGSTOP)
         try:

@@ -100,7 +100,7 @@ class _SendPlan:
         if self._fixed is not None:
             mq: MessageQueue | None = self._fixed
         else:
-            mq = self.producer._select(self.topic, self.last_failed)
+            mq = self.producer._select(self.topic, self.last_failed, max(remaining, 0.001))
         if mq is None:  # no route yet: the gateway chooses the queue (and may create the topic)
             endpoint = self.producer._next_endpoint(self.last_failed)
             request = pb.SendRequest(producer_group=self.producer.group, topic=self.topic, messages=self.messages,
@@ -109,7 +109,8 @@ class _SendPlan:
             endpoint = mq.broker
             request = pb.SendRequest(producer_group=self.producer.group, topic=self.topic, queue_id=mq.queue_id,
                                      messages=self.messages, columnar_results=True)
-        return self.producer._connection(endpoint), request, max(remaining, 0.001)
+        # The route lookup above may have taken some of the time: the send gets what is left of it.
+        return self.producer._connection(endpoint), request, max(self.deadline - time.monotonic(), 0.001)
 
     def failed(self, error: ClientError) -> bool:
         """Record a failed try; True when it is worth another."""
@@ -215,19 +216,20 @@ class Producer:
                     conn = self._connections[endpoint] = Connection(endpoint, send_stream=self._send_stream)
         return conn
 
-    def queues(self, topic: str, refresh: bool = False) -> list[MessageQueue]:
+    def queues(self, topic: str, refresh: bool = False, timeout: float | None = None) -> list[MessageQueue]:
         """The writable queues of ``topic`` on every endpoint (cached for ``route_refresh_interval``);
-        empty when no endpoint knows the topic."""
+        empty when no endpoint knows the topic. Asking takes at most ``timeout`` (``send_timeout``)."""
         route = self._routes.get(topic)
         now = time.monotonic()
         if route is not None and not refresh and now < route.expires:
             return route.queues
         queues: list[MessageQueue] = []
+        deadline = now + (self.send_timeout if timeout is None else timeout)  # for every endpoint together
         for endpoint in self.endpoints:
             try:
                 conn = self._connection(endpoint)
                 stats = conn.call(conn.gateway.GetTopicStats, pb.GetTopicStatsRequest(topic=topic),
-                                  timeout=self.send_timeout)
+                                  timeout=max(deadline - time.monotonic(), 0.001))
             except NotFoundError:
                 continue
             except ClientError as e:
@@ -245,8 +247,8 @@ class Producer:
     def invalidate_route(self, topic: str) -> None:
         self._routes.pop(topic, None)
 
-    def _select(self, topic: str, last_failed: str | None) -> MessageQueue | None:
-        queues = self.queues(topic)
+    def _select(self, topic: str, last_failed: str | None, timeout: float | None = None) -> MessageQueue | None:
+        queues = self.queues(topic, timeout=timeout)
         return self._round_robin.select_one(queues, last_failed) if queues else None
 
     def _next_endpoint(self, last_failed: str | None) -> str:

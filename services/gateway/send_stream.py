@@ -33,7 +33,7 @@ from .errors import GatewayError, client_facing
 from .send_processor import SEND_TIMEOUT, PreparedSend, SendMessageProcessor
 from .sender import AppendedColumns
 
-__all__ = ["SendStreamSession", "SendStreams"]
+__all__ = ["SendStreamCall", "SendStreams"]
 
 _log = get_logger("rocketstore.gateway")
 
@@ -48,7 +48,7 @@ def _status_number(code: str) -> int:
         return int(grpc.StatusCode.UNKNOWN.value[0])
 
 
-class SendStreamSession:
+class SendStreamCall:
     """The sends of one SendStream call: read, queued for appends, answered as they are stored."""
 
     def __init__(self, sender: SendMessageProcessor, send_half: HalfSend, peer_host: str,
@@ -182,10 +182,10 @@ def _give_up(done: asyncio.Future[AppendedColumns], timeout: float) -> None:
 
 
 class SendStreams:
-    """The open SendStream sessions, ended together when the gateway stops."""
+    """The open SendStream calls, ended together when the gateway stops."""
 
     def __init__(self) -> None:
-        self._open: set[SendStreamSession] = set()
+        self._open: set[SendStreamCall] = set()
         self._stopping = False
 
     @property
@@ -193,16 +193,16 @@ class SendStreams:
         return len(self._open)
 
     @contextlib.contextmanager
-    def open(self, session: SendStreamSession) -> Iterator[SendStreamSession]:
+    def open(self, call: SendStreamCall) -> Iterator[SendStreamCall]:
         if self._stopping:
-            session.stop()
-        self._open.add(session)
+            call.stop()
+        self._open.add(call)
         try:
-            yield session
+            yield call
         finally:
-            self._open.discard(session)
+            self._open.discard(call)
 
     def stop(self) -> None:
         self._stopping = True
-        for session in list(self._open):
-            session.stop()
+        for call in list(self._open):
+            call.stop()

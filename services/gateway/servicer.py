@@ -20,7 +20,7 @@ from rocketstore.v1 import gateway_pb2_grpc as pb_grpc
 from .errors import client_facing
 from .gateway import Gateway
 from .producer_channels import stream_checks
-from .send_stream import SendStreamSession
+from .send_stream import SendStreamCall
 
 __all__ = ["BATCH_READ_SERVICE", "GATEWAY_SERVICE", "BatchReadServicer", "GatewayServicer", "peer_host"]
 
@@ -69,9 +69,9 @@ class GatewayServicer(pb_grpc.GatewayServicer):
     @_facing
     async def SendStream(self, request_iterator: AsyncIterator[pb.SendStreamRequest],  # type: ignore[override]
                          context: _Context) -> None:
-        session = SendStreamSession(self._g.send, self._g.transactions.send_half, peer_host(context), context.write)
-        with self._g.send_streams.open(session):
-            await session.run(request_iterator)
+        call = SendStreamCall(self._g.send, self._g.transactions.send_half, peer_host(context), context.write)
+        with self._g.send_streams.open(call):
+            await call.run(request_iterator)
 
     @rpc_errors
     @_facing

@@ -186,6 +186,40 @@ class SendResponse(_message.Message):
     columns: SendColumns
     def __init__(self, results: _Optional[_Iterable[_Union[SendResult, _Mapping]]] = ..., columns: _Optional[_Union[SendColumns, _Mapping]] = ...) -> None: ...
 
+class StreamedSend(_message.Message):
+    __slots__ = ("request_id", "send", "timeout_ms")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    SEND_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    send: SendRequest
+    timeout_ms: int
+    def __init__(self, request_id: _Optional[int] = ..., send: _Optional[_Union[SendRequest, _Mapping]] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class SendStreamRequest(_message.Message):
+    __slots__ = ("sends",)
+    SENDS_FIELD_NUMBER: _ClassVar[int]
+    sends: _containers.RepeatedCompositeFieldContainer[StreamedSend]
+    def __init__(self, sends: _Optional[_Iterable[_Union[StreamedSend, _Mapping]]] = ...) -> None: ...
+
+class StreamedSendResult(_message.Message):
+    __slots__ = ("request_id", "response", "error_code", "error_message")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    response: SendResponse
+    error_code: int
+    error_message: str
+    def __init__(self, request_id: _Optional[int] = ..., response: _Optional[_Union[SendResponse, _Mapping]] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ...) -> None: ...
+
+class SendStreamResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[StreamedSendResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[StreamedSendResult, _Mapping]]] = ...) -> None: ...
+
 class PullRequest(_message.Message):
     __slots__ = ("consumer_group", "topic", "queue_id", "offset", "max_messages", "expression", "poll_timeout_ms", "raw_records", "commit_offset")
     CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]

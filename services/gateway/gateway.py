@@ -3,7 +3,7 @@ stopped together.
 
 | processor | module | requests |
 |---|---|---|
-| ``SendMessageProcessor`` | ``send_processor.py`` (+ ``sender.py``) | Send |
+| ``SendMessageProcessor`` | ``send_processor.py`` (+ ``sender.py``, ``send_stream.py``) | Send, SendStream |
 | ``PullMessageProcessor`` | ``pull_processor.py`` (+ ``pull_hold.py``) | Pull, long polling |
 | ``ConsumerManageProcessor`` | ``consumer_manage.py`` | heartbeats, assignment, offsets, progress |
 | ``QueryMessageProcessor`` | ``query_processor.py`` | QueryMessage |
@@ -41,6 +41,7 @@ from .pull_processor import PullMessageProcessor
 from .query_processor import QueryMessageProcessor
 from .send_back_processor import SendBackProcessor
 from .send_processor import SendMessageProcessor
+from .send_stream import SendStreams
 from .sender import SendBatcher
 from .transaction_check import TransactionCheckService
 from .transaction_processor import TransactionProcessor
@@ -67,6 +68,7 @@ class Gateway:
         self._bulk_channel = bulk_channel
         self.sender = SendBatcher(commitlog.append)
         self.send = SendMessageProcessor(context, self.sender)
+        self.send_streams = SendStreams()
         self.send_back = SendBackProcessor(context, self.sender)
         self.group_admin = GroupAdminProcessor(context)
         self.dead_letters = DeadLetterProcessor(context, self.sender)

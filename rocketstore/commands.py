@@ -499,6 +499,8 @@ def _add_topic(commands: _SubParsers) -> None:
         p.add_argument("--write-queues", type=_positive, default=None)
         p.add_argument("--perm", type=int, choices=(2, 4, 6), default=None, help="2 write, 4 read, 6 both")
         p.add_argument("--order", action=argparse.BooleanOptionalAction, default=None, help="an ordered topic")
+        p.add_argument("--message-type", choices=("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED"), default=None,
+                       help="what RocketMQ 5 clients may send to it (the attribute message.type; default MIXED)")
         _add_json(p)
         p.set_defaults(handler=_guard(f"topic {name}", _run_topic_create if name == "create" else _run_topic_update))
     p = sub.add_parser("delete", help="delete a topic (its configuration and the group offsets on it)")
@@ -518,16 +520,18 @@ def _add_topic(commands: _SubParsers) -> None:
 
 
 def _topic_dict(t: pb.TopicInfo) -> dict[str, str | int | bool]:
+    message_type = {"messageType": t.message_type} if t.message_type else {}
     return {"topic": t.topic, "readQueueNums": t.read_queue_nums, "writeQueueNums": t.write_queue_nums,
-            "perm": t.perm, "order": t.order, "system": t.system}
+            "perm": t.perm, "order": t.order, "system": t.system, **message_type}
 
 
 def _print_topic(t: pb.TopicInfo, as_json: bool, verb: str) -> None:
     if as_json:
         _emit(_topic_dict(t))
     else:
+        message_type = f" message.type={t.message_type}" if t.message_type else ""
         print(f"{verb} topic {t.topic}: readQueueNums={t.read_queue_nums} writeQueueNums={t.write_queue_nums} "
-              f"perm={t.perm} order={str(t.order).lower()}")
+              f"perm={t.perm} order={str(t.order).lower()}{message_type}")
 
 
 def _queue_nums(args: argparse.Namespace) -> tuple[int | None, int | None]:
@@ -542,7 +546,7 @@ def _run_topic_create(args: argparse.Namespace) -> int:
     read, write = _queue_nums(args)
     with Admin(args.endpoint, timeout=args.rpc_timeout) as admin:
         t = admin.create_topic(args.topic, read_queue_nums=read or 0, write_queue_nums=write or 0,
-                               perm=args.perm or 0, order=bool(args.order))
+                               perm=args.perm or 0, order=bool(args.order), message_type=args.message_type or "")
     _print_topic(t, args.json, "created")
     return EXIT_OK
 
@@ -553,7 +557,7 @@ def _run_topic_update(args: argparse.Namespace) -> int:
     read, write = _queue_nums(args)
     with Admin(args.endpoint, timeout=args.rpc_timeout) as admin:
         t = admin.update_topic(args.topic, read_queue_nums=read, write_queue_nums=write, perm=args.perm,
-                               order=args.order)
+                               order=args.order, message_type=args.message_type)
     _print_topic(t, args.json, "updated")
     return EXIT_OK
 

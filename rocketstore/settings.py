@@ -434,6 +434,9 @@ KEYS: tuple[SettingKey, ...] = (
        by="gateway", part="on by default here (RocketMQ 4.9 starts its check service on every master whatever "
        "this key says); false stops the broker's check-backs, so open transactions wait for their producer or "
        "an operator"),
+    _k("minInvisibleTimeMillsForRecv", int, 10000, "Shortest invisible time a RocketMQ 5 receive may ask for (ms).",
+       by="gateway", part="ProxyConfig's key: ReceiveMessage refuses a shorter invisible_duration "
+       "ILLEGAL_INVISIBLE_TIME", minimum=0, maximum=12 * 3600 * 1000),
     _k("transactionTimeOut", int, 6000,
        "Age after which a half (prepared) message is checked back with its producer (ms).",
        by="gateway", minimum=0),

@@ -52,6 +52,13 @@ class GatewayStub:
     Send one message or a batch (all to one topic; to one queue when queue_id is given, else
     the gateway spreads single sends round robin and a batch goes to one queue).
     """
+    SendStream: _grpc.StreamStreamMultiCallable[_gateway_pb2.SendStreamRequest, _gateway_pb2.SendStreamResponse]
+    """Many sends on one long-lived stream (what the Python producer uses): the client numbers its
+    sends, several to a request message; the gateway appends what arrives together as one batch and
+    answers each send when it is stored as Send would (flushed under SYNC_FLUSH, replicated under
+    SYNC_MASTER), in any order, with its number. A refused send is answered with the status Send
+    would end with; the stream and the other sends go on.
+    """
     Pull: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.PullRequest, _gateway_pb2.PullResponse]
     """--- consuming
     RocketMQ's pull: messages of one queue from an offset, filtered by a subscription
@@ -131,6 +138,13 @@ class GatewayAsyncStub(GatewayStub):
     """--- producing
     Send one message or a batch (all to one topic; to one queue when queue_id is given, else
     the gateway spreads single sends round robin and a batch goes to one queue).
+    """
+    SendStream: _aio.StreamStreamMultiCallable[_gateway_pb2.SendStreamRequest, _gateway_pb2.SendStreamResponse]  # type: ignore[assignment]
+    """Many sends on one long-lived stream (what the Python producer uses): the client numbers its
+    sends, several to a request message; the gateway appends what arrives together as one batch and
+    answers each send when it is stored as Send would (flushed under SYNC_FLUSH, replicated under
+    SYNC_MASTER), in any order, with its number. A refused send is answered with the status Send
+    would end with; the stream and the other sends go on.
     """
     Pull: _aio.UnaryUnaryMultiCallable[_gateway_pb2.PullRequest, _gateway_pb2.PullResponse]  # type: ignore[assignment]
     """--- consuming
@@ -214,6 +228,19 @@ class GatewayServicer(metaclass=_abc_1.ABCMeta):
         """--- producing
         Send one message or a batch (all to one topic; to one queue when queue_id is given, else
         the gateway spreads single sends round robin and a batch goes to one queue).
+        """
+
+    @_abc_1.abstractmethod
+    def SendStream(
+        self,
+        request_iterator: _MaybeAsyncIterator[_gateway_pb2.SendStreamRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_gateway_pb2.SendStreamResponse], _abc.AsyncIterator[_gateway_pb2.SendStreamResponse]]:
+        """Many sends on one long-lived stream (what the Python producer uses): the client numbers its
+        sends, several to a request message; the gateway appends what arrives together as one batch and
+        answers each send when it is stored as Send would (flushed under SYNC_FLUSH, replicated under
+        SYNC_MASTER), in any order, with its number. A refused send is answered with the status Send
+        would end with; the stream and the other sends go on.
         """
 
     @_abc_1.abstractmethod

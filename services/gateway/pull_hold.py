@@ -10,7 +10,7 @@ future and a timer each.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterable, Callable, Iterable
+from collections.abc import AsyncIterable, Callable, Iterable, Sequence
 
 from rocketstore.services.index.client import QueueAdvance
 
@@ -43,8 +43,8 @@ class PullRequestHoldService:
 
     @property
     def held(self) -> int:
-        """Pulls held right now."""
-        return sum(len(waiters) for waiters in self._held.values())
+        """Pulls (and receives) held right now; a receive held on several queues counts once."""
+        return len({future for waiters in self._held.values() for future in waiters})
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="PullRequestHoldService")
@@ -131,6 +131,33 @@ class PullRequestHoldService:
             del waiters[future]
             if not waiters and self._held.get(key) is waiters:
                 del self._held[key]
+
+    async def hold_any(self, positions: Sequence[tuple[str, int, int]], timeout: float,
+                       future: asyncio.Future[bool] | None = None) -> bool:
+        """Wait until any of the queues (topic, queue id, offset) holds a message at its offset: True; False
+        after ``timeout`` seconds. ``future`` (the caller's) may also be resolved by others to end the wait
+        early (a pop whose queue was unblocked by an acknowledgement)."""
+        for topic, queue_id, offset in positions:
+            if self._max.get((topic, queue_id), -1) > offset:
+                return True
+        loop = asyncio.get_running_loop()
+        if future is None:
+            future = loop.create_future()
+        keys = []
+        for topic, queue_id, offset in positions:
+            key = (topic, queue_id)
+            waiters = self._held.setdefault(key, {})
+            waiters[future] = offset
+            keys.append((key, waiters))
+        timer = loop.call_later(timeout, _expire, future)
+        try:
+            return await future
+        finally:
+            timer.cancel()
+            for key, waiters in keys:
+                waiters.pop(future, None)
+                if not waiters and self._held.get(key) is waiters:
+                    del self._held[key]
 
 
 def _expire(future: asyncio.Future[bool]) -> None:

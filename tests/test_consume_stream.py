@@ -166,8 +166,9 @@ def test_two_consumers_split_the_queues_and_nothing_is_lost_or_duplicated(gatewa
         wait_until(lambda: len(first.bodies()) == 20, "the first 20 messages on the only consumer")
 
         def committed() -> int:
-            reply = Connection(ep).call(Connection(ep).gateway.QueryOffsets, pb.QueryOffsetsRequest(
-                consumer_group="stream_split", topic="StreamSplit"))
+            with Connection(ep) as conn:
+                reply = conn.call(conn.gateway.QueryOffsets, pb.QueryOffsetsRequest(
+                    consumer_group="stream_split", topic="StreamSplit"))
             return sum(max(e.offset, 0) for e in reply.offsets)
 
         wait_until(lambda: committed() == 20, "the offsets of the first 20 committed")

@@ -1,7 +1,8 @@
 """Streaming consumption (the gateway's ``Consume`` stream) on real processes: batches of several queues
 arrive in queue order with tag filtering; the credit a consumer grants bounds what it is sent; two
 consumers of a group split the queues with nothing lost or duplicated; a restarted consumer resumes at
-its committed offset; a stream that waited gets the messages sent later."""
+its committed offset; a stream that waited gets the messages sent later; a consumer whose gateway restarts
+opens its stream again."""
 
 from __future__ import annotations
 
@@ -275,3 +276,18 @@ def _split(records: bytes) -> list[bytes]:
         out.append(records[pos:pos + size])
         pos += size
     return out
+
+
+def test_a_consumer_whose_gateway_restarts_opens_its_stream_again_and_loses_nothing(gateway: Broker) -> None:
+    assert gateway.gateway is not None
+    ep = gateway.gateway.endpoint
+    create_topic(gateway, "StreamRestart", 2)
+    send(ep, "StreamRestart", [f"u{i}" for i in range(10)])
+    got = Collector()
+    with consumer(ep, "stream_restart", got, "StreamRestart"):
+        wait_until(lambda: len(got.bodies()) == 10, "the first 10 messages")
+        gateway.gateway.kill9()
+        gateway.gateway.restart()
+        send(ep, "StreamRestart", [f"v{i}" for i in range(10)])
+        wait_until(lambda: {f"v{i}" for i in range(10)} <= set(got.bodies()), "the 10 sent after the restart")
+    assert set(got.bodies()) == {f"u{i}" for i in range(10)} | {f"v{i}" for i in range(10)}

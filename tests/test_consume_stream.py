@@ -20,6 +20,7 @@ from rocketstore.services.gateway.local_reads import LocalStoreReader
 from rocketstore.client import ConsumeFromWhere, Message, Producer, PushConsumer
 from rocketstore.client.connection import Connection
 from rocketstore.client.consume_stream import ConsumeStream, StreamQueue
+from rocketstore.client.errors import UnavailableError
 from rocketstore.client.messages import ReceivedMessage, decode_records
 from rocketstore.subscription import parse_expression
 from rocketstore.v1 import gateway_pb2 as pb
@@ -288,6 +289,14 @@ def test_a_consumer_whose_gateway_restarts_opens_its_stream_again_and_loses_noth
         wait_until(lambda: len(got.bodies()) == 10, "the first 10 messages")
         gateway.gateway.kill9()
         gateway.gateway.restart()
-        send(ep, "StreamRestart", [f"v{i}" for i in range(10)])
+        deadline = time.monotonic() + WAIT
+        while True:  # the producer's own channel may take a moment to connect again
+            try:
+                send(ep, "StreamRestart", [f"v{i}" for i in range(10)])
+                break
+            except UnavailableError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
         wait_until(lambda: {f"v{i}" for i in range(10)} <= set(got.bodies()), "the 10 sent after the restart")
     assert set(got.bodies()) == {f"u{i}" for i in range(10)} | {f"v{i}" for i in range(10)}

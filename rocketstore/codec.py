@@ -410,6 +410,29 @@ def stored_record_crc(buf: ReadableBuffer, props_start: int, end: int) -> int:
     return int(digits[::-1])
 
 
+def record_spans(buf: ReadableBuffer, pos: int, limit: int) -> tuple[int, int, int, int, int, int] | None:
+    """(body start, body length, topic start, topic length, properties start, record end) of the record at
+    ``pos`` when its lengths add up to its TOTALSIZE within ``limit``; None otherwise. For the diagnoses of
+    a record that failed ``check_record`` (its content is not looked at)."""
+    if limit - pos < MIN_RECORD_LENGTH:
+        return None
+    total, magic = _BLANK.unpack_from(buf, pos)
+    end = pos + total
+    if magic != MESSAGE_MAGIC_CODE or total < MIN_RECORD_LENGTH or end > limit:
+        return None
+    p = pos + BODYLEN_POSITIONS[host_flags(_INT.unpack_from(buf, pos + POS_SYSFLAG)[0])]
+    body_len = _INT.unpack_from(buf, p)[0]
+    topic_at = p + BODYLEN_LENGTH + body_len
+    if body_len < 0 or topic_at + TOPICLEN_LENGTH > end:
+        return None
+    topic_len = buf[topic_at]
+    props_at = topic_at + TOPICLEN_LENGTH + topic_len
+    props_start = props_at + PROPERTIESLEN_LENGTH
+    if props_start > end or props_start + _SHORT.unpack_from(buf, props_at)[0] != end:
+        return None
+    return p + BODYLEN_LENGTH, body_len, topic_at + TOPICLEN_LENGTH, topic_len, props_start, end
+
+
 def check_record(buf: ReadableBuffer, pos: int, limit: int, physical_offset: int | None = None,
                  check_crc: bool = True, force_prop_crc: bool = False) -> int:
     """RocketMQ's checkMessageAndReturnSize, for recovery and tailing.

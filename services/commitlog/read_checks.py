@@ -22,19 +22,14 @@ from dataclasses import dataclass, field
 
 from rocketstore.codec import (
     BLANK_MAGIC_CODE,
-    BODYLEN_LENGTH,
-    BODYLEN_POSITIONS,
     CRC32_RESERVED_LEN,
     MAX_TOPIC_LENGTH,
     MESSAGE_MAGIC_CODE,
     MIN_RECORD_LENGTH,
     POS_BODYCRC,
     POS_PHYSICALOFFSET,
-    POS_SYSFLAG,
-    PROPERTIESLEN_LENGTH,
-    TOPICLEN_LENGTH,
     check_record,
-    host_flags,
+    record_spans,
     stored_record_crc,
 )
 
@@ -43,7 +38,6 @@ __all__ = ["CorruptRange", "find_corrupt", "zero_spans"]
 _SIZE_MAGIC = struct.Struct(">iI")
 _INT = struct.Struct(">i")
 _LONG = struct.Struct(">q")
-_SHORT = struct.Struct(">h")
 
 
 @dataclass(slots=True)
@@ -95,20 +89,13 @@ def _diagnose(buf: bytes, pos: int, end: int, physical_offset: int, force_prop_c
         return rest, f"magic code {magic:#010x} is not a message record's"
     if total < MIN_RECORD_LENGTH or total > rest:
         return rest, f"record size {total} does not fit the {rest} bytes read"
-    record_end = pos + total
-    sys_flag = _INT.unpack_from(buf, pos + POS_SYSFLAG)[0]
-    p = pos + BODYLEN_POSITIONS[host_flags(sys_flag)]
-    body_len = _INT.unpack_from(buf, p)[0]
-    body_start = p + BODYLEN_LENGTH
-    topic_at = body_start + body_len
-    props_at = topic_at + TOPICLEN_LENGTH + (buf[topic_at] if 0 <= body_len and topic_at < record_end else 0)
-    if body_len < 0 or props_at + PROPERTIESLEN_LENGTH > record_end \
-            or props_at + PROPERTIESLEN_LENGTH + _SHORT.unpack_from(buf, props_at)[0] != record_end:
+    spans = record_spans(buf, pos, end)
+    if spans is None:
         return rest, "the record's size disagrees with its fields"
+    body_start, body_len, _, topic_len, props_start, record_end = spans
     stored_offset = _LONG.unpack_from(buf, pos + POS_PHYSICALOFFSET)[0]
     if stored_offset != physical_offset:
         return total, f"the record says it is at offset {stored_offset}, not {physical_offset}"
-    props_start = props_at + PROPERTIESLEN_LENGTH
     stored = stored_record_crc(buf, props_start, record_end)
     if stored >= 0:
         actual = zlib.crc32(buf[pos:record_end - CRC32_RESERVED_LEN]) & 0x7FFFFFFF
@@ -119,6 +106,6 @@ def _diagnose(buf: bytes, pos: int, end: int, physical_offset: int, force_prop_c
     actual = zlib.crc32(buf[body_start:body_start + body_len]) & 0x7FFFFFFF if body_len else 0
     if actual != stored_crc:
         return total, f"body CRC {actual:#010x} does not match the stored {stored_crc:#010x}"
-    if buf[topic_at] > MAX_TOPIC_LENGTH:
-        return total, f"the record's topic length {buf[topic_at]} is over {MAX_TOPIC_LENGTH}"
+    if topic_len > MAX_TOPIC_LENGTH:
+        return total, f"the record's topic length {topic_len} is over {MAX_TOPIC_LENGTH}"
     return total, "the record's topic or properties are not UTF-8"

@@ -525,7 +525,9 @@ KEYS: tuple[SettingKey, ...] = (
        by="commitlog"),
     _k("forceVerifyPropCRC", bool, False,
        "Refuse, in recovery and on every read (and in the dispatcher with checkCRCOnDispatch), a record that "
-       "carries no whole-record CRC (__CRC32#). A record that carries one is always verified against it.",
+       "carries no whole-record CRC (__CRC32#), such as one whose __CRC32# itself was damaged; a record that "
+       "carries one is always verified against it. Only for a log written with enabledAppendPropCRC from its "
+       "start: recovery cuts the log at the first record without it.",
        by="commitlog dispatcher"),
     _k("duplicationEnable", bool, False, "Accept records already present when replaying (DUP_INFO).",
        ignored="RocketMQ's mode for a store fed by an outside replicator (DUP_INFO records, a confirm offset); "

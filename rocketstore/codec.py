@@ -62,6 +62,7 @@ CRC32_PREFIX = PROPERTY_CRC32.encode() + b"\x01"
 # What encode_unplaced reserves: the property with the CRC of 0, its digits filled in by fill_record_crc.
 CRC32_TAIL_UNFILLED = CRC32_PREFIX + b"0" * CRC32_DIGITS + b"\x02"
 assert len(CRC32_TAIL_UNFILLED) == CRC32_RESERVED_LEN == 20
+_CRC32_FIRST = CRC32_PREFIX[0]
 
 # --- the record layout, named once ---------------------------------------------------------
 # Every position and size below is computed from the struct formats of the fields before it, as
@@ -228,7 +229,7 @@ def encode_unplaced(msg: Message, store_addr: bytes, store_port: int, store_v6: 
     if not 0 < len(topic_b) <= MAX_TOPIC_LENGTH or len(body) > max_message_size \
             or props_len > MAX_PROPERTIES_LENGTH or size > max_message_size + RECORD_SIZE_SLACK \
             or not 0 <= msg.queue_id <= 0x7FFFFFFF:
-        _refuse(topic_b, body, props_len, size, msg.queue_id, max_message_size)
+        _refuse(topic_b, body, props_len, size, msg.queue_id, max_message_size, crc_len)
     key = (born_v6, store_v6, len(body), len(topic_b), len(props_b), crc_len)
     st = _struct_cache.get(key) or _record_struct(*key)
     return st.pack(size, MESSAGE_MAGIC_CODE, zlib.crc32(body) & 0x7FFFFFFF if body else 0, msg.queue_id, msg.flag,
@@ -365,7 +366,8 @@ def encode_message(msg: Message, queue_offset: int, physical_offset: int, store_
     return bytes(rec)
 
 
-def _refuse(topic_b: bytes, body: bytes, props_len: int, size: int, queue_id: int, max_message_size: int) -> None:
+def _refuse(topic_b: bytes, body: bytes, props_len: int, size: int, queue_id: int, max_message_size: int,
+            crc_len: int = 0) -> None:
     """Raise the MessageRefused that names what is wrong with a message."""
     illegal = PutMessageStatus.MESSAGE_ILLEGAL
     if not topic_b:
@@ -377,7 +379,9 @@ def _refuse(topic_b: bytes, body: bytes, props_len: int, size: int, queue_id: in
     if props_len > MAX_PROPERTIES_LENGTH:
         raise MessageRefused(
             PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
-            f"properties are {props_len} bytes encoded; at most {MAX_PROPERTIES_LENGTH} are allowed",
+            f"properties are {props_len} bytes encoded"
+            + (f" with the {crc_len}-byte {PROPERTY_CRC32} property (enabledAppendPropCRC)" if crc_len else "")
+            + f"; at most {MAX_PROPERTIES_LENGTH} are allowed",
         )
     if size > max_message_size + RECORD_SIZE_SLACK:
         raise MessageRefused(illegal, f"message record is {size} bytes; at most maxMessageSize + 64 KiB are allowed")
@@ -476,7 +480,9 @@ def check_record(buf: ReadableBuffer, pos: int, limit: int, physical_offset: int
         return INVALID
     end = pos + total
     if check_crc:
-        stored = stored_record_crc(buf, p + PROPERTIESLEN_LENGTH, end) if props_len >= CRC32_RESERVED_LEN else -1
+        # (A plain record's properties rarely have an "_" 20 bytes from their end: one byte tells them apart.)
+        stored = stored_record_crc(buf, p + PROPERTIESLEN_LENGTH, end) \
+            if props_len >= CRC32_RESERVED_LEN and buf[end - CRC32_RESERVED_LEN] == _CRC32_FIRST else -1
         if stored >= 0:
             # The written bytes, all of them: a match also means the text is the UTF-8 it was written as.
             return int(total) if zlib.crc32(buf[pos:end - CRC32_RESERVED_LEN]) & 0x7FFFFFFF == stored else INVALID
@@ -487,12 +493,14 @@ def check_record(buf: ReadableBuffer, pos: int, limit: int, physical_offset: int
             return INVALID
     # Only the body may be anything: damage to the topic or properties that breaks their text is refused
     # here rather than failing (or being guessed at) in every reader.
-    try:
-        str(buf[topic_start:topic_start + topic_len], "utf-8")
-        if props_len:
-            str(buf[p + PROPERTIESLEN_LENGTH:end], "utf-8")
-    except UnicodeDecodeError:
-        return INVALID
+    topic_b = bytes(buf[topic_start:topic_start + topic_len])  # (no copy of a slice of bytes or an mmap)
+    props_b = bytes(buf[p + PROPERTIESLEN_LENGTH:end])
+    if not (topic_b.isascii() and props_b.isascii()):  # mostly ASCII: a test that builds no str
+        try:
+            str(topic_b, "utf-8")
+            str(props_b, "utf-8")
+        except UnicodeDecodeError:
+            return INVALID
     return int(total)
 
 

@@ -3,7 +3,10 @@
 - kill -9 of a random service (CommitLog, index, dispatcher, gateway) under a SYNC_FLUSH load, for N
   cycles; afterwards every acknowledged message is present, intact (CRC-checked) and consumable in order;
 - random bytes corrupted in every kind of file (CommitLog, ConsumeQueue, IndexFile, checkpoint, config
-  JSON): the broker refuses to start naming the file, or starts and never serves a damaged record as good;
+  JSON): the broker refuses to start naming the file, or starts and never serves a damaged record as good
+  (whatever a queue serves is, field by field, what was acknowledged there). CommitLog flips hit any byte
+  with the whole-record CRC (enabledAppendPropCRC + forceVerifyPropCRC), and only bodies with the default
+  format, whose BODYCRC covers nothing else; ``ROCKETSTORE_FAULT_SEED=N`` replays one trial;
 - a full disk under each store path (a size-limited tmpfs): writes are refused or held, nothing
   acknowledged is lost, and everything goes on once space returns;
 - hostile input to every RPC of the CommitLog and index services (Hypothesis over the protobuf requests,

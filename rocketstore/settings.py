@@ -524,6 +524,18 @@ KEYS: tuple[SettingKey, ...] = (
     _k("checkCRCOnDispatch", bool, False,
        "Verify each record's body CRC in the dispatcher too (rocketstore's; RocketMQ's reput never does).",
        by="dispatcher"),
+    _k("enabledAppendPropCRC", bool, False,
+       "Append a whole-record CRC to every new record: a last property __CRC32# holding the CRC of all the "
+       "record's bytes before it (RocketMQ 5's format; its own decoder reads it as one more property). Without "
+       "it only the body is covered by a CRC (BODYCRC), so damage to the topic, hosts, timestamps or properties "
+       "goes undetected. Costs 20 bytes and one CRC per record.",
+       by="commitlog"),
+    _k("forceVerifyPropCRC", bool, False,
+       "Refuse, in recovery and on every read (and in the dispatcher with checkCRCOnDispatch), a record that "
+       "carries no whole-record CRC (__CRC32#), such as one whose __CRC32# itself was damaged; a record that "
+       "carries one is always verified against it. Only for a log written with enabledAppendPropCRC from its "
+       "start: recovery cuts the log at the first record without it.",
+       by="commitlog dispatcher"),
     _k("duplicationEnable", bool, False, "Accept records already present when replaying (DUP_INFO).",
        ignored="RocketMQ's mode for a store fed by an outside replicator (DUP_INFO records, a confirm offset); "
        "here only the CommitLog's own appends write records"),

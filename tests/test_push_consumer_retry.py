@@ -29,11 +29,12 @@ SETTINGS = {"messageDelayLevel": "1s 1s 1s 1s 1s 1s"}
 WAIT = 60.0
 
 
-def wait_until(predicate: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
+def wait_until(predicate: Callable[[], bool], what: str | Callable[[], str], timeout: float = WAIT) -> None:
+    """``what`` may be a callable, to say how far things got when the wait fails."""
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
-            pytest.fail(f"{what} not reached within {timeout:.0f} s")
+            pytest.fail(f"{what() if callable(what) else what} not reached within {timeout:.0f} s")
         time.sleep(0.05)
 
 
@@ -169,9 +170,34 @@ def test_a_failing_consumer_killed_mid_retry_loses_nothing(broker_factory: Calla
     consumer = PushConsumer(ep, "Crashy", listener, poll_timeout=1.0)
     consumer.subscribe("Jobs")
     with consumer:
-        wait_until(lambda: got >= sent, f"all 20 jobs consumed (missing {len(sent - got)})")
+        wait_until(lambda: got >= sent, lambda: f"all 20 jobs consumed (missing {len(sent - got)})")
     # Some came back only through the broker's retry topic: the killed consumer had committed past them.
     assert via_retry and via_retry <= sent
+
+
+def test_a_new_member_reads_the_retry_topic_from_its_start_even_from_the_last_offset(
+        broker_factory: Callable[..., Broker]) -> None:
+    """A member that handed messages back and died before committing its retry queue: the next member, though
+    it starts from the last offset, reads the retry queue from its first message (RocketMQ's
+    computePullFromWhere), so the handed-back messages are not skipped."""
+    broker = broker_factory(SETTINGS, gateway=True, schedule=True)
+    ep, stub = broker.gateway.endpoint, broker.gateway.stub
+    with Producer(ep) as producer:
+        sent = [producer.send(Message("Handed", f"h{i}".encode())) for i in range(3)]
+    for r in sent:
+        stub.ConsumerSendBack(pb.ConsumerSendBackRequest(consumer_group="Back", commit_log_offset=r.commit_log_offset,
+                                                         delay_level=1), timeout=RPC_TIMEOUT)
+
+    def retried() -> int:
+        stats = stub.GetTopicStats(pb.GetTopicStatsRequest(topic="%RETRY%Back"), timeout=RPC_TIMEOUT)
+        return sum(q.max_offset for q in stats.queues)
+
+    wait_until(lambda: retried() >= 3, "the handed-back messages in %RETRY%Back")
+    got: set[str] = set()
+    consumer = PushConsumer(ep, "Back", lambda ms, _ctx: got.update(m.msg_id for m in ms), poll_timeout=1.0)
+    consumer.subscribe("Handed")
+    with consumer:
+        wait_until(lambda: got >= {r.msg_id for r in sent}, lambda: f"the 3 handed-back messages (got {len(got)})")
 
 
 def test_orderly_consumption_retries_locally_then_dead_letters(broker_factory: Callable[..., Broker]) -> None:

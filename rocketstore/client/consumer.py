@@ -750,7 +750,12 @@ class PushConsumer:
                     fallback = {q.queue_id: q.start_offset_by_time for q in ranges.queues}
                 else:
                     stats = conn.call(conn.gateway.GetTopicStats, pb.GetTopicStatsRequest(topic=topic))
-                    first = self.consume_from_where == ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
+                    # A retry topic is read from its start even from the last offset (RebalancePushImpl's
+                    # computePullFromWhere): its messages were handed back by this group, and a member that
+                    # died before committing would otherwise lose them.
+                    first = self.consume_from_where == ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET or (
+                        self.consume_from_where == ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET
+                        and topic.startswith(RETRY_GROUP_TOPIC_PREFIX))
                     fallback = {q.queue_id: q.min_offset if first else q.max_offset for q in stats.queues}
             for mq in mqs:
                 offset = committed.get(mq.queue_id, -1)

@@ -397,7 +397,10 @@ KEYS: tuple[SettingKey, ...] = (
     _k("listenPort", int, 10911, "Port the broker listens on for clients.",
        by="commitlog", part="the CommitLog service's default port and the port of the store address in "
        "records and offset msgIds; the gateway listens on its own --port (8081)", **_PORT),
-    _k("haListenPort", int, 10912, "Port the master listens on for slave replication.", by="ha",
+    _k("haListenPort", int, 10915, "Port the master listens on for slave replication.", by="ha",
+       part="the ha service's port. RocketMQ's default is listenPort + 1 (10912), but here 10912 is the "
+       "index service's default port (dispatcher 10913, schedule 10916), so the default is 10915, the port "
+       "of the ha container in deploy/k8s; a master and its slaves must agree on it (haMasterAddress)",
        **_PORT),
     _k("useEpollNativeSelector", bool, False, "Use Netty's native epoll selector.",
        ignored="a Netty knob; gRPC chooses its own poller (epoll on Linux)"),

@@ -43,14 +43,16 @@ class SlaveReport(_message.Message):
     def __init__(self, max_offset: _Optional[int] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., check_offset: _Optional[int] = ..., check_crc32: _Optional[int] = ..., gateway_endpoint: _Optional[str] = ...) -> None: ...
 
 class Transfer(_message.Message):
-    __slots__ = ("offset", "data", "master_max_offset")
+    __slots__ = ("offset", "data", "master_max_offset", "more")
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     MASTER_MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
     offset: int
     data: bytes
     master_max_offset: int
-    def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ..., master_max_offset: _Optional[int] = ...) -> None: ...
+    more: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ..., master_max_offset: _Optional[int] = ..., more: _Optional[_Iterable[bytes]] = ...) -> None: ...
 
 class GetHAStatusRequest(_message.Message):
     __slots__ = ()

@@ -8,9 +8,10 @@ on each broker.
 A slave's HA service calls its master's Replicate and keeps the stream open: it reports
 its max CommitLog offset when it connects, after each chunk it appended and at least
 every haSendHeartbeatInterval; the master streams CommitLog bytes from where the slave
-is, one Transfer per chunk of at most haTransferBatchSize bytes that never crosses the
-end of a CommitLog file, and an empty Transfer as a heartbeat when it has nothing to
-send. Either side closes a stream it has heard nothing on for haHousekeepingInterval.
+is, in chunks of at most haTransferBatchSize bytes that never cross the end of a
+CommitLog file (a Transfer carries several chunks when the master has them ready: a
+slave catching up gets about a MiB per message), and an empty Transfer as a heartbeat
+when it has nothing to send. Either side closes a stream it has heard nothing on for haHousekeepingInterval.
 
 Errors:
   FAILED_PRECONDITION Replicate on a broker that is not a master, or a slave whose log

@@ -42,8 +42,9 @@ class HAServicer(pb_grpc.HAServicer):
             raise FailedPrecondition(f"this broker is a {self._settings.broker_role.value} (a slave of "
                                      f"{self._settings.ha_master_address or '(unset)'}); replicate from a master")
         try:
-            for offset, data, master_max in self._master.replicate(request_iterator, context.peer()):
-                yield pb.Transfer(offset=offset, data=bytes(data), master_max_offset=master_max)
+            for offset, chunks, master_max in self._master.replicate(request_iterator, context.peer()):
+                yield pb.Transfer(offset=offset, data=bytes(chunks[0]) if chunks else b"",
+                                  more=[bytes(c) for c in chunks[1:]], master_max_offset=master_max)
         except Diverged as e:
             _log.error("slave refused", peer=context.peer(), reason=str(e))
             raise FailedPrecondition(str(e)) from e

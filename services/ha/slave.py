@@ -15,7 +15,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -47,7 +47,8 @@ class SlaveLink(Protocol):
 
 
 class TransferLike(Protocol):
-    """One chunk from the master (``rocketstore.services.ha.client.Transfer``)."""
+    """Chunks from the master (``rocketstore.services.ha.client.Transfer``): ``data`` at ``offset``,
+    then each of ``more`` right after it."""
 
     @property
     def offset(self) -> int: ...
@@ -55,6 +56,8 @@ class TransferLike(Protocol):
     def data(self) -> bytes: ...
     @property
     def master_max_offset(self) -> int: ...
+    @property
+    def more(self) -> Sequence[bytes]: ...
 
 
 class ReplicateCall(Protocol):
@@ -285,8 +288,9 @@ class HASlave:
                     self._mismatch(session, call, f"mismatch: the master sent offset {first.offset}, "
                                                   f"this slave's max offset is {expected}")
                     return
-                parts, end = [first.data], first.offset + len(first.data)
-                size, master_max = len(first.data), first.master_max_offset
+                parts = [first.data, *first.more]
+                size = sum(map(len, parts))
+                end, master_max = first.offset + size, first.master_max_offset
                 while size < MAX_APPEND_BYTES:
                     try:
                         nxt = chunks.get_nowait()
@@ -295,10 +299,13 @@ class HASlave:
                     if nxt is None or nxt.offset != end:
                         held = nxt
                         break
+                    n = len(parts)
                     parts.append(nxt.data)
+                    parts.extend(nxt.more)
                     master_max = nxt.master_max_offset
-                    end += len(nxt.data)
-                    size += len(nxt.data)
+                    added = sum(map(len, parts[n:]))
+                    end += added
+                    size += added
                 data = parts[0] if len(parts) == 1 else b"".join(parts)
                 try:
                     expected = self._link.append_data(first.offset, data, master_max)

@@ -21,11 +21,12 @@ TOPIC = "ColdTopic"
 N = 40
 
 
-def _pair(tmp_path: Path, slave_read: str) -> tuple[HABroker, HABroker]:
+def _pair(tmp_path: Path, slave_read: str, slave_read_on_slave: str | None = None) -> tuple[HABroker, HABroker]:
     common = {**DEFAULT_BROKER_SETTINGS, "haSendHeartbeatInterval": "500", "haHousekeepingInterval": "5000",
               "accessMessageInMemoryMaxRatio": "0", "slaveReadEnable": slave_read}
     master = HABroker(tmp_path / "master", {**common, "brokerRole": "ASYNC_MASTER"}, tmp_path, with_gateway=True)
     slave = HABroker(tmp_path / "slave", {**common, "brokerRole": "SLAVE", "brokerId": "1",
+                                          "slaveReadEnable": slave_read_on_slave or slave_read,
                                           "haMasterAddress": master.ha.endpoint}, tmp_path, with_gateway=True)
     return master.start(), slave.start()
 
@@ -93,3 +94,37 @@ def test_without_slave_read_enable_the_master_suggests_nothing_and_serves_every_
             r = consumer.pull(TOPIC, offset, 8, queue_id=0)
             assert r.endpoint == m.endpoint and not r.suggest_pulling_from_slave
             offset = r.next_begin_offset
+
+
+def test_a_slave_without_slave_read_enable_sends_the_consumer_back_and_keeps_no_pull_commit(tmp_path,
+                                                                                           started) -> None:
+    """RocketMQ 4.9.8's PullMessageProcessor on a SLAVE with slaveReadEnable=false: the pull is answered
+    (the PULL_RETRY_IMMEDIATELY it sets is overwritten by the status) with the master suggested, so the
+    client's next pull goes back to the master; and a slave never stores a pull's commit offset
+    (storeOffsetEnable), while a CommitOffsets call (ConsumerManageProcessor) is kept until the master's
+    offsets of that topic@group overwrite it."""
+    master, slave = _pair(tmp_path, "true", slave_read_on_slave="false")
+    started += [master, slave]
+    _load(master, slave)
+    m, s = master.broker.gateway, slave.broker.gateway
+    assert m is not None and s is not None and m.stub is not None and s.stub is not None
+    wait_for(lambda: list(m.stub.GetBrokerStatus(gw.GetBrokerStatusRequest()).slave_gateways) == [s.endpoint],
+             30, "the master's status to list its slave's gateway")
+
+    def committed_on_slave() -> int:
+        reply = s.stub.QueryOffsets(gw.QueryOffsetsRequest(consumer_group="SlaveCommits", topic=TOPIC))
+        return {o.queue_id: o.offset for o in reply.offsets}[0]
+
+    with PullConsumer(m.endpoint, "SlaveCommits") as consumer:
+        first = consumer.pull(TOPIC, 0, 8, queue_id=0)
+        assert first.endpoint == m.endpoint and first.suggest_pulling_from_slave
+        second = consumer.pull(TOPIC, 8, 8, queue_id=0, commit_offset=8)
+        assert second.endpoint == s.endpoint and second.status is PullStatus.FOUND
+        assert [msg.queue_offset for msg in second.messages] == list(range(8, 16))
+        assert not second.suggest_pulling_from_slave  # the master, next
+        third = consumer.pull(TOPIC, 16, 8, queue_id=0)
+        assert third.endpoint == m.endpoint and third.status is PullStatus.FOUND
+    assert committed_on_slave() == -1  # the pull's commit offset was not stored on the slave
+    s.stub.CommitOffsets(gw.CommitOffsetsRequest(consumer_group="SlaveCommits", offsets=[
+        gw.OffsetEntry(topic=TOPIC, queue_id=0, offset=8)]))
+    assert committed_on_slave() == 8  # kept: the master has no offsets of this topic@group to put over it

@@ -5,6 +5,7 @@ master's status, and when the master cannot be reached it goes on pulling from t
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 from conftest import DEFAULT_BROKER_SETTINGS
 from ha_processes import HABroker, assert_replicated, wait_for
 
-from rocketstore.client.consumer import PullConsumer
+from rocketstore.client.consumer import PullConsumer, PushConsumer
 from rocketstore.client.messages import PullStatus
 from rocketstore.v1 import commitlog_pb2 as cl_pb
 from rocketstore.v1 import gateway_pb2 as gw
@@ -128,3 +129,30 @@ def test_a_slave_without_slave_read_enable_sends_the_consumer_back_and_keeps_no_
     s.stub.CommitOffsets(gw.CommitOffsetsRequest(consumer_group="SlaveCommits", offsets=[
         gw.OffsetEntry(topic=TOPIC, queue_id=0, offset=8)]))
     assert committed_on_slave() == 8  # kept: the master has no offsets of this topic@group to put over it
+
+
+def test_the_push_consumer_pulls_from_the_slave_the_master_suggests(tmp_path, started) -> None:
+    """The push consumer follows suggestWhichBrokerId too: with every read cold (ratio 0) the master
+    suggests the slave and the queue's next pulls go to the slave's gateway, learned from the master's
+    status; every message is consumed once."""
+    master, slave = _pair(tmp_path, "true")
+    started += [master, slave]
+    _load(master, slave)
+    m, s = master.broker.gateway, slave.broker.gateway
+    assert m is not None and s is not None and m.stub is not None and s.stub is not None
+    wait_for(lambda: list(m.stub.GetBrokerStatus(gw.GetBrokerStatusRequest()).slave_gateways) == [s.endpoint],
+             30, "the master's status to list its slave's gateway")
+    got: list[int] = []
+    lock = threading.Lock()
+
+    def listener(messages, context):  # noqa: ANN001, ANN202
+        with lock:
+            got.extend(msg.queue_offset for msg in messages)
+
+    consumer = PushConsumer(m.endpoint, "ColdPushers", listener, consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+                            pull_batch_size=8, poll_timeout=1.0)
+    consumer.subscribe(TOPIC)
+    with consumer:
+        wait_for(lambda: len(got) >= N, 30, "every message consumed")
+    assert sorted(got) == list(range(N))
+    assert s.stub.GetBrokerStatus(gw.GetBrokerStatusRequest()).get_messages > 0  # pulled from the slave

@@ -317,6 +317,7 @@ def test_the_default_ha_port_is_no_other_services_default_port() -> None:
     from rocketstore.services.gateway.main import DEFAULT_PORT as GATEWAY
     from rocketstore.services.index.main import DEFAULT_PORT as INDEX
     from rocketstore.services.schedule.main import DEFAULT_PORT as SCHEDULE
+
     from rocketstore.settings import Settings
 
     defaults = Settings()

@@ -6,8 +6,9 @@ sends the bytes in chunks of at most haTransferBatchSize that never cross a file
 empty heartbeat after haSendHeartbeatInterval without data. The chunks ready when the stream can
 take a message go in one message (up to MESSAGE_BYTES): a round of the stream costs far more than
 the bytes it carries, so a slave catching up is sent a MiB per round whatever the batch size. A
-connection whose slave is silent for haHousekeepingInterval is closed. ``AckReporter`` carries every connection's acknowledged offset
-to the CommitLog service on one stream, latest state only, where SYNC_MASTER puts wait for it.
+connection whose slave is silent for haHousekeepingInterval is closed. ``AckReporter`` carries every
+connection's acknowledged offset to the CommitLog service on one stream, latest state only, where
+SYNC_MASTER puts wait for it.
 """
 
 from __future__ import annotations

@@ -17,6 +17,9 @@ Errors:
   FAILED_PRECONDITION Replicate on a broker that is not a master, or a slave whose log
                     is ahead of (or differs from) the master's; the detail carries both
                     offsets and what to do. The slave does not retry over it.
+  INVALID_ARGUMENT  a first report no slave sends: a negative max offset, a tail check
+                    outside the 4096 bytes below the max offset, a gateway endpoint that is
+                    not HOST:PORT.
   OUT_OF_RANGE      the slave asks for an offset the master has deleted.
   DEADLINE_EXCEEDED the slave was silent for haHousekeepingInterval.
   UNAVAILABLE       the CommitLog service behind the master's HA service is not reachable.

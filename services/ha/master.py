@@ -26,7 +26,7 @@ from rocketstore.services.commitlog.client import Offsets, RawRead, TailChunk
 from rocketstore.log import get_logger
 from rocketstore.settings import Settings
 
-from .transfer import Diverged, check_divergence, chunks, crc32, start_offset
+from .transfer import Diverged, check_divergence, check_first_report, chunks, crc32, start_offset
 
 __all__ = ["AckReporter", "HAMaster", "MasterConnection", "OffsetGone", "SlaveSilent"]
 
@@ -158,7 +158,8 @@ class AckReporter:
 class MasterConnection:
     """One slave's stream: ``transfers()`` yields (offset, chunks, master max offset), the chunks
     contiguous from offset, each at most haTransferBatchSize and within one CommitLog file; no chunk
-    is a heartbeat. Raises Diverged, OffsetGone or SlaveSilent to end the stream with a reason."""
+    is a heartbeat. Raises BadReport, Diverged, OffsetGone or SlaveSilent to end the stream with a
+    reason."""
 
     _ids = itertools.count(1)
 
@@ -259,6 +260,7 @@ class MasterConnection:
                 yield st.sent_offset, [], st.master_max_offset
 
     def _start(self, first: Report) -> int:
+        check_first_report(first.max_offset, first.check_offset, first.gateway_endpoint)
         offsets = self._link.offsets()
         self.status.master_max_offset = offsets.max_offset
         check_divergence(first.max_offset, offsets.max_offset)

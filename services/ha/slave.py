@@ -27,13 +27,12 @@ from rocketstore.settings import Settings
 
 from .client import SERVICE as HA_SERVICE
 from .client import Report
-from .transfer import crc32
+from .transfer import CHECK_BYTES, crc32
 
 __all__ = ["HASlave", "SlaveLink", "SlaveStatus"]
 
 log = get_logger("rocketstore.ha.slave")
 
-CHECK_BYTES = 4096  # the tail the first report's CRC covers
 MAX_APPEND_BYTES = 4 * 1024 * 1024  # most bytes one AppendData carries
 RETRY_S = 1.0
 

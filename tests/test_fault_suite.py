@@ -29,9 +29,9 @@ import fault_counts
 import grpc
 import pytest
 from conftest import DEFAULT_BROKER_SETTINGS, RPC_TIMEOUT, Broker, ServiceProcess
+from ha_processes import HABroker
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from ha_processes import HABroker
 from rocketstore.services.dispatcher.decode import CorruptRecord, DispatchDecoder
 from rocketstore.spark.decode import RecordLayoutError, decode_records
 from storage_helpers import fill_disk, mounted_tmpfs

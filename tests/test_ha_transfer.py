@@ -5,7 +5,14 @@ of a slave whose log ends beyond the master's."""
 from __future__ import annotations
 
 import pytest
-from rocketstore.services.ha.transfer import BadReport, Diverged, check_divergence, check_first_report, chunks, start_offset
+from rocketstore.services.ha.transfer import (
+    BadReport,
+    Diverged,
+    check_divergence,
+    check_first_report,
+    chunks,
+    start_offset,
+)
 
 FILE = 64 * 1024
 

@@ -93,7 +93,9 @@ def test_a_restarted_slave_resumes_from_its_own_max_offset(pairs, tmp_path) -> N
     for _ in range(100):
         pair.master_store.put_message(sized_msg(1000))
     pair.start_slave()
-    wait_until(lambda: pair.ha_master.master.statuses(), what="the new connection")
+    # The connection is listed at once; its start offset once the slave's first report is in.
+    wait_until(lambda: [c for c in pair.ha_master.master.statuses() if c.start_offset >= 0],
+               what="the new connection's start")
     assert pair.ha_master.master.statuses()[0].start_offset == before
     _caught_up(pair)
     _same_bytes(pair, tmp_path, 0)

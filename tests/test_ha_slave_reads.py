@@ -131,28 +131,38 @@ def test_a_slave_without_slave_read_enable_sends_the_consumer_back_and_keeps_no_
     assert committed_on_slave() == 8  # kept: the master has no offsets of this topic@group to put over it
 
 
-def test_the_push_consumer_pulls_from_the_slave_the_master_suggests(tmp_path, started) -> None:
-    """The push consumer follows suggestWhichBrokerId too: with every read cold (ratio 0) the master
-    suggests the slave and the queue's next pulls go to the slave's gateway, learned from the master's
-    status; every message is consumed once."""
-    master, slave = _pair(tmp_path, "true")
+def test_the_push_consumer_follows_the_suggested_broker_and_the_slave_when_the_master_is_killed(tmp_path,
+                                                                                              started) -> None:
+    """The push consumer follows suggestWhichBrokerId too: the master (slaveReadEnable, every read cold)
+    suggests the slave, whose gateway the consumer learned from the master's status, and the slave
+    (slaveReadEnable=false) sends it back; once the master is killed its queue is pulled from the slave,
+    and every message is consumed."""
+    master, slave = _pair(tmp_path, "true", slave_read_on_slave="false")
     started += [master, slave]
     _load(master, slave)
     m, s = master.broker.gateway, slave.broker.gateway
     assert m is not None and s is not None and m.stub is not None and s.stub is not None
     wait_for(lambda: list(m.stub.GetBrokerStatus(gw.GetBrokerStatusRequest()).slave_gateways) == [s.endpoint],
              30, "the master's status to list its slave's gateway")
-    got: list[int] = []
+    got: set[int] = set()
     lock = threading.Lock()
+    gate = threading.Event()
 
     def listener(messages, context):  # noqa: ANN001, ANN202
         with lock:
-            got.extend(msg.queue_offset for msg in messages)
+            got.update(msg.queue_offset for msg in messages)
+        gate.wait(30)  # the first messages wait for the master's death; the backlog stays unpulled
 
     consumer = PushConsumer(m.endpoint, "ColdPushers", listener, consume_from_where="CONSUME_FROM_FIRST_OFFSET",
-                            pull_batch_size=8, poll_timeout=1.0)
+                            pull_batch_size=4, pull_threshold_for_queue=8, consume_thread_nums=1,
+                            poll_timeout=1.0)
     consumer.subscribe(TOPIC)
     with consumer:
-        wait_for(lambda: len(got) >= N, 30, "every message consumed")
-    assert sorted(got) == list(range(N))
-    assert s.stub.GetBrokerStatus(gw.GetBrokerStatusRequest()).get_messages > 0  # pulled from the slave
+        # The first pull (the master) suggests the slave: the second goes there; then flow control
+        # holds the rest back while the listener waits.
+        wait_for(lambda: s.stub.GetBrokerStatus(gw.GetBrokerStatusRequest()).get_messages > 0, 30,
+                 "a pull from the slave")
+        master.kill9()
+        gate.set()
+        wait_for(lambda: len(got) >= N, 60, "every message consumed with the master gone")
+    assert got == set(range(N))

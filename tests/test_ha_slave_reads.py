@@ -112,8 +112,8 @@ def test_a_slave_without_slave_read_enable_sends_the_consumer_back_and_keeps_no_
     wait_for(lambda: list(m.stub.GetBrokerStatus(gw.GetBrokerStatusRequest()).slave_gateways) == [s.endpoint],
              30, "the master's status to list its slave's gateway")
 
-    def committed_on_slave() -> int:
-        reply = s.stub.QueryOffsets(gw.QueryOffsetsRequest(consumer_group="SlaveCommits", topic=TOPIC))
+    def committed(stub, group: str) -> int:  # noqa: ANN001
+        reply = stub.QueryOffsets(gw.QueryOffsetsRequest(consumer_group=group, topic=TOPIC))
         return {o.queue_id: o.offset for o in reply.offsets}[0]
 
     with PullConsumer(m.endpoint, "SlaveCommits") as consumer:
@@ -125,10 +125,16 @@ def test_a_slave_without_slave_read_enable_sends_the_consumer_back_and_keeps_no_
         assert not second.suggest_pulling_from_slave  # the master, next
         third = consumer.pull(TOPIC, 16, 8, queue_id=0)
         assert third.endpoint == m.endpoint and third.status is PullStatus.FOUND
-    assert committed_on_slave() == -1  # the pull's commit offset was not stored on the slave
-    s.stub.CommitOffsets(gw.CommitOffsetsRequest(consumer_group="SlaveCommits", offsets=[
+    assert committed(m.stub, "SlaveCommits") == 8  # the client sent the commit the slave would drop to the master
+
+    # The slave itself: a pull's commit offset is not stored; a CommitOffsets call is.
+    pulled = s.stub.Pull(gw.PullRequest(consumer_group="OnTheSlave", topic=TOPIC, queue_id=0, offset=8,
+                                        max_messages=8, expression="*", commit_offset=8))
+    assert pulled.status == gw.PULL_FOUND and not pulled.suggest_pulling_from_slave
+    assert committed(s.stub, "OnTheSlave") == -1
+    s.stub.CommitOffsets(gw.CommitOffsetsRequest(consumer_group="OnTheSlave", offsets=[
         gw.OffsetEntry(topic=TOPIC, queue_id=0, offset=8)]))
-    assert committed_on_slave() == 8  # kept: the master has no offsets of this topic@group to put over it
+    assert committed(s.stub, "OnTheSlave") == 8  # kept: the master has no offsets of this topic@group
 
 
 def test_the_push_consumer_follows_the_suggested_broker_and_the_slave_when_the_master_is_killed(tmp_path,

@@ -217,6 +217,11 @@ class PullConsumer:
                 pass
         slave = self._slave
         if key in self._on_slave and slave is not None:
+            if request.HasField("commit_offset"):
+                # A slave does not store a pull's commit offset (RocketMQ's client clears the flag for
+                # a slave): it goes to the master, as the push consumer's periodic commit does.
+                request.ClearField("commit_offset")
+                self._commit_to_master(topic, qid, commit_offset)
             result = self._pull_from(slave, request, poll_timeout)
             if not result.suggest_pulling_from_slave:
                 self._on_slave.discard(key)  # hot again: back to the master
@@ -228,6 +233,10 @@ class PullConsumer:
                 raise
             _log.warning("the master cannot be reached; pulling from its slave", master=self.endpoint,
                          slave=slave.endpoint, topic=topic, queue_id=qid)
+            if commit_offset is not None:
+                _log.warning("commit offset not stored: the master cannot be reached and a slave does not "
+                             "store a pull's commit offset", topic=topic, queue_id=qid, offset=commit_offset)
+                request.ClearField("commit_offset")
             return self._pull_from(slave, request, poll_timeout)
         if result.suggest_pulling_from_slave:
             if slave is None:
@@ -238,6 +247,15 @@ class PullConsumer:
             if self._slave is not None:
                 self._on_slave.add(key)
         return result
+
+    def _commit_to_master(self, topic: str, queue_id: int, offset: int | None) -> None:
+        if offset is None:
+            return
+        try:
+            self.commit({(topic, queue_id): offset})
+        except UnavailableError as e:
+            _log.warning("commit offset not stored: the master cannot be reached and a slave does not store a "
+                         "pull's commit offset", topic=topic, queue_id=queue_id, offset=offset, error=str(e))
 
     @staticmethod
     def _pull_from(conn: Connection, request: pb.PullRequest, poll_timeout: float) -> PullResult:

@@ -102,7 +102,7 @@ class HAClient:
         the master's transfers. Waits for the master to be reachable; ``cancel()`` closes it (its
         iteration then fails with a ``Refused`` of code CANCELLED)."""
         messages = (pb.SlaveReport(max_offset=m, broker_name=n, broker_id=i, check_offset=co, check_crc32=cc,
-                                   gateway_endpoint=g) for m, n, i, co, cc, g in reports)
+                                   gateway_endpoint=g, takes_more=True) for m, n, i, co, cc, g in reports)
         return Stream(self._stub.Replicate(messages, wait_for_ready=True), SERVICE, "Replicate", _transfer)
 
     def status(self, *, timeout: float | None = None) -> HAStatus:

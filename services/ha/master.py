@@ -66,6 +66,7 @@ class Report(Protocol):
     check_offset: int
     check_crc32: int
     gateway_endpoint: str
+    takes_more: bool
 
 
 @dataclass(slots=True)
@@ -218,6 +219,8 @@ class MasterConnection:
         threading.Thread(target=self._pump, name=f"HATail-{self.connection_id}", daemon=True).start()
         last_sent = time.monotonic()
         wait = min(self._heartbeat_s, self._housekeeping_s, 0.5)
+        # A slave that reads Transfer.more gets every chunk ready in one message; an older one, one each.
+        message_bytes = MESSAGE_BYTES if first.takes_more else 0
         held: tuple[list[tuple[int, memoryview]], int] | BaseException | None = None
         while True:
             if self._slave_error is not None:
@@ -237,8 +240,10 @@ class MasterConnection:
                 raise item
             if item is not None:
                 pieces, master_max = item
+                if not message_bytes and len(pieces) > 1:  # held is None here: it was just taken
+                    pieces, held = pieces[:1], (pieces[1:], master_max)
                 size = sum(len(d) for _, d in pieces)
-                while size < MESSAGE_BYTES:  # the reads already queued join this message
+                while size < message_bytes:  # the reads already queued join this message
                     try:
                         nxt = self._queue.get_nowait()
                     except queue.Empty:

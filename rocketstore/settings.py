@@ -397,7 +397,10 @@ KEYS: tuple[SettingKey, ...] = (
     _k("listenPort", int, 10911, "Port the broker listens on for clients.",
        by="commitlog", part="the CommitLog service's default port and the port of the store address in "
        "records and offset msgIds; the gateway listens on its own --port (8081)", **_PORT),
-    _k("haListenPort", int, 10912, "Port the master listens on for slave replication.", by="ha",
+    _k("haListenPort", int, 10915, "Port the master listens on for slave replication.", by="ha",
+       part="the ha service's port. RocketMQ's default is listenPort + 1 (10912), but here 10912 is the "
+       "index service's default port (dispatcher 10913, schedule 10916), so the default is 10915, the port "
+       "of the ha container in deploy/k8s; a master and its slaves must agree on it (haMasterAddress)",
        **_PORT),
     _k("useEpollNativeSelector", bool, False, "Use Netty's native epoll selector.",
        ignored="a Netty knob; gRPC chooses its own poller (epoll on Linux)"),
@@ -414,9 +417,12 @@ KEYS: tuple[SettingKey, ...] = (
     _k("transferMsgByHeap", bool, True, "Copy pulled messages through the heap instead of zero-copy.",
        ignored="a Netty zero-copy knob; pulled records are always copied into the gRPC response"),
     _k("slaveReadEnable", bool, False, "Let consumers read from a slave when the master's data is cold.",
-       by="gateway", part="a pull answered from beyond accessMessageInMemoryMaxRatio carries "
-       "suggest_pulling_from_slave and the Python PullConsumer's next pulls of the queue go to the slave's "
-       "gateway (from the master's status); a slave serves pulls whatever the setting"),
+       by="gateway", part="as RocketMQ 4.9.8's PullMessageProcessor, on either role: with it, a pull answered "
+       "from beyond accessMessageInMemoryMaxRatio suggests the slave (suggest_pulling_from_slave) and any other "
+       "answer the master, so the Python PullConsumer's and PushConsumer's next pulls of the queue go to the "
+       "slave's gateway (learned from the master's status) and back; without it every answer suggests the "
+       "master. A SLAVE without it still answers the pull (4.9.8 sets PULL_RETRY_IMMEDIATELY there, then its "
+       "status switch overwrites the code) and sends the consumer back to its master"),
     _k("longPollingEnable", bool, True, "Hold pulls that find no message until one arrives (long polling).",
        ignored="each pull says how long it may be held (poll_timeout_ms; 0 answers at once), so the client, "
        "not the broker, chooses long or short polling"),
@@ -615,7 +621,9 @@ KEYS: tuple[SettingKey, ...] = (
     _k("haHousekeepingInterval", int, 20000, "A silent HA connection is closed after this long (ms).",
        by="ha", minimum=1),
     _k("haTransferBatchSize", int, 32768, "Most bytes the master sends a slave in one transfer.",
-       by="ha", minimum=1),
+       by="ha", part="the largest chunk (none crosses a CommitLog file end); the chunks ready at once "
+       "travel in one stream message of up to about 1 MiB, so a slave catching up is not paced by it",
+       minimum=1),
     _k("haSlaveFallbehindMax", int, 268435456,
        "A slave further behind than this (bytes) is not available for SYNC_MASTER.", by="commitlog",
        minimum=0, aliases=("haMaxGapNotInSync",)),

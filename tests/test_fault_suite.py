@@ -32,7 +32,8 @@ from pathlib import Path
 import fault_counts
 import grpc
 import pytest
-from conftest import RPC_TIMEOUT, Broker, ServiceProcess
+from conftest import DEFAULT_BROKER_SETTINGS, RPC_TIMEOUT, Broker, ServiceProcess
+from ha_processes import HABroker
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rocketstore.services.dispatcher.decode import CorruptRecord, DispatchDecoder
@@ -54,6 +55,7 @@ from rocketstore.health_client import wait_serving
 from rocketstore.message import Message, MessageExt
 from rocketstore.v1 import commitlog_pb2 as cl_pb
 from rocketstore.v1 import gateway_pb2 as gw_pb
+from rocketstore.v1 import ha_pb2 as ha_pb
 from rocketstore.v1 import index_pb2 as ix_pb
 
 SOAK = int(os.environ.get("ROCKETSTORE_SOAK_CYCLES", "0") or 0)
@@ -539,6 +541,39 @@ def test_hostile_input_to_every_gateway_rpc(broker_factory) -> None:
         _fuzz_service(broker, broker.gateway, descriptor, f"hostile RPCs: {name}", examples=max(8, FUZZ_EXAMPLES // 3))
     wait_caught_up(broker)
     verify(broker)
+
+
+def test_hostile_input_to_every_ha_rpc(tmp_path: Path) -> None:
+    """A master's ha service, the port its slaves reach from other machines: Replicate with random
+    reports (a slave that lies about where it is, acknowledges what it never got, sends garbage),
+    GetStatus and GetConfigFiles (fewer examples: an accepted stream runs until its 2 s deadline)."""
+    master = HABroker(tmp_path / "master", {**DEFAULT_BROKER_SETTINGS, "brokerRole": "SYNC_MASTER"}, tmp_path)
+    try:
+        master.start()
+        _seed(master.broker)
+        _fuzz_service(master.broker, master.ha, ha_pb.DESCRIPTOR.services_by_name["HA"], "hostile RPCs: ha",
+                      examples=max(10, FUZZ_EXAMPLES // 2))
+        # First reports no slave sends are refused as such, before the master reads anything for them:
+        # not UNAVAILABLE (a slave would retry it forever), nor a read of the whole log into memory.
+        end = master.offsets().max_offset
+        assert end > 4096
+        channel = grpc.insecure_channel(master.ha.endpoint)
+        replicate = channel.stream_stream("/rocketstore.v1.HA/Replicate",
+                                          request_serializer=ha_pb.SlaveReport.SerializeToString,
+                                          response_deserializer=ha_pb.Transfer.FromString)
+        for report in [ha_pb.SlaveReport(max_offset=-1), ha_pb.SlaveReport(max_offset=end, check_offset=-1),
+                       ha_pb.SlaveReport(max_offset=end, check_offset=0),  # a check of the whole log
+                       ha_pb.SlaveReport(max_offset=end, check_offset=end + 1),
+                       ha_pb.SlaveReport(max_offset=0, gateway_endpoint="no port here")]:
+            with pytest.raises(grpc.RpcError) as refused:
+                list(replicate(iter([report]), timeout=10))
+            assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (report, refused.value.details())
+        channel.close()
+        wait_caught_up(master.broker)
+        verify(master.broker)
+    finally:
+        failures = master.close()
+    assert not failures, "\n".join(failures)
 
 
 # --- hostile records for the decoders -------------------------------------------------------------------------

@@ -66,6 +66,36 @@ def test_managers_reload_a_file_another_process_replaced_and_do_not_write_their_
     assert json.loads((slave_dir / "consumerOffset.json").read_text())["offsetTable"]["Orders@g1"] == {"0": 5}
 
 
+def test_offsets_committed_on_a_slave_are_overwritten_by_the_masters_and_kept_where_it_has_none(
+        tmp_path: Path) -> None:
+    """SlaveSynchronize's offsetTable.putAll: per topic@group the master's offsets win, whole; a
+    topic@group only the slave has (committed there while the master was away) stays, in memory and on
+    disk, and a sync that changes nothing writes nothing."""
+    master_dir, slave_dir = tmp_path / "m", tmp_path / "s"
+    master = ConsumerOffsetManager(master_dir)
+    master.commit("g1", "Orders", 0, 5)
+    master.persist()
+    slave = ConsumerOffsetManager(slave_dir)
+    slave.commit("g1", "Orders", 0, 9)  # the master knows this topic@group: its offsets replace these
+    slave.commit("g1", "Orders", 1, 3)
+    slave.commit("g2", "Orders", 0, 7)  # only the slave has it
+    slave.persist()
+    sync = ConfigSync(str(slave_dir), lambda: read_config_files(str(master_dir)))
+    assert sync.sync_once() == ["consumerOffset.json"]
+    on_disk = json.loads((slave_dir / "consumerOffset.json").read_text())["offsetTable"]
+    assert on_disk == {"Orders@g1": {"0": 5}, "Orders@g2": {"0": 7}}
+    assert sync.sync_once() == []  # merged already: nothing to write
+
+    slave.commit("g3", "Orders", 2, 4)  # committed on the slave after its last persist
+    assert slave.reload_if_changed()
+    assert slave.offsets_of("g1", "Orders") == {0: 5}
+    assert slave.query("g2", "Orders", 0) == 7 and slave.query("g3", "Orders", 2) == 4
+    assert slave.persist()  # g3 is the slave's own: written beside the master's
+    assert ConsumerOffsetManager(slave_dir).snapshot() == {"Orders@g1": {0: 5}, "Orders@g2": {0: 7},
+                                                           "Orders@g3": {2: 4}}
+    assert sync.sync_once() == []
+
+
 # --- real processes ------------------------------------------------------------------------------
 @pytest.fixture
 def pair(tmp_path: Path) -> Iterator[tuple[HABroker, HABroker]]:

@@ -93,7 +93,9 @@ def test_a_restarted_slave_resumes_from_its_own_max_offset(pairs, tmp_path) -> N
     for _ in range(100):
         pair.master_store.put_message(sized_msg(1000))
     pair.start_slave()
-    wait_until(lambda: pair.ha_master.master.statuses(), what="the new connection")
+    # The connection is listed at once; its start offset once the slave's first report is in.
+    wait_until(lambda: [c for c in pair.ha_master.master.statuses() if c.start_offset >= 0],
+               what="the new connection's start")
     assert pair.ha_master.master.statuses()[0].start_offset == before
     _caught_up(pair)
     _same_bytes(pair, tmp_path, 0)
@@ -125,6 +127,38 @@ def test_the_master_closes_a_slave_that_stops_reporting(pairs) -> None:
     assert e.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
     assert "haHousekeepingInterval" in e.value.details()
     wait_until(lambda: pair.master_store.replica.connections == 0, what="the master to forget the slave")
+
+
+@pytest.mark.parametrize("takes_more", [False, True])
+def test_chunks_are_batch_sized_and_only_a_slave_that_reads_more_gets_several_per_message(pairs,
+                                                                                         takes_more: bool) -> None:
+    pair = pairs(master_role="ASYNC_MASTER", haTransferBatchSize=1000)
+    for _ in range(60):
+        pair.master_store.put_message(sized_msg(1000))
+    end = pair.master_store.max_offset
+    stub = ha_pb2_grpc.HAStub(grpc.insecure_channel(pair.ha_master.endpoint))
+    done = threading.Event()
+
+    def reports() -> Iterator[ha_pb2.SlaveReport]:
+        yield ha_pb2.SlaveReport(max_offset=0, broker_name="reader", takes_more=takes_more)
+        done.wait(30)
+
+    at, messages, chunks = 0, 0, []
+    call = stub.Replicate(reports(), timeout=30)
+    for t in call:
+        if not t.data:
+            continue  # a heartbeat
+        assert t.offset == at
+        messages += 1
+        for c in [t.data, *t.more]:
+            chunks.append(len(c))
+            at += len(c)
+        if at >= end:
+            break
+    done.set()
+    call.cancel()
+    assert at == end and max(chunks) <= 1000 and sum(chunks) == end
+    assert (messages < len(chunks)) is takes_more  # an older slave gets one chunk per message
 
 
 class _ScriptedMaster(ha_pb2_grpc.HAServicer):

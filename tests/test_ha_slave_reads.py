@@ -5,6 +5,7 @@ master's status, and when the master cannot be reached it goes on pulling from t
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 from conftest import DEFAULT_BROKER_SETTINGS
 from ha_processes import HABroker, assert_replicated, wait_for
 
-from rocketstore.client.consumer import PullConsumer
+from rocketstore.client.consumer import PullConsumer, PushConsumer
 from rocketstore.client.messages import PullStatus
 from rocketstore.v1 import commitlog_pb2 as cl_pb
 from rocketstore.v1 import gateway_pb2 as gw
@@ -21,11 +22,12 @@ TOPIC = "ColdTopic"
 N = 40
 
 
-def _pair(tmp_path: Path, slave_read: str) -> tuple[HABroker, HABroker]:
+def _pair(tmp_path: Path, slave_read: str, slave_read_on_slave: str | None = None) -> tuple[HABroker, HABroker]:
     common = {**DEFAULT_BROKER_SETTINGS, "haSendHeartbeatInterval": "500", "haHousekeepingInterval": "5000",
               "accessMessageInMemoryMaxRatio": "0", "slaveReadEnable": slave_read}
     master = HABroker(tmp_path / "master", {**common, "brokerRole": "ASYNC_MASTER"}, tmp_path, with_gateway=True)
     slave = HABroker(tmp_path / "slave", {**common, "brokerRole": "SLAVE", "brokerId": "1",
+                                          "slaveReadEnable": slave_read_on_slave or slave_read,
                                           "haMasterAddress": master.ha.endpoint}, tmp_path, with_gateway=True)
     return master.start(), slave.start()
 
@@ -93,3 +95,80 @@ def test_without_slave_read_enable_the_master_suggests_nothing_and_serves_every_
             r = consumer.pull(TOPIC, offset, 8, queue_id=0)
             assert r.endpoint == m.endpoint and not r.suggest_pulling_from_slave
             offset = r.next_begin_offset
+
+
+def test_a_slave_without_slave_read_enable_sends_the_consumer_back_and_keeps_no_pull_commit(tmp_path,
+                                                                                           started) -> None:
+    """RocketMQ 4.9.8's PullMessageProcessor on a SLAVE with slaveReadEnable=false: the pull is answered
+    (the PULL_RETRY_IMMEDIATELY it sets is overwritten by the status) with the master suggested, so the
+    client's next pull goes back to the master; and a slave never stores a pull's commit offset
+    (storeOffsetEnable), while a CommitOffsets call (ConsumerManageProcessor) is kept until the master's
+    offsets of that topic@group overwrite it."""
+    master, slave = _pair(tmp_path, "true", slave_read_on_slave="false")
+    started += [master, slave]
+    _load(master, slave)
+    m, s = master.broker.gateway, slave.broker.gateway
+    assert m is not None and s is not None and m.stub is not None and s.stub is not None
+    wait_for(lambda: list(m.stub.GetBrokerStatus(gw.GetBrokerStatusRequest()).slave_gateways) == [s.endpoint],
+             30, "the master's status to list its slave's gateway")
+
+    def committed(stub, group: str) -> int:  # noqa: ANN001
+        reply = stub.QueryOffsets(gw.QueryOffsetsRequest(consumer_group=group, topic=TOPIC))
+        return {o.queue_id: o.offset for o in reply.offsets}[0]
+
+    with PullConsumer(m.endpoint, "SlaveCommits") as consumer:
+        first = consumer.pull(TOPIC, 0, 8, queue_id=0)
+        assert first.endpoint == m.endpoint and first.suggest_pulling_from_slave
+        second = consumer.pull(TOPIC, 8, 8, queue_id=0, commit_offset=8)
+        assert second.endpoint == s.endpoint and second.status is PullStatus.FOUND
+        assert [msg.queue_offset for msg in second.messages] == list(range(8, 16))
+        assert not second.suggest_pulling_from_slave  # the master, next
+        third = consumer.pull(TOPIC, 16, 8, queue_id=0)
+        assert third.endpoint == m.endpoint and third.status is PullStatus.FOUND
+    assert committed(m.stub, "SlaveCommits") == 8  # the client sent the commit the slave would drop to the master
+
+    # The slave itself: a pull's commit offset is not stored; a CommitOffsets call is.
+    pulled = s.stub.Pull(gw.PullRequest(consumer_group="OnTheSlave", topic=TOPIC, queue_id=0, offset=8,
+                                        max_messages=8, expression="*", commit_offset=8))
+    assert pulled.status == gw.PULL_FOUND and not pulled.suggest_pulling_from_slave
+    assert committed(s.stub, "OnTheSlave") == -1
+    s.stub.CommitOffsets(gw.CommitOffsetsRequest(consumer_group="OnTheSlave", offsets=[
+        gw.OffsetEntry(topic=TOPIC, queue_id=0, offset=8)]))
+    assert committed(s.stub, "OnTheSlave") == 8  # kept: the master has no offsets of this topic@group
+
+
+def test_the_push_consumer_follows_the_suggested_broker_and_the_slave_when_the_master_is_killed(tmp_path,
+                                                                                              started) -> None:
+    """The push consumer follows suggestWhichBrokerId too: the master (slaveReadEnable, every read cold)
+    suggests the slave, whose gateway the consumer learned from the master's status, and the slave
+    (slaveReadEnable=false) sends it back; once the master is killed its queue is pulled from the slave,
+    and every message is consumed."""
+    master, slave = _pair(tmp_path, "true", slave_read_on_slave="false")
+    started += [master, slave]
+    _load(master, slave)
+    m, s = master.broker.gateway, slave.broker.gateway
+    assert m is not None and s is not None and m.stub is not None and s.stub is not None
+    wait_for(lambda: list(m.stub.GetBrokerStatus(gw.GetBrokerStatusRequest()).slave_gateways) == [s.endpoint],
+             30, "the master's status to list its slave's gateway")
+    got: set[int] = set()
+    lock = threading.Lock()
+    gate = threading.Event()
+
+    def listener(messages, context):  # noqa: ANN001, ANN202
+        with lock:
+            got.update(msg.queue_offset for msg in messages)
+        gate.wait(30)  # the first messages wait for the master's death; the backlog stays unpulled
+
+    consumer = PushConsumer(m.endpoint, "ColdPushers", listener, consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+                            pull_batch_size=4, pull_threshold_for_queue=8, consume_thread_nums=1,
+                            poll_timeout=1.0)
+    consumer.subscribe(TOPIC)
+    with consumer:
+        # The first pull (the master) suggests the slave: the second goes there; then flow control
+        # holds the rest back while the listener waits.
+        wait_for(lambda: s.stub.GetBrokerStatus(gw.GetBrokerStatusRequest()).get_messages > 0, 30,
+                 "a pull from the slave")
+        master.kill9()
+        gate.set()
+        wait_for(lambda: len(got) >= N, 60, "every message consumed with the master gone")
+    assert got == set(range(N))

@@ -5,7 +5,14 @@ of a slave whose log ends beyond the master's."""
 from __future__ import annotations
 
 import pytest
-from rocketstore.services.ha.transfer import Diverged, check_divergence, chunks, start_offset
+from rocketstore.services.ha.transfer import (
+    BadReport,
+    Diverged,
+    check_divergence,
+    check_first_report,
+    chunks,
+    start_offset,
+)
 
 FILE = 64 * 1024
 
@@ -55,3 +62,17 @@ def test_a_slave_ahead_of_its_master_is_refused_with_both_offsets() -> None:
     with pytest.raises(Diverged) as e:
         check_divergence(5000, 4000)
     assert "5000" in str(e.value) and "4000" in str(e.value)
+
+
+@pytest.mark.parametrize(("max_offset", "check_offset", "gateway", "ok"), [
+    (0, 0, "", True), (10_000, 10_000, "", True), (10_000, 10_000 - 4096, "10.0.0.7:8081", True),
+    (-1, -1, "", False), (10_000, -1, "", False), (10_000, 0, "", False), (10_000, 10_001, "", False),
+    (0, 0, "no-port", False), (0, 0, "h:0", False), (0, 0, "h:8081 x", False),
+])
+def test_a_first_report_no_slave_sends_is_refused(max_offset: int, check_offset: int, gateway: str,
+                                                  ok: bool) -> None:
+    if ok:
+        check_first_report(max_offset, check_offset, gateway)
+    else:
+        with pytest.raises(BadReport):
+            check_first_report(max_offset, check_offset, gateway)

@@ -310,12 +310,29 @@ def test_gateway_port_taken_fails_fast_and_leaves_nothing_running(tmp_path: Path
     assert started and wait_gone(started, 10) == []
 
 
+def test_the_default_ha_port_is_no_other_services_default_port() -> None:
+    """RocketMQ's haListenPort default (listenPort + 1 = 10912) is the index service's port here:
+    `serve index` and `serve ha` started with their defaults on one machine must not collide."""
+    from rocketstore.services.dispatcher.main import DEFAULT_PORT as DISPATCHER
+    from rocketstore.services.gateway.main import DEFAULT_PORT as GATEWAY
+    from rocketstore.services.index.main import DEFAULT_PORT as INDEX
+    from rocketstore.services.schedule.main import DEFAULT_PORT as SCHEDULE
+
+    from rocketstore.settings import Settings
+
+    defaults = Settings()
+    others = {"commitlog": defaults.listen_port, "index": INDEX, "dispatcher": DISPATCHER, "schedule": SCHEDULE,
+              "gateway": GATEWAY}
+    assert defaults.ha_listen_port not in others.values(), others
+    assert defaults.ha_listen_port == 10915  # the ha container's port in deploy/k8s
+
+
 def test_the_ha_port_is_ha_listen_port_and_moves_only_when_left_at_its_default(tmp_path: Path) -> None:
     from rocketstore.launcher import ha_port
 
     config = tmp_path / "broker.properties"
     config.write_text("haListenPort=20912\n")
-    assert ha_port(None, [], {}) == (10912, False)
+    assert ha_port(None, [], {}) == (10915, False)
     assert ha_port(str(config), [], {}) == (20912, True)
     assert ha_port(None, [("haListenPort", "30912")], {}) == (30912, True)
     assert ha_port(None, [], {"ROCKETSTORE_HA_LISTEN_PORT": "40912"}) == (40912, True)
@@ -337,7 +354,7 @@ def test_the_default_ha_port_taken_moves_the_ha_service(tmp_path: Path) -> None:
     squatter = socket.socket()
     try:
         try:
-            squatter.bind(("127.0.0.1", 10912))  # haListenPort's default
+            squatter.bind(("127.0.0.1", 10915))  # haListenPort's default
             squatter.listen()
         except OSError:
             pass  # already taken by another process: the same situation
@@ -345,8 +362,8 @@ def test_the_default_ha_port_taken_moves_the_ha_service(tmp_path: Path) -> None:
         try:
             proc.start()
             endpoint, _ = proc.services()["ha"]
-            assert not endpoint.endswith(":10912")
-            assert "ha: port 10912 is taken; listening on" in proc.output()
+            assert not endpoint.endswith(":10915")
+            assert "ha: port 10915 is taken; listening on" in proc.output()
             assert health_status(endpoint) == "SERVING"
         finally:
             code = proc.stop()

@@ -37,7 +37,7 @@ ROCKETMQ_DEFAULTS = {
     "brokerName": "broker-a",
     "brokerId": 0,
     "listenPort": 10911,
-    "haListenPort": 10912,
+    "haListenPort": 10915,
     "defaultTopicQueueNums": 4,
     "autoCreateTopicEnable": True,
     "autoCreateSubscriptionGroup": True,

@@ -224,6 +224,11 @@ class PullConsumer:
                 pass
         slave = self._slave
         if key in self._on_slave and slave is not None:
+            if request.HasField("commit_offset"):
+                # A slave does not store a pull's commit offset (RocketMQ's client clears the flag for
+                # a slave): it goes to the master, as the push consumer's periodic commit does.
+                request.ClearField("commit_offset")
+                self._commit_to_master(topic, qid, commit_offset)
             result = self._pull_from(slave, request, poll_timeout)
             if not result.suggest_pulling_from_slave:
                 self._on_slave.discard(key)  # hot again: back to the master
@@ -235,6 +240,10 @@ class PullConsumer:
                 raise
             _log.warning("the master cannot be reached; pulling from its slave", master=self.endpoint,
                          slave=slave.endpoint, topic=topic, queue_id=qid)
+            if commit_offset is not None:
+                _log.warning("commit offset not stored: the master cannot be reached and a slave does not "
+                             "store a pull's commit offset", topic=topic, queue_id=qid, offset=commit_offset)
+                request.ClearField("commit_offset")
             return self._pull_from(slave, request, poll_timeout)
         if result.suggest_pulling_from_slave:
             if slave is None:
@@ -245,6 +254,15 @@ class PullConsumer:
             if self._slave is not None:
                 self._on_slave.add(key)
         return result
+
+    def _commit_to_master(self, topic: str, queue_id: int, offset: int | None) -> None:
+        if offset is None:
+            return
+        try:
+            self.commit({(topic, queue_id): offset})
+        except UnavailableError as e:
+            _log.warning("commit offset not stored: the master cannot be reached and a slave does not store a "
+                         "pull's commit offset", topic=topic, queue_id=queue_id, offset=offset, error=str(e))
 
     @staticmethod
     def _pull_from(conn: Connection, request: pb.PullRequest, poll_timeout: float) -> PullResult:
@@ -292,6 +310,8 @@ class _ProcessQueue:
         # A streamed queue: its assignment on the stream, and where the credit of messages that leave it goes.
         self.assign_id = 0
         self.release: Callable[[int, int], None] | None = None
+        # RocketMQ's pullFromWhichNodeTable: the broker suggested the slave for the next pulls.
+        self.pull_from_slave = False
 
     @property
     def count(self) -> int:
@@ -483,6 +503,10 @@ class PushConsumer:
         self._listener = listener
         self._subscriptions: dict[str, _Subscription] = {}
         self._conns = {e: Connection(e, timeout) for e in self.endpoints}
+        # Each gateway's slave (its status' slave_gateways, learned at every re-balance): where the pulls
+        # of a queue go while the broker suggests the slave (suggestWhichBrokerId) or cannot be reached.
+        self._slaves: dict[str, Connection] = {}
+        self._retired: list[Connection] = []  # slaves replaced: closed at shutdown, when no pull uses them
         self._pqs: dict[MessageQueue, _ProcessQueue] = {}
         self._pqs_lock = threading.Lock()
         self._versions: dict[str, int] = {}
@@ -620,7 +644,7 @@ class PushConsumer:
                               timeout=min(self._timeout, 5.0))
                 except ClientError as e:
                     _log.warning("unregister failed", group=self.group, endpoint=conn.endpoint, error=str(e))
-        for conn in self._conns.values():
+        for conn in [*self._conns.values(), *self._slaves.values(), *self._retired]:
             conn.close()
 
     # --- heartbeat and re-balance ----------------------------------------------------------
@@ -662,8 +686,24 @@ class PushConsumer:
                 changed = True
         return changed
 
+    def _learn_slaves(self) -> None:
+        """Each gateway's slave from its status; an unreachable gateway keeps the slave known before (the
+        queue's pulls go there while it is away)."""
+        for endpoint, conn in self._conns.items():
+            try:
+                status = conn.call(conn.gateway.GetBrokerStatus, pb.GetBrokerStatusRequest())
+            except ClientError:
+                continue
+            found = status.slave_gateways[0] if status.slave_gateways else None
+            known = self._slaves.get(endpoint)
+            if known is not None and known.endpoint != found:
+                self._retired.append(self._slaves.pop(endpoint))  # its pulls in flight finish
+            if found and endpoint not in self._slaves:
+                self._slaves[endpoint] = Connection(found, self._timeout)
+
     def _rebalance(self) -> None:
         """Take this consumer's share of every subscribed topic's queues; drop the queues it lost."""
+        self._learn_slaves()
         wanted: dict[MessageQueue, _Subscription] = {}
         for sub in list(self._subscriptions.values()):
             for endpoint, conn in self._conns.items():
@@ -855,29 +895,42 @@ class PushConsumer:
         request = pb.PullRequest(consumer_group=self.group, topic=pq.mq.topic, queue_id=pq.mq.queue_id,
                                  offset=pq.next_offset, max_messages=self.pull_batch_size, expression=sub.expression,
                                  poll_timeout_ms=int(self.poll_timeout * 1000), raw_records=True)
-        if self.message_model == MessageModel.CLUSTERING and pq.consumed_offset > pq.committed_offset:
-            request.commit_offset = pq.consumed_offset  # RocketMQ's pull carries the commit offset
+        # suggestWhichBrokerId: the slave while the broker suggests it (pullFromWhichNodeTable).
+        slave = self._slaves.get(pq.mq.broker) if pq.pull_from_slave else None
+        conn = slave or self._conns[pq.mq.broker]
+        if slave is None and self.message_model == MessageModel.CLUSTERING and pq.consumed_offset > pq.committed_offset:
+            # RocketMQ's pull carries the commit offset, but not to a slave (pullKernelImpl clears the
+            # flag; a slave would not store it): the periodic commit to the broker covers those.
+            request.commit_offset = pq.consumed_offset
             committing = pq.consumed_offset
         else:
             committing = -1
         try:
-            call = self._conns[pq.mq.broker].gateway.Pull.future(request, timeout=self.poll_timeout + PULL_RPC_SLACK)
+            call = conn.gateway.Pull.future(request, timeout=self.poll_timeout + PULL_RPC_SLACK)
         except (ValueError, RuntimeError):  # the channel closed under us: shutting down
             return
         pq.call = call
-        call.add_done_callback(lambda f: self._pulled(pq, sub, f, committing))
+        call.add_done_callback(lambda f: self._pulled(pq, sub, f, committing, conn.endpoint))
 
     def _pulled(self, pq: _ProcessQueue, sub: _Subscription, f: grpc.Future[pb.PullResponse],
-                committing: int) -> None:
+                committing: int, endpoint: str) -> None:
         pq.call = None
         if f.cancelled() or pq.dropped or self._stopping.is_set():
             return
+        on_slave = endpoint != pq.mq.broker
         try:
-            result = PullResult.from_proto(f.result())
+            result = PullResult.from_proto(f.result(), endpoint)
         except grpc.RpcError as e:
-            err = from_rpc_error(e, pq.mq.broker)
+            err = from_rpc_error(e, endpoint)
             if err.code != grpc.StatusCode.CANCELLED:
-                _log.warning("pull failed", queue=str(pq.mq), offset=pq.next_offset, error=str(err))
+                _log.warning("pull failed", queue=str(pq.mq), offset=pq.next_offset, endpoint=endpoint,
+                             error=str(err))
+            if err.code == grpc.StatusCode.UNAVAILABLE and (on_slave or pq.mq.broker in self._slaves):
+                # The broker cannot be reached: its slave (RocketMQ's route then lists only the slave),
+                # or back to the broker when the slave went away.
+                pq.pull_from_slave = not on_slave
+                self._pull_later(pq, sub, 0.0 if not on_slave else PULL_DELAY_ON_ERROR)
+                return
             self._pull_later(pq, sub, PULL_DELAY_ON_ERROR)
             return
         except Exception:
@@ -886,6 +939,7 @@ class PushConsumer:
             return
         if committing >= 0:
             pq.committed_offset = max(pq.committed_offset, committing)
+        pq.pull_from_slave = result.suggest_pulling_from_slave  # the master once it stops suggesting the slave
         if result.status == PullStatus.FOUND:
             messages = [m for m in result.messages if sub.matches(m)]  # the store filters by tag hash only
             if pq.mq.topic == self.retry_topic:  # RocketMQ's resetRetryAndNamespace

@@ -27,30 +27,34 @@ class ConfigFiles(_message.Message):
     def __init__(self, files: _Optional[_Iterable[_Union[ConfigFile, _Mapping]]] = ...) -> None: ...
 
 class SlaveReport(_message.Message):
-    __slots__ = ("max_offset", "broker_name", "broker_id", "check_offset", "check_crc32", "gateway_endpoint")
+    __slots__ = ("max_offset", "broker_name", "broker_id", "check_offset", "check_crc32", "gateway_endpoint", "takes_more")
     MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     CHECK_OFFSET_FIELD_NUMBER: _ClassVar[int]
     CHECK_CRC32_FIELD_NUMBER: _ClassVar[int]
     GATEWAY_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    TAKES_MORE_FIELD_NUMBER: _ClassVar[int]
     max_offset: int
     broker_name: str
     broker_id: int
     check_offset: int
     check_crc32: int
     gateway_endpoint: str
-    def __init__(self, max_offset: _Optional[int] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., check_offset: _Optional[int] = ..., check_crc32: _Optional[int] = ..., gateway_endpoint: _Optional[str] = ...) -> None: ...
+    takes_more: bool
+    def __init__(self, max_offset: _Optional[int] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., check_offset: _Optional[int] = ..., check_crc32: _Optional[int] = ..., gateway_endpoint: _Optional[str] = ..., takes_more: _Optional[bool] = ...) -> None: ...
 
 class Transfer(_message.Message):
-    __slots__ = ("offset", "data", "master_max_offset")
+    __slots__ = ("offset", "data", "master_max_offset", "more")
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     MASTER_MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
     offset: int
     data: bytes
     master_max_offset: int
-    def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ..., master_max_offset: _Optional[int] = ...) -> None: ...
+    more: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ..., master_max_offset: _Optional[int] = ..., more: _Optional[_Iterable[bytes]] = ...) -> None: ...
 
 class GetHAStatusRequest(_message.Message):
     __slots__ = ()

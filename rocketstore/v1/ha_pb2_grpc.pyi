@@ -8,14 +8,18 @@ on each broker.
 A slave's HA service calls its master's Replicate and keeps the stream open: it reports
 its max CommitLog offset when it connects, after each chunk it appended and at least
 every haSendHeartbeatInterval; the master streams CommitLog bytes from where the slave
-is, one Transfer per chunk of at most haTransferBatchSize bytes that never crosses the
-end of a CommitLog file, and an empty Transfer as a heartbeat when it has nothing to
-send. Either side closes a stream it has heard nothing on for haHousekeepingInterval.
+is, in chunks of at most haTransferBatchSize bytes that never cross the end of a
+CommitLog file (a Transfer carries several chunks when the master has them ready: a
+slave catching up gets about a MiB per message), and an empty Transfer as a heartbeat
+when it has nothing to send. Either side closes a stream it has heard nothing on for haHousekeepingInterval.
 
 Errors:
   FAILED_PRECONDITION Replicate on a broker that is not a master, or a slave whose log
                     is ahead of (or differs from) the master's; the detail carries both
                     offsets and what to do. The slave does not retry over it.
+  INVALID_ARGUMENT  a first report no slave sends: a negative max offset, a tail check
+                    outside the 4096 bytes below the max offset, a gateway endpoint that is
+                    not HOST:PORT.
   OUT_OF_RANGE      the slave asks for an offset the master has deleted.
   DEADLINE_EXCEEDED the slave was silent for haHousekeepingInterval.
   UNAVAILABLE       the CommitLog service behind the master's HA service is not reachable.

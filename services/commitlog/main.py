@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from rocketstore.codec import RECORD_SIZE_SLACK
 from rocketstore.log import configure_logging, get_logger
+from rocketstore.malloc_tuning import keep_freed_buffers
 from rocketstore.operator_token import ensure_token, token_path
 from rocketstore.server import GrpcServer, metric_value, run_until_signal, start_metrics_server
 from rocketstore.v1 import commitlog_pb2_grpc
@@ -62,6 +63,7 @@ def serve(
     Must run on the main thread (signal handlers).
     """
     configure_logging(json=True, level=log_level, service=SERVICE)
+    keep_freed_buffers()  # batches, tail reads and replicated appends of a MiB or more
     port = settings.listen_port if port is None else port
 
     store = CommitLogStore(settings)

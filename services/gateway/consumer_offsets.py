@@ -141,9 +141,11 @@ class ConsumerOffsetManager:
             return True
 
     def reload_if_changed(self) -> bool:
-        """Replace the table with consumerOffset.json if another process replaced the file (a slave's copy
-        of its master's); True if it did. Offsets committed here since are dropped: the file wins, and the
-        table is no longer dirty, so this manager does not write its older state over it."""
+        """A slave: take consumerOffset.json in if another process replaced the file (the ha service's
+        copy of the master's offsets, SlaveSynchronize's ``offsetTable.putAll``); True if it did. Each
+        ``topic@group`` in the file replaces this manager's, so an offset committed on the slave since
+        is overwritten by the master's; a ``topic@group`` only this manager has is kept, and written
+        beside the master's at the next persist. The file's own entries are never written back older."""
         with self._persist_lock:
             if file_stamp(self.path) == self._stamp:
                 return False
@@ -153,9 +155,12 @@ class ConsumerOffsetManager:
                 self._stamp = stamp
                 if loaded is None:
                     return False
-                self._table = _decode(loaded)
+                from_file = _decode(loaded)
+                merged = {**self._table, **from_file}
+                self._table = merged
                 self._changes += 1
-                self._persisted = self._changes
+                if merged == from_file:
+                    self._persisted = self._changes  # the file holds it all
         _log.info("consumer offsets reloaded", path=self.path, entries=len(self._table))
         return True
 

@@ -1,6 +1,14 @@
 """Pulling (RocketMQ's PullMessageProcessor): a pull checked, read from the index service with
 RocketMQ's rules, filtered by tags, and, when there is nothing new, held by the
-``PullRequestHoldService`` until its queue advances or its poll timeout ends."""
+``PullRequestHoldService`` until its queue advances or its poll timeout ends.
+
+Master and slave, as 4.9.8's processor: every answer says which broker the next pull of the queue
+should go to (``suggest_pulling_from_slave``: the slave, else the master). Only with
+slaveReadEnable does a broker ever suggest the slave, and only when the read was beyond
+accessMessageInMemoryMaxRatio; a SLAVE without slaveReadEnable still answers the pull (4.9.8 sets
+PULL_RETRY_IMMEDIATELY there, but the status switch right after it overwrites the code) and sends
+the consumer back to the master. A commit offset carried by a pull is stored only on a master
+(``storeOffsetEnable``): a slave's offsets are its master's, copied by SlaveSynchronize."""
 
 from __future__ import annotations
 
@@ -8,6 +16,7 @@ import asyncio
 
 from rocketstore.codec import decode_message
 from rocketstore.log import get_logger
+from rocketstore.settings import BrokerRole
 from rocketstore.subscription import Subscription
 from rocketstore.v1 import gateway_pb2 as pb
 from rocketstore.v1 import index_pb2 as ix_pb
@@ -56,6 +65,8 @@ class PullMessageProcessor:
                                                    f"0..{MAX_POLL_MS}")
         subscription = parse_subscription(request.expression)
         commit = request.commit_offset if request.HasField("commit_offset") and request.commit_offset >= 0 else None
+        if ctx.settings.broker_role is BrokerRole.SLAVE:
+            commit = None  # storeOffsetEnable: a slave does not store a pull's commit offset
 
         loop = asyncio.get_running_loop()
         deadline = loop.time() + request.poll_timeout_ms / 1000.0
@@ -77,7 +88,7 @@ class PullMessageProcessor:
                 status = pb.PULL_NO_MATCHED_MSG  # only tag-hash collisions: nothing the consumer wants
             remaining = deadline - loop.time()
             if status not in _WAITING or remaining <= 0:
-                return _nothing(status, next_offset, r)
+                return _nothing(status, next_offset, r, self._suggest(r))
             offset = next_offset  # filtered-out messages are consumed; wait for what comes after them
             if not hold.connected or woken_at == offset:
                 # No Watch stream, or it woke this pull for an offset the queue does not hold (a queue
@@ -89,15 +100,17 @@ class PullMessageProcessor:
             else:
                 # The poll time is over and the queue did not move past ``offset``: what a read at
                 # ``offset`` would answer now, without making the pull later than its timeout.
-                return _nothing(pb.PULL_NO_NEW_MSG, offset, r)
+                return _nothing(pb.PULL_NO_NEW_MSG, offset, r, self._suggest(r))
+
+    def _suggest(self, r: ix_pb.GetMessageResponse) -> bool:
+        """suggestWhichBrokerId: the slave only with slaveReadEnable and a read beyond the memory ratio;
+        otherwise the master (which on a slave sends the consumer back)."""
+        return r.suggest_pulling_from_slave and self._ctx.settings.slave_read_enable
 
     def _found(self, request: pb.PullRequest, r: ix_pb.GetMessageResponse, found: list[tuple[int, int, int]],
                next_offset: int) -> pb.PullResponse:
-        # PullMessageProcessor: only with slaveReadEnable are consumers sent to a slave (on a slave, a pull
-        # of data still in memory without the suggestion sends them back to the master).
-        suggest = r.suggest_pulling_from_slave and self._ctx.settings.slave_read_enable
         response = pb.PullResponse(status=pb.PULL_FOUND, next_begin_offset=next_offset, min_offset=r.min_offset,
-                                   max_offset=r.max_offset, suggest_pulling_from_slave=suggest)
+                                   max_offset=r.max_offset, suggest_pulling_from_slave=self._suggest(r))
         records = r.records
         if request.raw_records:
             if len(found) == len(r.queue_offsets):
@@ -114,9 +127,9 @@ class PullMessageProcessor:
         return response
 
 
-def _nothing(status: int, next_offset: int, r: ix_pb.GetMessageResponse) -> pb.PullResponse:
+def _nothing(status: int, next_offset: int, r: ix_pb.GetMessageResponse, suggest: bool) -> pb.PullResponse:
     return pb.PullResponse(status=status, next_begin_offset=next_offset, min_offset=r.min_offset,  # type: ignore[arg-type]
-                           max_offset=r.max_offset)
+                           max_offset=r.max_offset, suggest_pulling_from_slave=suggest)
 
 
 def matching(r: ix_pb.GetMessageResponse, subscription: Subscription) -> list[tuple[int, int, int]]:

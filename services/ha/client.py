@@ -9,7 +9,7 @@ master no longer holds) answers ``FailedPrecondition`` / ``OutOfRange``; a maste
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import grpc
@@ -37,12 +37,13 @@ but the max offset only in the first report of a stream."""
 
 @dataclass(frozen=True, slots=True)
 class Transfer:
-    """One chunk of the master's CommitLog: ``data`` starts at ``offset`` (empty: a heartbeat); the
-    master's max offset when it was read."""
+    """Chunks of the master's CommitLog: ``data`` starts at ``offset`` (empty: a heartbeat) and each
+    of ``more`` continues the one before it; the master's max offset when they were read."""
 
     offset: int
     data: bytes
     master_max_offset: int
+    more: Sequence[bytes] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +84,7 @@ class HAStatus:
 
 
 def _transfer(t: pb.Transfer) -> Transfer:
-    return Transfer(t.offset, t.data, t.master_max_offset)
+    return Transfer(t.offset, t.data, t.master_max_offset, t.more)
 
 
 class HAClient:
@@ -101,7 +102,7 @@ class HAClient:
         the master's transfers. Waits for the master to be reachable; ``cancel()`` closes it (its
         iteration then fails with a ``Refused`` of code CANCELLED)."""
         messages = (pb.SlaveReport(max_offset=m, broker_name=n, broker_id=i, check_offset=co, check_crc32=cc,
-                                   gateway_endpoint=g) for m, n, i, co, cc, g in reports)
+                                   gateway_endpoint=g, takes_more=True) for m, n, i, co, cc, g in reports)
         return Stream(self._stub.Replicate(messages, wait_for_ready=True), SERVICE, "Replicate", _transfer)
 
     def status(self, *, timeout: float | None = None) -> HAStatus:

@@ -3,7 +3,10 @@
 Every ``SYNC_INTERVAL_S`` a slave's HA service asks its master for ``topics.json``,
 ``consumerOffset.json``, ``subscriptionGroup.json`` and ``delayOffset.json`` as they are in the
 master's config directory, and writes each one that differs from its own copy atomically
-(``persist_json``: the previous copy stays as ``.bak``). The slave's gateway reloads a file that
+(``persist_json``: the previous copy stays as ``.bak``). As in RocketMQ 4.9, topics, groups and
+delay offsets are replaced by the master's, while consumer offsets are merged
+(``offsetTable.putAll``): each ``topic@group`` the master has replaces the slave's, one only the
+slave has (committed there while the master was away) stays. The slave's gateway reloads a file that
 changed on disk, so a consumer moved to the slave finds the master's topics and resumes close to
 the master's committed offsets. Content that does not parse is never written: a slave keeps its
 last good copy.
@@ -21,9 +24,10 @@ from rocketstore.config_file import persist_json
 from rocketstore.errors import BrokerError
 from rocketstore.log import get_logger
 
-__all__ = ["SYNCED_FILES", "SYNC_INTERVAL_S", "ConfigSync", "FileContent", "read_config_files"]
+__all__ = ["SYNCED_FILES", "SYNC_INTERVAL_S", "ConfigSync", "FileContent", "merge_offsets", "read_config_files"]
 
-SYNCED_FILES = ("topics.json", "consumerOffset.json", "subscriptionGroup.json", "delayOffset.json")
+OFFSETS_FILE = "consumerOffset.json"
+SYNCED_FILES = ("topics.json", OFFSETS_FILE, "subscriptionGroup.json", "delayOffset.json")
 SYNC_INTERVAL_S = 3.0
 """RocketMQ's SlaveSynchronize runs every 10 s; a few seconds keeps a failed-over consumer closer."""
 
@@ -93,7 +97,10 @@ class ConfigSync:
                              error=str(e))
                 continue
             path = os.path.join(self.config_dir, name)
-            if _load(path) == data:
+            mine = _load(path)
+            if name == OFFSETS_FILE:
+                data = merge_offsets(mine, data)
+            if mine == data:
                 continue
             persist_json(path, data)
             written.append(name)
@@ -101,6 +108,16 @@ class ConfigSync:
             _log.info("config files copied from the master", files=written)
         self.rounds += 1
         return written
+
+
+def merge_offsets(mine: Any, master: Any) -> Any:
+    """consumerOffset.json as SlaveSynchronize leaves it: the slave's table with every ``topic@group``
+    of the master's put over it. Content of another shape is the master's as it is."""
+    ours = mine.get("offsetTable") if isinstance(mine, dict) else None
+    theirs = master.get("offsetTable") if isinstance(master, dict) else None
+    if not isinstance(ours, dict) or not isinstance(theirs, dict):
+        return master
+    return {**master, "offsetTable": {**ours, **theirs}}
 
 
 def _load(path: str) -> Any:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from rocketstore.services.commitlog.client import CommitLogClient
 
 from rocketstore.log import configure_logging, get_logger
+from rocketstore.malloc_tuning import keep_freed_buffers
 from rocketstore.server import GrpcServer, run_until_signal, start_metrics_server
 from rocketstore.settings import BrokerRole
 from rocketstore.v1 import ha_pb2_grpc
@@ -37,6 +38,7 @@ _log = get_logger("rocketstore.ha")
 def serve(settings: Settings, host: str = "127.0.0.1", port: int | None = None, metrics_port: int | None = None,
           *, log_level: str = "info", commitlog: str, gateway: str | None = None) -> int:
     configure_logging(json=True, level=log_level, service=SERVICE)
+    keep_freed_buffers()  # megabyte messages: reuse freed buffers instead of faulting new pages in
     link = CommitLogClient(commitlog)
     master: HAMaster | None = None
     slave: HASlave | None = None

@@ -3,9 +3,12 @@
 Each slave connection is one ``MasterConnection``: it reads the slave's reports (the first is
 where the slave is, later ones acknowledge), tails the local CommitLog from the start point and
 sends the bytes in chunks of at most haTransferBatchSize that never cross a file end, with an
-empty heartbeat after haSendHeartbeatInterval without data. A connection whose slave is silent for
-haHousekeepingInterval is closed. ``AckReporter`` carries every connection's acknowledged offset
-to the CommitLog service on one stream, latest state only, where SYNC_MASTER puts wait for it.
+empty heartbeat after haSendHeartbeatInterval without data. The chunks ready when the stream can
+take a message go in one message (up to MESSAGE_BYTES): a round of the stream costs far more than
+the bytes it carries, so a slave catching up is sent a MiB per round whatever the batch size. A
+connection whose slave is silent for haHousekeepingInterval is closed. ``AckReporter`` carries every
+connection's acknowledged offset to the CommitLog service on one stream, latest state only, where
+SYNC_MASTER puts wait for it.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from rocketstore.services.commitlog.client import Offsets, RawRead, TailChunk
 from rocketstore.log import get_logger
 from rocketstore.settings import Settings
 
-from .transfer import Diverged, check_divergence, chunks, crc32, start_offset
+from .transfer import Diverged, check_divergence, check_first_report, chunks, crc32, start_offset
 
 __all__ = ["AckReporter", "HAMaster", "MasterConnection", "OffsetGone", "SlaveSilent"]
 
@@ -31,6 +34,7 @@ log = get_logger("rocketstore.ha.master")
 
 TAIL_CHUNK_BYTES = 1024 * 1024  # read from the CommitLog in large chunks, cut into transfers here
 QUEUE_CHUNKS = 8  # CommitLog reads (each cut into transfers) read ahead of the slave per connection
+MESSAGE_BYTES = 1024 * 1024  # chunks gathered into one message while more are ready
 
 
 class SlaveSilent(TimeoutError):
@@ -62,6 +66,7 @@ class Report(Protocol):
     check_offset: int
     check_crc32: int
     gateway_endpoint: str
+    takes_more: bool
 
 
 @dataclass(slots=True)
@@ -152,8 +157,10 @@ class AckReporter:
 
 
 class MasterConnection:
-    """One slave's stream: ``transfers()`` yields (offset, data, master max offset); empty data is
-    a heartbeat. Raises Diverged, OffsetGone or SlaveSilent to end the stream with a reason."""
+    """One slave's stream: ``transfers()`` yields (offset, chunks, master max offset), the chunks
+    contiguous from offset, each at most haTransferBatchSize and within one CommitLog file; no chunk
+    is a heartbeat. Raises BadReport, Diverged, OffsetGone or SlaveSilent to end the stream with a
+    reason."""
 
     _ids = itertools.count(1)
 
@@ -182,7 +189,7 @@ class MasterConnection:
         self.status = ConnectionStatus(self.connection_id, peer, "", 0, -1, 0, 0, 0)
 
     # --- the stream ----------------------------------------------------------------------------
-    def transfers(self) -> Iterator[tuple[int, bytes | memoryview, int]]:
+    def transfers(self) -> Iterator[tuple[int, list[memoryview], int]]:
         reader = threading.Thread(target=self._read_reports, name=f"HAReports-{self.connection_id}", daemon=True)
         reader.start()
         try:
@@ -190,7 +197,7 @@ class MasterConnection:
         finally:
             self.close()
 
-    def _stream(self) -> Iterator[tuple[int, bytes | memoryview, int]]:
+    def _stream(self) -> Iterator[tuple[int, list[memoryview], int]]:
         if not self._first_seen.wait(self._housekeeping_s) or self._first is None:
             if self._slave_error is not None:
                 raise self._slave_error
@@ -212,13 +219,19 @@ class MasterConnection:
         threading.Thread(target=self._pump, name=f"HATail-{self.connection_id}", daemon=True).start()
         last_sent = time.monotonic()
         wait = min(self._heartbeat_s, self._housekeeping_s, 0.5)
+        # A slave that reads Transfer.more gets every chunk ready in one message; an older one, one each.
+        message_bytes = MESSAGE_BYTES if first.takes_more else 0
+        held: tuple[list[tuple[int, memoryview]], int] | BaseException | None = None
         while True:
             if self._slave_error is not None:
                 raise self._slave_error
-            try:
-                item = self._queue.get(timeout=wait)
-            except queue.Empty:
-                item = None
+            if held is not None:
+                item, held = held, None
+            else:
+                try:
+                    item = self._queue.get(timeout=wait)
+                except queue.Empty:
+                    item = None
             now = time.monotonic()
             if now - self._last_read > self._housekeeping_s:
                 raise SlaveSilent(f"nothing heard from the slave for haHousekeepingInterval="
@@ -227,18 +240,32 @@ class MasterConnection:
                 raise item
             if item is not None:
                 pieces, master_max = item
+                if not message_bytes and len(pieces) > 1:  # held is None here: it was just taken
+                    pieces, held = pieces[:1], (pieces[1:], master_max)
+                size = sum(len(d) for _, d in pieces)
+                while size < message_bytes:  # the reads already queued join this message
+                    try:
+                        nxt = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    if isinstance(nxt, BaseException):
+                        held = nxt  # raised after the data read before it is sent
+                        break
+                    pieces = pieces + nxt[0]
+                    master_max = nxt[1]
+                    size += sum(len(d) for _, d in nxt[0])
                 st.master_max_offset = max(st.master_max_offset, master_max)
-                for offset, data in pieces:
-                    st.sent_offset = offset + len(data)
-                    yield offset, data, master_max
-                    if self._slave_error is not None:
-                        raise self._slave_error
+                if pieces:
+                    offset = pieces[0][0]
+                    st.sent_offset = offset + size
+                    yield offset, [d for _, d in pieces], master_max
                 last_sent = time.monotonic()
             elif now - last_sent >= self._heartbeat_s:
                 last_sent = now
-                yield st.sent_offset, b"", st.master_max_offset
+                yield st.sent_offset, [], st.master_max_offset
 
     def _start(self, first: Report) -> int:
+        check_first_report(first.max_offset, first.check_offset, first.gateway_endpoint)
         offsets = self._link.offsets()
         self.status.master_max_offset = offsets.max_offset
         check_divergence(first.max_offset, offsets.max_offset)
@@ -348,7 +375,7 @@ class HAMaster:
         if self.reporter is not None:
             self.reporter.stop()
 
-    def replicate(self, reports: Iterable[Report], peer: str) -> Iterator[tuple[int, bytes | memoryview, int]]:
+    def replicate(self, reports: Iterable[Report], peer: str) -> Iterator[tuple[int, list[memoryview], int]]:
         conn = MasterConnection(self.settings, self._link, self.reporter, reports, peer)
         with self._lock:
             self.connections[conn.connection_id] = conn

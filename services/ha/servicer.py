@@ -7,7 +7,14 @@ from collections.abc import Callable, Iterator
 
 import grpc
 
-from rocketstore.errors import BrokerError, DeadlineExceeded, FailedPrecondition, OutOfRange, Unavailable
+from rocketstore.errors import (
+    BrokerError,
+    DeadlineExceeded,
+    FailedPrecondition,
+    InvalidArgument,
+    OutOfRange,
+    Unavailable,
+)
 from rocketstore.log import get_logger
 from rocketstore.servicing import rpc_errors
 from rocketstore.settings import Settings
@@ -17,7 +24,7 @@ from rocketstore.v1 import ha_pb2_grpc as pb_grpc
 from .config_sync import read_config_files
 from .master import HAMaster, OffsetGone, SlaveSilent
 from .slave import HASlave
-from .transfer import Diverged
+from .transfer import BadReport, Diverged
 
 __all__ = ["SERVICE_NAME", "HAServicer"]
 
@@ -42,8 +49,11 @@ class HAServicer(pb_grpc.HAServicer):
             raise FailedPrecondition(f"this broker is a {self._settings.broker_role.value} (a slave of "
                                      f"{self._settings.ha_master_address or '(unset)'}); replicate from a master")
         try:
-            for offset, data, master_max in self._master.replicate(request_iterator, context.peer()):
-                yield pb.Transfer(offset=offset, data=bytes(data), master_max_offset=master_max)
+            for offset, chunks, master_max in self._master.replicate(request_iterator, context.peer()):
+                yield pb.Transfer(offset=offset, data=bytes(chunks[0]) if chunks else b"",
+                                  more=[bytes(c) for c in chunks[1:]], master_max_offset=master_max)
+        except BadReport as e:
+            raise InvalidArgument(str(e)) from e
         except Diverged as e:
             _log.error("slave refused", peer=context.peer(), reason=str(e))
             raise FailedPrecondition(str(e)) from e

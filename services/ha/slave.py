@@ -15,7 +15,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -27,13 +27,12 @@ from rocketstore.settings import Settings
 
 from .client import SERVICE as HA_SERVICE
 from .client import Report
-from .transfer import crc32
+from .transfer import CHECK_BYTES, crc32
 
 __all__ = ["HASlave", "SlaveLink", "SlaveStatus"]
 
 log = get_logger("rocketstore.ha.slave")
 
-CHECK_BYTES = 4096  # the tail the first report's CRC covers
 MAX_APPEND_BYTES = 4 * 1024 * 1024  # most bytes one AppendData carries
 RETRY_S = 1.0
 
@@ -47,7 +46,8 @@ class SlaveLink(Protocol):
 
 
 class TransferLike(Protocol):
-    """One chunk from the master (``rocketstore.services.ha.client.Transfer``)."""
+    """Chunks from the master (``rocketstore.services.ha.client.Transfer``): ``data`` at ``offset``,
+    then each of ``more`` right after it."""
 
     @property
     def offset(self) -> int: ...
@@ -55,6 +55,8 @@ class TransferLike(Protocol):
     def data(self) -> bytes: ...
     @property
     def master_max_offset(self) -> int: ...
+    @property
+    def more(self) -> Sequence[bytes]: ...
 
 
 class ReplicateCall(Protocol):
@@ -285,8 +287,9 @@ class HASlave:
                     self._mismatch(session, call, f"mismatch: the master sent offset {first.offset}, "
                                                   f"this slave's max offset is {expected}")
                     return
-                parts, end = [first.data], first.offset + len(first.data)
-                size, master_max = len(first.data), first.master_max_offset
+                parts = [first.data, *first.more]
+                size = sum(map(len, parts))
+                end, master_max = first.offset + size, first.master_max_offset
                 while size < MAX_APPEND_BYTES:
                     try:
                         nxt = chunks.get_nowait()
@@ -295,10 +298,13 @@ class HASlave:
                     if nxt is None or nxt.offset != end:
                         held = nxt
                         break
+                    n = len(parts)
                     parts.append(nxt.data)
+                    parts.extend(nxt.more)
                     master_max = nxt.master_max_offset
-                    end += len(nxt.data)
-                    size += len(nxt.data)
+                    added = sum(map(len, parts[n:]))
+                    end += added
+                    size += added
                 data = parts[0] if len(parts) == 1 else b"".join(parts)
                 try:
                     expected = self._link.append_data(first.offset, data, master_max)

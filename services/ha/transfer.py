@@ -9,7 +9,16 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterator
 
-__all__ = ["Diverged", "check_divergence", "chunks", "crc32", "start_offset"]
+__all__ = ["CHECK_BYTES", "BadReport", "Diverged", "check_divergence", "check_first_report", "chunks", "crc32",
+           "start_offset"]
+
+
+CHECK_BYTES = 4096  # the tail a slave's first report carries the CRC of
+
+
+class BadReport(ValueError):
+    """A first report no slave sends: a negative offset, a tail check outside [0, max offset) or
+    longer than CHECK_BYTES (the master would read all of it), a gateway that is not HOST:PORT."""
 
 
 class Diverged(ValueError):
@@ -36,6 +45,21 @@ def chunks(offset: int, data: bytes | memoryview, batch_size: int, file_size: in
         yield offset, view[done:done + n]
         offset += n
         done += n
+
+
+def check_first_report(max_offset: int, check_offset: int, gateway_endpoint: str) -> None:
+    """Refuse what no slave sends, before the master reads anything for it."""
+    if max_offset < 0:
+        raise BadReport(f"max_offset is {max_offset}; CommitLog offsets are >= 0")
+    in_range = max_offset - CHECK_BYTES <= check_offset < max_offset
+    if check_offset < 0 or (check_offset != max_offset and not in_range):
+        raise BadReport(f"check_offset is {check_offset}; the tail check covers at most the {CHECK_BYTES} bytes "
+                        f"below max_offset {max_offset} (check_offset = max_offset: no check)")
+    if gateway_endpoint:
+        host, sep, port = gateway_endpoint.rpartition(":")
+        if (not sep or not host or len(gateway_endpoint) > 255 or not port.isdigit() or not 0 < int(port) <= 65535
+                or not gateway_endpoint.isprintable() or " " in gateway_endpoint):
+            raise BadReport(f"gateway_endpoint {gateway_endpoint[:80]!r} is not HOST:PORT")
 
 
 def check_divergence(slave_max: int, master_max: int) -> None:

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_PORT", "serve"]
 
 SERVICE = "schedule"
-DEFAULT_PORT = 10916  # 10915 is the ha service's in the Kubernetes manifests
+DEFAULT_PORT = 10916  # 10915 is the ha service's (haListenPort)
 
 _log = get_logger("rocketstore.schedule")
 

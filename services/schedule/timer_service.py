@@ -4,16 +4,18 @@ when their slot has passed.
 The gateway stores a timed message in ``rmq_sys_wheel_timer`` queue 0 with TIMER_OUT_MS (its slot's start).
 One thread here does what RocketMQ's enqueue and dequeue services do:
 
-- enqueue: reads the timer queue from the checkpoint's offset through the index, appends each message's
-  unit (queue offset, CommitLog offset, size) to its slot's file in the wheel (``timer_wheel.py``), and
-  moves the checkpoint; a message whose slot has already passed is put back at once.
+- enqueue: reads the timer queue from the checkpoint's offset through the index (one streamed read of up
+  to ``ENQUEUE_BATCH`` messages), appends each message's unit (queue offset, CommitLog offset, size) to its
+  slot's file in the wheel (``timer_wheel.py``, one synced write per slot), and moves the checkpoint once;
+  a message whose slot has already passed is put back at once. Gathering stops as soon as a slot is due.
 - dequeue: once a slot's whole width has passed (so never before the time asked for, and at most
   timerPrecisionMs after it), reads its units in batches, reads their messages from the CommitLog, puts
   them back with REAL_TOPIC / REAL_QID (every property kept, WAIT=false) in one append per batch, and
   records the progress in the checkpoint; a finished slot's file is removed.
 
 Durability: a batch is appended before the checkpoint records it. A crash between the two delivers that
-batch again after the restart (at most ``BATCH`` messages): those, and only those, can repeat.
+batch again after the restart (at most ``BATCH`` messages from the wheel, or the ``ENQUEUE_BATCH`` read
+last when their time had already passed as they were read): those, and only those, can repeat.
 """
 
 from __future__ import annotations
@@ -25,12 +27,12 @@ import time
 from rocketstore.services.commitlog.client import CommitLogClient
 from rocketstore.services.index.client import IndexClient
 
-from rocketstore.codec import decode_message
+from rocketstore.codec import check_record, decode_message, read_record_info
 from rocketstore.errors import BrokerError
 from rocketstore.log import get_logger
+from rocketstore.message import string_to_properties
 from rocketstore.statuses import PutMessageStatus
 from rocketstore.v1 import commitlog_pb2 as cl_pb
-from rocketstore.v1 import index_pb2 as index_pb
 
 from .schedule_service import delivery_message
 from .timer_wheel import TimerCheckpoint, TimerUnit, TimerWheel
@@ -38,7 +40,9 @@ from .timer_wheel import TimerCheckpoint, TimerUnit, TimerWheel
 __all__ = ["BATCH", "TIMER_TOPIC", "TimerMessageService"]
 
 TIMER_TOPIC = "rmq_sys_wheel_timer"
-BATCH = 256
+BATCH = 256  # wheel units delivered per append (the index answers at most maxTransferCountOnMessageInMemory
+# timer-queue messages per read, 32 by default)
+ENQUEUE_BATCH = 2048  # timer-queue messages moved into the wheel per synced append and checkpoint
 RETRY_AFTER_ERROR = 1.0
 _STORED = frozenset(int(s) for s in (PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT,
                                       PutMessageStatus.FLUSH_SLAVE_TIMEOUT, PutMessageStatus.SLAVE_NOT_AVAILABLE))
@@ -77,43 +81,54 @@ class TimerMessageService:
             try:
                 busy = self.enqueue()
                 busy = self.dequeue() or busy
-                wait = 0.0 if busy else idle
+                # Idle: look at the timer queue again soon, and wake when the next slot's width has passed.
+                wait = 0.0 if busy else min(idle, (self.check.last_read_time_ms + self.precision - _now_ms()) / 1000)
             except (BrokerError, ValueError, OSError) as e:
                 _log.warning("timer failed; retrying", error=str(e))
                 wait = RETRY_AFTER_ERROR
-            self._stop.wait(wait)
+            self._stop.wait(max(wait, 0.0))
 
     def enqueue(self) -> bool:
-        """Move one batch of the timer queue into the wheel; False when there was nothing to read."""
+        """Move what the timer queue holds (up to ``ENQUEUE_BATCH`` messages, one streamed read) into the
+        wheel with one synced append per slot and one checkpoint; False when there was nothing to read.
+        Reading stops early once the next slot is due, so a busy queue never holds up a delivery."""
         c = self.check
-        offset = c.last_timer_queue_offset
-        r = self._index.get_message(TIMER_TOPIC, 0, offset, BATCH)
-        if r.status != index_pb.GET_FOUND:
-            if r.status in (index_pb.GET_OFFSET_TOO_SMALL, index_pb.GET_OFFSET_FOUND_NULL,
-                            index_pb.GET_MESSAGE_WAS_REMOVING) and r.next_begin_offset > offset:
-                _log.warning("timer queue skipped to its min offset", offset=offset, next_offset=r.next_begin_offset)
-                c.last_timer_queue_offset = r.next_begin_offset
-                c.persist(self.config_dir)
-                return True
-            return False
+        offset = next_offset = c.last_timer_queue_offset
         units: list[tuple[int, TimerUnit]] = []
         due: list[cl_pb.Message] = []
-        pos, next_offset = 0, offset
-        for queue_offset, size in zip(r.queue_offsets, r.sizes, strict=True):
-            msg = decode_message(r.records, pos)
-            pos += size
-            next_offset = queue_offset + 1
-            try:
-                slot = int(msg.properties.get("TIMER_OUT_MS", "")) // self.precision * self.precision
-            except ValueError:
-                _log.warning("timed message without TIMER_OUT_MS dropped", queue_offset=queue_offset)
-                continue
-            if slot < c.last_read_time_ms:  # its slot has passed already: deliver now
-                m = delivery_message(msg)
-                if m is not None:
-                    due.append(m)
-            else:
-                units.append((slot, TimerUnit(queue_offset, msg.commitlog_offset, msg.store_size)))
+        slot_due_ms = c.last_read_time_ms + self.precision
+        stream = self._index.read_queue(TIMER_TOPIC, 0, offset, offset + ENQUEUE_BATCH, batch_messages=BATCH)
+        for batch in stream:
+            pos = 0
+            records = batch.records
+            for queue_offset in batch.queue_offsets:
+                if check_record(records, pos, len(records), None, False) <= 0:
+                    raise ValueError(f"no valid record for timer queue offset {queue_offset}")
+                info = read_record_info(records, pos)  # header and properties only: most go to the wheel
+                at = pos
+                pos += info.size
+                try:
+                    slot = int(string_to_properties(info.properties_text).get("TIMER_OUT_MS", "")) \
+                        // self.precision * self.precision
+                except ValueError:
+                    _log.warning("timed message without TIMER_OUT_MS dropped", queue_offset=queue_offset)
+                    continue
+                if slot < c.last_read_time_ms:  # its slot has passed already: deliver now
+                    m = delivery_message(decode_message(records, at))
+                    if m is not None:
+                        due.append(m)
+                else:
+                    units.append((slot, TimerUnit(queue_offset, info.physical_offset, info.size)))
+            if batch.queue_offsets and batch.queue_offsets[0] > next_offset and next_offset == offset:
+                # Files cleaned away under the checkpoint: nothing left to read before the queue's min offset.
+                _log.warning("timer queue skipped to its min offset", offset=offset,
+                             next_offset=batch.queue_offsets[0])
+            next_offset = batch.next_offset
+            if _now_ms() >= slot_due_ms:
+                stream.cancel()
+                break
+        if next_offset == offset:
+            return False
         self.wheel.append(units)
         if due:
             self._append(due)

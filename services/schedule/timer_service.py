@@ -9,7 +9,8 @@ One thread here does what RocketMQ's enqueue and dequeue services do:
   slot's file in the wheel (``timer_wheel.py``, one synced write per slot), and moves the checkpoint once;
   a message whose slot has already passed is put back at once. Gathering stops as soon as a slot is due.
 - dequeue: once a slot's whole width has passed (so never before the time asked for, and at most
-  timerPrecisionMs after it), reads its units in batches, reads their messages from the CommitLog, puts
+  timerPrecisionMs after it), reads its units in batches, reads their messages from the CommitLog (the
+  first batch already while waiting for the slot, so that only the append is left when it is due), puts
   them back with REAL_TOPIC / REAL_QID (every property kept, WAIT=false) in one append per batch, and
   records the progress in the checkpoint; a finished slot's file is removed.
 
@@ -40,9 +41,9 @@ from .timer_wheel import TimerCheckpoint, TimerUnit, TimerWheel
 __all__ = ["BATCH", "TIMER_TOPIC", "TimerMessageService"]
 
 TIMER_TOPIC = "rmq_sys_wheel_timer"
-BATCH = 256  # wheel units delivered per append (the index answers at most maxTransferCountOnMessageInMemory
-# timer-queue messages per read, 32 by default)
+BATCH = 1024  # wheel units delivered per append and checkpoint
 ENQUEUE_BATCH = 2048  # timer-queue messages moved into the wheel per synced append and checkpoint
+READ_BATCH = 256  # timer-queue messages per streamed batch from the index
 RETRY_AFTER_ERROR = 1.0
 _STORED = frozenset(int(s) for s in (PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT,
                                       PutMessageStatus.FLUSH_SLAVE_TIMEOUT, PutMessageStatus.SLAVE_NOT_AVAILABLE))
@@ -62,6 +63,9 @@ class TimerMessageService:
         self.wheel = TimerWheel(os.path.join(root_dir, "timerwheel"))
         self.check = TimerCheckpoint.load(self.config_dir, _now_ms() // precision_ms * precision_ms)
         self.delivered = 0
+        # The next slot's first batch, read and rebuilt while waiting for it: (slot, first unit, units,
+        # messages). At most one batch is held, so memory stays bounded.
+        self._ready: tuple[int, int, list[TimerUnit], list[cl_pb.Message]] | None = None
         self._deliver = deliver
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="timer", daemon=True)
@@ -81,6 +85,7 @@ class TimerMessageService:
             try:
                 busy = self.enqueue()
                 busy = self.dequeue() or busy
+                self.prefetch()
                 # Idle: look at the timer queue again soon, and wake when the next slot's width has passed.
                 wait = 0.0 if busy else min(idle, (self.check.last_read_time_ms + self.precision - _now_ms()) / 1000)
             except (BrokerError, ValueError, OSError) as e:
@@ -97,7 +102,7 @@ class TimerMessageService:
         units: list[tuple[int, TimerUnit]] = []
         due: list[cl_pb.Message] = []
         slot_due_ms = c.last_read_time_ms + self.precision
-        stream = self._index.read_queue(TIMER_TOPIC, 0, offset, offset + ENQUEUE_BATCH, batch_messages=BATCH)
+        stream = self._index.read_queue(TIMER_TOPIC, 0, offset, offset + ENQUEUE_BATCH, batch_messages=READ_BATCH)
         for batch in stream:
             pos = 0
             records = batch.records
@@ -141,25 +146,25 @@ class TimerMessageService:
         c, p = self.check, self.precision
         moved = False
         while c.last_read_time_ms + p <= _now_ms() and not self._stop.is_set():
-            units = self.wheel.read(c.last_read_time_ms, c.slot_delivered, BATCH)
+            ready, self._ready = self._ready, None
+            if ready is not None and ready[:2] == (c.last_read_time_ms, c.slot_delivered) and ready[2]:
+                units, out = ready[2], ready[3]
+            else:
+                units, out = self._prepare(c.last_read_time_ms, c.slot_delivered)
+                ready = None
             if units:
-                records = self._commitlog.read_records([(u.commitlog_offset, u.size) for u in units])
-                out = []
-                for u, record in zip(units, records, strict=True):
-                    m = delivery_message(decode_message(record)) if record is not None else None
-                    if m is None:
-                        _log.warning("timed message not deliverable (expired or no real topic)",
-                                     commit_log_offset=u.commitlog_offset, queue_offset=u.queue_offset)
-                    else:
-                        out.append(m)
                 if out:
                     self._append(out)
                     self.delivered += len(out)
-                c.slot_delivered += len(units)
-                c.persist(self.config_dir)
                 moved = True
+                c.slot_delivered += len(units)
                 if len(units) == BATCH:
+                    c.persist(self.config_dir)
                     continue
+                if ready is not None:
+                    continue  # read before the slot was due: units may have come since
+            # The slot's last units are stored: its file goes first, then the checkpoint moves on (written
+            # once, below). A crash in between finds no file at the recorded slot and delivers nothing twice.
             self.wheel.remove(c.last_read_time_ms)
             c.last_read_time_ms += p
             c.slot_delivered = 0
@@ -167,6 +172,37 @@ class TimerMessageService:
         if moved:
             c.persist(self.config_dir)
         return moved
+
+    def prefetch(self) -> None:
+        """While the next slot is not yet due, read its first batch and rebuild its messages, so that
+        when it is due only the append is left (nothing is appended or recorded here). Units that reach
+        the slot's file later are added to the batch, up to its size."""
+        c = self.check
+        slot, start = c.last_read_time_ms, c.slot_delivered
+        if self._ready is None or self._ready[:2] != (slot, start):
+            self._ready = (slot, start, [], [])
+        units, out = self._ready[2], self._ready[3]
+        have = start + len(units)
+        if len(units) < BATCH and self.wheel.count(slot) > have:
+            more, more_out = self._prepare(slot, have, BATCH - len(units))
+            units.extend(more)
+            out.extend(more_out)
+
+    def _prepare(self, slot: int, start: int, count: int = BATCH) -> tuple[list[TimerUnit], list[cl_pb.Message]]:
+        """Units ``start`` .. ``start + count`` of ``slot`` and the messages to put for them."""
+        units = self.wheel.read(slot, start, count)
+        if not units:
+            return units, []
+        records = self._commitlog.read_records([(u.commitlog_offset, u.size) for u in units])
+        out = []
+        for u, record in zip(units, records, strict=True):
+            m = delivery_message(decode_message(record)) if record is not None else None
+            if m is None:
+                _log.warning("timed message not deliverable (expired or no real topic)",
+                             commit_log_offset=u.commitlog_offset, queue_offset=u.queue_offset)
+            else:
+                out.append(m)
+        return units, out
 
     def _append(self, messages: list[cl_pb.Message]) -> None:
         response = self._commitlog.append(messages, columnar=True)

@@ -107,6 +107,13 @@ class TimerWheel:
             return []
         return [TimerUnit(q, o, s) for q, o, s, _ in UNIT.iter_unpack(data[:len(data) - len(data) % UNIT.size])]
 
+    def count(self, slot_ms: int) -> int:
+        """Whole units in a slot's file (0 when it has none)."""
+        try:
+            return os.path.getsize(self._path(slot_ms)) // UNIT.size
+        except FileNotFoundError:
+            return 0
+
     def remove(self, slot_ms: int) -> None:
         try:
             os.remove(self._path(slot_ms))

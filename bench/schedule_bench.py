@@ -293,8 +293,9 @@ def run_memory(broker: Broker, args: argparse.Namespace) -> None:
               f"{a['RssAnon'] / 1024:13.1f} MB")
     pair = sum(after[n]["VmRSS"] for n in ("schedule", "gateway")) / 1024
     total = sum(after[n]["VmRSS"] for n in services) / 1024
-    print(f"  schedule + gateway: {pair:.1f} MB; the five services: {total:.1f} MB "
-          f"(VmRSS counts the CommitLog pages each maps)", flush=True)
+    anon = sum(after[n]["RssAnon"] for n in services) / 1024
+    print(f"  schedule + gateway: VmRSS {pair:.1f} MB; the five services: VmRSS {total:.1f} MB, RssAnon {anon:.1f} MB "
+          f"(VmRSS also counts the pages of the files each maps: CommitLog, ConsumeQueue)", flush=True)
 
 
 def main() -> None:

@@ -3,10 +3,11 @@
 Starts the broker as ``rocketstore up`` does (commitlog, index, dispatcher, schedule, gateway, each its own
 process, over a scratch data directory; ASYNC_FLUSH) and measures:
 
-- ``throughput``: ``--threads`` producer threads, each sending one 1 KiB message after the other for
-  ``--seconds``: plain sends, timed sends (``delivery_timestamp`` an hour ahead: accepted into the timer
-  queue), delay-level sends (level 18, 2 h): messages per second, and each as a percentage of the plain
-  sends of the same run. Nothing is due during these runs.
+- ``throughput``: ``--threads`` producer threads, each sending one 1 KiB message after the other:
+  plain sends, timed sends (``delivery_timestamp`` an hour ahead: accepted into the timer queue),
+  delay-level sends (level 18, 2 h), taking turns ``--rounds`` (3) times for ``--seconds`` (6) each in all:
+  messages per second, and each as a percentage of the plain sends of the same run. Nothing is due
+  during these runs.
 - ``lag``: ``--lag-count`` (100,000) timed messages, due evenly over ``--spread`` (60) seconds starting
   ``--lead`` (2) seconds after the first send, sent in batches at ``--rate`` (5,000/s). A consumer in its own
   process long-polls the real topic's queues and notes when each message arrives; the lag is that time minus
@@ -130,23 +131,26 @@ def rate(make: Any, threads: int, seconds: float, producer: Producer) -> float:
 def run_throughput(broker: Broker, args: argparse.Namespace) -> None:
     for topic in ("SchedPlain", "SchedTimer", "SchedDelay"):
         broker.create_topic(topic)
+    kinds = {
+        "plain": lambda: Message("SchedPlain", BODY),
+        "timed": lambda: Message("SchedTimer", BODY, delivery_timestamp=int(time.time() * 1000) + HOUR_MS),
+        "delay-level": lambda: Message("SchedDelay", BODY, delay_time_level=18),
+    }
+    sent = dict.fromkeys(kinds, 0.0)
     with Producer(broker.endpoint, "bench_schedule") as producer:
-        def timed() -> Message:
-            return Message("SchedTimer", BODY, delivery_timestamp=int(time.time() * 1000) + HOUR_MS)
-
-        producer.send(Message("SchedPlain", BODY))
-        producer.send(timed())
-        producer.send(Message("SchedDelay", BODY, delay_time_level=18))
-        plain = rate(lambda: Message("SchedPlain", BODY), args.threads, args.seconds, producer)
-        timer = rate(timed, args.threads, args.seconds, producer)
-        delay = rate(lambda: Message("SchedDelay", BODY, delay_time_level=18), args.threads, args.seconds, producer)
-        plain_after = rate(lambda: Message("SchedPlain", BODY), args.threads, args.seconds, producer)
-    base = (plain + plain_after) / 2
+        for make in kinds.values():
+            producer.send(make())
+        # The kinds take turns, ``--rounds`` times, so that a change of the machine's load hits each alike.
+        share = args.seconds / args.rounds
+        for _ in range(args.rounds):
+            for kind, make in kinds.items():
+                sent[kind] += rate(make, args.threads, share, producer) * share
+    per_s = {kind: n / args.seconds for kind, n in sent.items()}
     print(f"scheduling throughput: {args.threads} threads, one 1 KiB message per send, {args.seconds:g} s each "
-          f"(load {load()})")
-    print(f"  plain sends           {plain:8.0f}/s  (again after the others: {plain_after:.0f}/s)")
-    print(f"  timed sends           {timer:8.0f}/s  {100 * timer / base:5.0f} % of plain")
-    print(f"  delay-level sends     {delay:8.0f}/s  {100 * delay / base:5.0f} % of plain", flush=True)
+          f"in {args.rounds} turns (load {load()})")
+    for kind, value in per_s.items():
+        ratio = "" if kind == "plain" else f"  {100 * value / per_s['plain']:5.0f} % of plain"
+        print(f"  {kind + ' sends':<20} {value:8.0f}/s{ratio}", flush=True)
 
 
 # --- lag -------------------------------------------------------------------------------------
@@ -302,7 +306,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--phases", default="throughput,lag,memory")
     parser.add_argument("--threads", type=int, default=16)
-    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--seconds", type=float, default=6.0)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--lag-count", type=int, default=100_000)
     parser.add_argument("--spread", type=float, default=60.0)
     parser.add_argument("--lead", type=float, default=2.0)

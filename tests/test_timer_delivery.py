@@ -113,3 +113,57 @@ def test_many_pending_timers_across_a_restart(broker_factory: Callable[..., Brok
     time.sleep(1.0)
     assert queue_size(broker, "Many", 0) == total
     assert not list((broker.data_dir / "timerwheel").iterdir())  # delivered slots are removed
+
+
+class _RecordingCommitLog:
+    """The CommitLog client as the timer service uses it: records to read by offset, appends recorded."""
+
+    def __init__(self) -> None:
+        self.records: dict[int, bytes] = {}
+        self.appended: list[list[str]] = []
+
+    def read_records(self, ranges: list[tuple[int, int]]) -> list[bytes | None]:
+        return [self.records.get(offset) for offset, _ in ranges]
+
+    def append(self, messages: list[object], columnar: bool = False) -> object:
+        from types import SimpleNamespace
+
+        self.appended.append([m.body.decode() for m in messages])  # type: ignore[attr-defined]
+        return SimpleNamespace(columns=SimpleNamespace(statuses=[0] * len(messages)))
+
+
+def test_a_slot_read_before_it_is_due_delivers_what_reached_it_later_once(tmp_path: object) -> None:
+    """The timer service reads the next slot ahead of time; units added to that slot afterwards are
+    delivered too, every unit once, never before the slot has passed, and the slot's file goes."""
+    from pathlib import Path
+
+    from rocketstore.services.schedule import timer_service
+    from rocketstore.services.schedule.timer_wheel import TimerUnit
+
+    from rocketstore.codec import encode_message
+    from rocketstore.message import Message
+
+    commitlog = _RecordingCommitLog()
+    service = timer_service.TimerMessageService(commitlog, None, str(tmp_path), 1000)  # type: ignore[arg-type]
+    slot = service.check.last_read_time_ms + 1000  # the next slot: not due for up to 2 s
+
+    def stored(n: int) -> tuple[int, TimerUnit]:
+        props = {"REAL_TOPIC": "Later", "REAL_QID": "0", "TIMER_OUT_MS": str(slot)}
+        record = encode_message(Message(topic=TIMER_TOPIC, body=b"m%d" % n, queue_id=0, properties=props),
+                                n, 1000 * n, int(time.time() * 1000))
+        commitlog.records[1000 * n] = record
+        return slot, TimerUnit(n, 1000 * n, len(record))
+
+    service.wheel.append([stored(n) for n in range(3)])
+    service.check.last_read_time_ms = slot
+    service.prefetch()
+    assert commitlog.appended == [] and service.dequeue() is False  # read ahead, nothing put before its time
+    service.wheel.append([stored(n) for n in range(3, 5)])  # reach the slot after it was read ahead
+    service.prefetch()
+    service.wheel.append([stored(5)])
+    while not service.dequeue():
+        time.sleep(0.05)
+    assert commitlog.appended[0][:5] == ["m0", "m1", "m2", "m3", "m4"]
+    assert sorted(b for batch in commitlog.appended for b in batch) == [f"m{n}" for n in range(6)]
+    assert not (Path(str(tmp_path)) / "timerwheel" / str(slot)).exists()
+    assert service.check.last_read_time_ms > slot and service.check.slot_delivered == 0

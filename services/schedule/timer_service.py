@@ -9,10 +9,10 @@ One thread here does what RocketMQ's enqueue and dequeue services do:
   slot's file in the wheel (``timer_wheel.py``, one synced write per slot), and moves the checkpoint once;
   a message whose slot has already passed is put back at once. Gathering stops as soon as a slot is due.
 - dequeue: once a slot's whole width has passed (so never before the time asked for, and at most
-  timerPrecisionMs after it), reads its units in batches, reads their messages from the CommitLog (the
-  first batch already while waiting for the slot, so that only the append is left when it is due), puts
-  them back with REAL_TOPIC / REAL_QID (every property kept, WAIT=false) in one append per batch, and
-  records the progress in the checkpoint; a finished slot's file is removed.
+  timerPrecisionMs after it), reads its units in batches, reads their messages from the CommitLog (up
+  to ``PREFETCH`` of them already while waiting for the slot, so that only the appends are left when it is
+  due), puts them back with REAL_TOPIC / REAL_QID (every property kept, WAIT=false) in one append per
+  batch, and records the progress in the checkpoint; a finished slot's file is removed.
 
 Durability: a batch is appended before the checkpoint records it. A crash between the two delivers that
 batch again after the restart (at most ``BATCH`` messages from the wheel, or the ``ENQUEUE_BATCH`` read
@@ -44,6 +44,7 @@ TIMER_TOPIC = "rmq_sys_wheel_timer"
 BATCH = 1024  # wheel units delivered per append and checkpoint
 ENQUEUE_BATCH = 2048  # timer-queue messages moved into the wheel per synced append and checkpoint
 READ_BATCH = 256  # timer-queue messages per streamed batch from the index
+PREFETCH = 4 * BATCH  # units of the next slot read and rebuilt before it is due (about 5 MB of 1 KiB messages)
 RETRY_AFTER_ERROR = 1.0
 _STORED = frozenset(int(s) for s in (PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT,
                                       PutMessageStatus.FLUSH_SLAVE_TIMEOUT, PutMessageStatus.SLAVE_NOT_AVAILABLE))
@@ -63,9 +64,9 @@ class TimerMessageService:
         self.wheel = TimerWheel(os.path.join(root_dir, "timerwheel"))
         self.check = TimerCheckpoint.load(self.config_dir, _now_ms() // precision_ms * precision_ms)
         self.delivered = 0
-        # The next slot's first batch, read and rebuilt while waiting for it: (slot, first unit, units,
-        # messages). At most one batch is held, so memory stays bounded.
-        self._ready: tuple[int, int, list[TimerUnit], list[cl_pb.Message]] | None = None
+        # The next slot's units read and rebuilt while waiting for it: (slot, first unit, units, a message or
+        # None for each). At most PREFETCH units are held, so memory stays bounded.
+        self._ready: tuple[int, int, list[TimerUnit], list[cl_pb.Message | None]] | None = None
         self._deliver = deliver
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="timer", daemon=True)
@@ -148,11 +149,14 @@ class TimerMessageService:
         while c.last_read_time_ms + p <= _now_ms() and not self._stop.is_set():
             ready, self._ready = self._ready, None
             if ready is not None and ready[:2] == (c.last_read_time_ms, c.slot_delivered) and ready[2]:
-                units, out = ready[2], ready[3]
+                units, messages = ready[2][:BATCH], ready[3][:BATCH]
+                if len(ready[2]) > BATCH:
+                    self._ready = (ready[0], ready[1] + BATCH, ready[2][BATCH:], ready[3][BATCH:])
             else:
-                units, out = self._prepare(c.last_read_time_ms, c.slot_delivered)
+                units, messages = self._prepare(c.last_read_time_ms, c.slot_delivered, BATCH)
                 ready = None
             if units:
+                out = [m for m in messages if m is not None]
                 if out:
                     self._append(out)
                     self.delivered += len(out)
@@ -174,35 +178,35 @@ class TimerMessageService:
         return moved
 
     def prefetch(self) -> None:
-        """While the next slot is not yet due, read its first batch and rebuild its messages, so that
-        when it is due only the append is left (nothing is appended or recorded here). Units that reach
-        the slot's file later are added to the batch, up to its size."""
+        """Before the next slot is due, read up to ``PREFETCH`` of its units and rebuild their messages, so
+        that when it is due only the appends are left (nothing is appended or recorded here). Units that
+        reach the slot's file later are added, up to that bound: memory stays bounded."""
         c = self.check
         slot, start = c.last_read_time_ms, c.slot_delivered
         if self._ready is None or self._ready[:2] != (slot, start):
             self._ready = (slot, start, [], [])
-        units, out = self._ready[2], self._ready[3]
+        units, messages = self._ready[2], self._ready[3]
         have = start + len(units)
-        if len(units) < BATCH and self.wheel.count(slot) > have:
-            more, more_out = self._prepare(slot, have, BATCH - len(units))
+        if len(units) < PREFETCH and self.wheel.count(slot) > have:
+            more, more_messages = self._prepare(slot, have, PREFETCH - len(units))
             units.extend(more)
-            out.extend(more_out)
+            messages.extend(more_messages)
 
-    def _prepare(self, slot: int, start: int, count: int = BATCH) -> tuple[list[TimerUnit], list[cl_pb.Message]]:
-        """Units ``start`` .. ``start + count`` of ``slot`` and the messages to put for them."""
+    def _prepare(self, slot: int, start: int, count: int) -> tuple[list[TimerUnit], list[cl_pb.Message | None]]:
+        """Units ``start`` .. ``start + count`` of ``slot`` and, for each, the message to put (None when it
+        cannot be delivered)."""
         units = self.wheel.read(slot, start, count)
         if not units:
             return units, []
         records = self._commitlog.read_records([(u.commitlog_offset, u.size) for u in units])
-        out = []
+        messages = []
         for u, record in zip(units, records, strict=True):
             m = delivery_message(decode_message(record)) if record is not None else None
             if m is None:
                 _log.warning("timed message not deliverable (expired or no real topic)",
                              commit_log_offset=u.commitlog_offset, queue_offset=u.queue_offset)
-            else:
-                out.append(m)
-        return units, out
+            messages.append(m)
+        return units, messages
 
     def _append(self, messages: list[cl_pb.Message]) -> None:
         response = self._commitlog.append(messages, columnar=True)

@@ -3,6 +3,9 @@
 Starts the four services (commitlog, index, dispatcher, gateway) over a scratch data directory,
 once with ASYNC_FLUSH and once with SYNC_FLUSH, and measures with 1 KiB bodies (1,177-byte records):
 
+- ``unary-64``, ``stream-64``, ``stream-1``: the Python ``Producer`` shared by that many threads, each
+  sending one message at a time, with one unary Send per message and then over its multiplexed
+  SendStream; with the CPU each service spent per message;
 - ``send-1``, ``send-16``, ``send-64``: that many producer threads, each a synchronous ``Send`` of
   one message after the other (the gateway gathers concurrent sends into batched appends);
 - ``batch-100``: 4 producer threads sending batches of 100;
@@ -17,6 +20,7 @@ once with ASYNC_FLUSH and once with SYNC_FLUSH, and measures with 1 KiB bodies (
     python bench/gateway_bench.py                    # both flush modes, about 2 minutes
     python bench/gateway_bench.py --flush SYNC_FLUSH --seconds 3
     python bench/gateway_bench.py --flush ASYNC_FLUSH --held 2000     # --held 0 skips the held-pull rows
+    python bench/gateway_bench.py --flush ASYNC_FLUSH --single        # only the producer's single sends
 
 The client runs in this process and shares the two cores with the four services; "CPU" is the
 seconds of CPU each process used during the scenario.
@@ -37,6 +41,7 @@ import time
 import grpc
 import grpc.aio
 
+from rocketstore.client import Message, Producer
 from rocketstore.codec import decode_message
 from rocketstore.demo import free_port, wait_serving
 from rocketstore.v1 import gateway_pb2 as pb
@@ -123,6 +128,48 @@ def produce(broker: Broker, topic: str, threads: int, batch: int, seconds: float
     latencies.sort()
     return {"msgs": sum(counts), "rate": sum(counts) / elapsed, "p50": percentile(latencies, 0.5) * 1e3,
             "p99": percentile(latencies, 0.99) * 1e3, "p999": percentile(latencies, 0.999) * 1e3}
+
+
+def producer_sends(broker: Broker, topic: str, threads: int, seconds: float, stream: bool) -> dict:
+    """``threads`` threads sharing one ``Producer``, each sending one message at a time with ``send``:
+    over the multiplexed SendStream (``stream``) or one unary Send per message."""
+    latencies: list[float] = []
+    counts = [0] * threads
+    stop = time.monotonic() + seconds
+    with Producer(broker.endpoints["gateway"], send_timeout=30.0, send_stream=stream) as producer:
+        producer.send(Message(topic, BODY, tags="TagA"))  # the route and the stream are ready before the clock
+
+        def worker(i: int) -> None:
+            mine = []
+            while time.monotonic() < stop:
+                t0 = time.perf_counter()
+                producer.send(Message(topic, BODY, tags="TagA"))
+                mine.append(time.perf_counter() - t0)
+                counts[i] += 1
+            latencies.extend(mine)
+
+        workers = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
+        t0 = time.perf_counter()
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        elapsed = time.perf_counter() - t0
+    latencies.sort()
+    return {"msgs": sum(counts), "rate": sum(counts) / elapsed, "p50": percentile(latencies, 0.5) * 1e3,
+            "p99": percentile(latencies, 0.99) * 1e3, "p999": percentile(latencies, 0.999) * 1e3}
+
+
+def single_sends(broker: Broker, flush: str, topic: str, seconds: float) -> None:
+    """The Python producer's single sends from 64 threads, unary then streamed, with the gateway's CPU per
+    message (process CPU time over the scenario)."""
+    for name, threads, stream in (("unary-64", 64, False), ("stream-64", 64, True), ("stream-1", 1, True)):
+        before = broker.cpu()
+        r = producer_sends(broker, topic, threads, seconds, stream)
+        cpu = {k: v - before[k] for k, v in broker.cpu().items()}
+        per_message = {k: round(v / max(r["msgs"], 1) * 1e6, 1) for k, v in cpu.items()}
+        print(f"{flush:<11} {name:<10} {r['rate']:>10,.0f} msgs/s   send p50 {r['p50']:7.2f} ms  p99 "
+              f"{r['p99']:7.2f} ms  p999 {r['p999']:7.2f} ms   CPU us/msg {per_message}", flush=True)
 
 
 def consume(broker: Broker, topic: str, expected: int) -> dict:
@@ -251,7 +298,7 @@ def held(broker: Broker, flush: str, topic: str, count: int) -> None:
               f"{percentile(pulls, 0.99) * 1e3:7.2f} ms", flush=True)
 
 
-def run(flush: str, seconds: float, root: str, held_pulls: int = 0) -> None:
+def run(flush: str, seconds: float, root: str, held_pulls: int = 0, single_only: bool = False) -> None:
     broker = Broker(flush, root)
     try:
         stub = broker.stub
@@ -259,6 +306,9 @@ def run(flush: str, seconds: float, root: str, held_pulls: int = 0) -> None:
         stub.CreateTopic(pb.CreateTopicRequest(topic=topic, read_queue_nums=QUEUES, write_queue_nums=QUEUES),
                          timeout=30)
         produce(broker, topic, 4, 100, 1.0)  # warm-up: files mapped, code paths hot
+        single_sends(broker, flush, topic, seconds)
+        if single_only:
+            return
         total = 0
         scenarios = [("send-1", 1, 1, 0.0), ("send-16", 16, 1, 0.0), ("send-64", 64, 1, 0.0),
                      ("batch-100", 4, 100, 0.0), ("latency", 1, 1, 0.002)]
@@ -292,12 +342,14 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0, help="length of each produce scenario")
     parser.add_argument("--dir", default=None, help="scratch directory (default: the temp dir)")
     parser.add_argument("--held", type=int, default=5000, help="long polls held in the held-N rows (0: no rows)")
+    parser.add_argument("--single", action="store_true", help="only the Python producer's single sends (unary-64, "
+                                                              "stream-64, stream-1)")
     args = parser.parse_args()
     root = args.dir or tempfile.gettempdir()
     print(f"gateway bench: 1 KiB bodies, {QUEUES} queues, {os.cpu_count()} cores, load "
           f"{os.getloadavg()[0]:.2f} at the start", flush=True)
     for flush in (("ASYNC_FLUSH", "SYNC_FLUSH") if args.flush == "both" else (args.flush,)):
-        run(flush, args.seconds, root, args.held)
+        run(flush, args.seconds, root, args.held, args.single)
 
 
 if __name__ == "__main__":

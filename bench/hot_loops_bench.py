@@ -9,6 +9,8 @@ UNIQ_KEY (what the gateway sends the CommitLog: properties in their stored form,
   place       CommitLog.append: copy each record into the mapped file and place its queue offset,
               physical offset and store time (the put lock's work)
   walk        DispatchDecoder.feed: the dispatcher's walk over the records (fields, TAGS hash, KEYS, UNIQ_KEY)
+  read-check  the CommitLog's check of every record it serves (read_checks.find_corrupt: sizes, own offset,
+              the body CRC, or the whole-record CRC of a record that carries one)
   cq-write    ConsumeQueue unit writes of the index (ConsumeQueueStore.put per message, or the batch call)
   key-hash    IndexFile key hashing alone (index_key_hash of "topic#UNIQ_KEY" and "topic#KEY")
   index-put   IndexFile insertion of both keys (IndexService.build_index, or the batch call)
@@ -22,9 +24,12 @@ best is the one least disturbed by other processes); each round is a process tha
     python bench/hot_loops_bench.py                           # this install, both implementations
     python bench/hot_loops_bench.py --compare /path/to/other/.venv/bin/python
                                                               # A/B: another install in the same run
+    python bench/hot_loops_bench.py --append-prop-crc         # each also with enabledAppendPropCRC=true
 
 ``--compare`` runs this script under each interpreter in turn (passes interleaved) and prints the
-figures side by side. ROCKETSTORE_NO_EXTENSIONS=1 measures the pure-Python code of an install that has
+figures side by side. ``--append-prop-crc`` adds a column for each with the whole-record CRC (the
+``__CRC32#`` property: 20 more bytes a record, a CRC at place, the read check verifying it).
+ROCKETSTORE_NO_EXTENSIONS=1 measures the pure-Python code of an install that has
 the compiled one; without ``--compare`` the script measures both when the extension is built.
 """
 
@@ -39,7 +44,7 @@ import sys
 import tempfile
 import time
 
-STAGES = ("encode", "place", "walk", "cq-write", "key-hash", "index-put", "apply")
+STAGES = ("encode", "place", "walk", "read-check", "cq-write", "key-hash", "index-put", "apply")
 BATCH = 100
 BODY_SIZE = 1024
 TOPIC = "BenchTopic"
@@ -50,8 +55,9 @@ def _cpu() -> float:
     return time.thread_time()
 
 
-def measure(count: int, repeat: int) -> dict[str, float]:
-    """µs per message of each stage, in this interpreter with its current implementation."""
+def measure(count: int, repeat: int, prop_crc: bool = False) -> dict[str, float]:
+    """µs per message of each stage, in this interpreter with its current implementation; ``prop_crc``:
+    with enabledAppendPropCRC (and the read check forcing it)."""
     from rocketstore.services.commitlog.commitlog import CommitLog
     from rocketstore.services.dispatcher.decode import DispatchDecoder
     from rocketstore.services.index.consume_queue import ConsumeQueueStore
@@ -81,7 +87,8 @@ def measure(count: int, repeat: int) -> dict[str, float]:
                 m.body = rnd_body[off:off + BODY_SIZE]
                 m.properties_text = f"TAGS\x01Tag{k % 4}\x02KEYS\x01order-{k}\x02UNIQ_KEY\x01{ids.next()}\x02"
             batches.append(req.messages)
-        settings = load_settings(None, {"storePathRootDir": work, "mapedFileSizeCommitLog": str(1 << 30)}, {})
+        settings = load_settings(None, {"storePathRootDir": work, "mapedFileSizeCommitLog": str(1 << 30),
+                                        "enabledAppendPropCRC": str(prop_crc).lower()}, {})
         cl = CommitLog(settings, "10.0.0.9:10911")
         cl.mapped_file_queue.load()  # creates the directory
         cl.allocator.start()
@@ -138,6 +145,15 @@ def _one_pass(cl, batches, results, state, work, DispatchDecoder, ConsumeQueueSt
         cols.append(decoder.feed(offset, chunk))
     results["walk"].append(_cpu() - t)
     assert sum(len(c) for c in cols) == len(batches) * BATCH
+    # read-check: what ReadRecords checks of every record it serves, over the same bytes
+    from rocketstore.services.commitlog.read_checks import find_corrupt
+
+    force = cl.append_prop_crc
+    t = _cpu()
+    for offset, chunk in _record_chunks(data, start, len(batches)):
+        bad = find_corrupt(chunk, offset, force)
+    results["read-check"].append(_cpu() - t)
+    assert not bad
     # ConsumeQueue unit writes
     cqs = state.get("cqs")
     if cqs is None:  # kept across passes: the first one creates the files, the best one is the steady state
@@ -202,6 +218,19 @@ def _one_pass(cl, batches, results, state, work, DispatchDecoder, ConsumeQueueSt
     results["apply"].append(_cpu() - t)
 
 
+def _record_chunks(data: bytes, start: int, n: int) -> list[tuple[int, bytes]]:
+    """``data`` (whole records from CommitLog offset ``start``) cut into ``n`` runs of whole records."""
+    ends, pos = [], 0
+    while pos < len(data):
+        pos += int.from_bytes(data[pos:pos + 4], "big")
+        ends.append(pos)
+    per = max(1, len(ends) // n)
+    cuts = [0, *ends[per - 1::per]]
+    if cuts[-1] != len(data):
+        cuts.append(len(data))
+    return [(start + a, data[a:b]) for a, b in zip(cuts, cuts[1:], strict=False)]
+
+
 def implementation() -> str:
     try:
         from rocketstore import _speedups  # type: ignore[attr-defined]
@@ -211,16 +240,16 @@ def implementation() -> str:
 
 
 def _child(args: argparse.Namespace) -> None:
-    figures = measure(args.count, args.repeat)
+    figures = measure(args.count, args.repeat, args.prop_crc)
     print(json.dumps({"implementation": implementation(), "figures": figures}))
 
 
-def _run_child(python: str, args: argparse.Namespace, env_extra: dict[str, str]) -> dict:
+def _run_child(python: str, args: argparse.Namespace, env_extra: dict[str, str], prop_crc: bool = False) -> dict:
     env = dict(os.environ, **env_extra)
     # Two passes a process: the first creates the files (ConsumeQueue, IndexFile), the second is the steady state.
     out = subprocess.run([python, os.path.abspath(__file__), "--child", "--count", str(args.count),
-                          "--repeat", "2"], check=True, capture_output=True, text=True, env=env,
-                         cwd=tempfile.gettempdir())
+                          "--repeat", "2", *(["--prop-crc"] if prop_crc else [])], check=True,
+                         capture_output=True, text=True, env=env, cwd=tempfile.gettempdir())
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -230,27 +259,32 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=5, help="passes; the best is reported (default: 5)")
     p.add_argument("--compare", metavar="PYTHON", action="append", default=[],
                    help="another interpreter (install) to measure in the same run, repeatable")
+    p.add_argument("--append-prop-crc", action="store_true",
+                   help="measure each variant also with enabledAppendPropCRC=true, interleaved")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--prop-crc", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
         _child(args)
         return 0
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    variants: list[tuple[str, str, dict[str, str]]] = []
+    variants: list[tuple[str, str, dict[str, str], bool]] = []
     for py in args.compare:
-        variants.append((f"{py}", py, {}))
-    variants.append(("this install, pure Python", sys.executable, {"ROCKETSTORE_NO_EXTENSIONS": "1"}))
+        variants.append((f"{py}", py, {}, False))
+    variants.append(("this install, pure Python", sys.executable, {"ROCKETSTORE_NO_EXTENSIONS": "1"}, False))
     if _run_child(sys.executable, argparse.Namespace(count=BATCH, repeat=1), {})["implementation"] == "compiled":
-        variants.append(("this install, compiled", sys.executable, {}))
-    best: dict[str, dict[str, float]] = {label: {} for label, _, _ in variants}
+        variants.append(("this install, compiled", sys.executable, {}, False))
+    if args.append_prop_crc:
+        variants += [(f"{label} + CRC", py, env, True) for label, py, env, _ in variants]
+    best: dict[str, dict[str, float]] = {label: {} for label, *_ in variants}
     impl: dict[str, str] = {}
     for _ in range(args.repeat):  # interleaved passes: a load change hits every variant alike
-        for label, py, env in variants:
-            out = _run_child(py, args, env)
+        for label, py, env, prop_crc in variants:
+            out = _run_child(py, args, env, prop_crc)
             impl[label] = out["implementation"]
             for stage, v in out["figures"].items():
                 best[label][stage] = min(v, best[label].get(stage, float("inf")))
-    labels = [label for label, _, _ in variants]
+    labels = [label for label, *_ in variants]
     width = max(12, *(len(label) for label in labels))
     print(f"µs per message (best of {args.repeat} passes of {args.count} messages, 1 KiB bodies, batches of {BATCH})")
     print(f"{'stage':<10} " + " ".join(f"{label:>{width}}" for label in labels))

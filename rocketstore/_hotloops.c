@@ -41,6 +41,12 @@
 #define HASH_SLOT_SIZE 4
 #define INDEX_SIZE 20
 #define INT_MAX32 0x7FFFFFFFLL
+/* The whole-record CRC property (codec.PROPERTY_CRC32, CRC32_RESERVED_LEN): "__CRC32#" 0x01, 10 digits, 0x02. */
+#define CRC32_PREFIX "__CRC32#\x01"
+#define CRC32_PREFIX_LEN 9
+#define CRC32_DIGITS 10
+#define CRC32_RESERVED_LEN 20
+static const char CRC32_TAIL_UNFILLED[CRC32_RESERVED_LEN + 1] = "__CRC32#\x01" "0000000000" "\x02";
 
 static PyObject *str_topic, *str_body, *str_properties_text, *str_properties, *str_born_host, *str_sys_flag,
     *str_queue_id, *str_flag, *str_born_timestamp, *str_reconsume_times, *str_prepared_transaction_offset,
@@ -164,6 +170,17 @@ static PyObject *properties_bytes(PyObject *props) {
     return NULL;
 }
 
+/* Whether ``needle`` occurs in ``hay``. */
+static int contains(const char *hay, Py_ssize_t n, const char *needle, Py_ssize_t m) {
+    if (m > n) return 0;
+    const char *end = hay + n - m + 1, *p = hay;
+    while (p < end && (p = memchr(p, needle[0], (size_t)(end - p))) != NULL) {
+        if (memcmp(p, needle, (size_t)m) == 0) return 1;
+        p++;
+    }
+    return 0;
+}
+
 typedef struct {
     PyObject *host;   /* the last born host string parsed, and what parse_host made of it */
     PyObject *addr;
@@ -174,7 +191,7 @@ typedef struct {
 /* One record, or Py_None (a new reference either way); NULL only on a real error (memory). */
 static PyObject *encode_one(PyObject *msg, Py_ssize_t index, const char *store_addr, Py_ssize_t store_addr_len,
                             long long store_port, int store_v6, long long max_size, long long file_size,
-                            PyObject *parse_host, PyObject *crc32, HostCache *hc) {
+                            PyObject *parse_host, PyObject *crc32, int append_prop_crc, HostCache *hc) {
     PyObject *topic = NULL, *body = NULL, *ptext = NULL, *props = NULL, *props_b = NULL, *host = NULL;
     PyObject *rec = NULL, *result = NULL, *queue_id_obj = NULL;
     long long queue_id, flag, sys_flag, born_ts, reconsume, prepared;
@@ -209,6 +226,11 @@ static PyObject *encode_one(PyObject *msg, Py_ssize_t index, const char *store_a
         if (props_b == NULL) goto decline;
     }
     Py_ssize_t props_len = PyBytes_GET_SIZE(props_b);
+    /* A __CRC32# pair carried over from another record is removed by the Python path. */
+    if (contains(PyBytes_AS_STRING(props_b), props_len, CRC32_PREFIX, CRC32_PREFIX_LEN)) goto decline;
+    int crc_len = append_prop_crc ? CRC32_RESERVED_LEN : 0;
+    int add_sep = crc_len && props_len > 0 && PyBytes_AS_STRING(props_b)[props_len - 1] != 0x02;
+    Py_ssize_t props_total = props_len + add_sep + crc_len;
 
     host = PyObject_GetAttr(msg, str_born_host);
     if (host == NULL) goto decline;
@@ -244,10 +266,10 @@ static PyObject *encode_one(PyObject *msg, Py_ssize_t index, const char *store_a
         || !get_ll(msg, str_reconsume_times, &reconsume)
         || !get_ll(msg, str_prepared_transaction_offset, &prepared)) goto decline;
     sys_flag &= ~(long long)(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG);
-    long long size = MIN_RECORD_LENGTH + (long long)body_len + topic_len + props_len;
+    long long size = MIN_RECORD_LENGTH + (long long)body_len + topic_len + props_total;
     if (born_v6) { sys_flag |= BORNHOST_V6_FLAG; size += HOST_V6_EXTRA; }
     if (store_v6) { sys_flag |= STOREHOSTADDRESS_V6_FLAG; size += HOST_V6_EXTRA; }
-    if (!(topic_len > 0 && topic_len <= MAX_TOPIC_LENGTH) || body_len > max_size || props_len > MAX_PROPERTIES_LENGTH
+    if (!(topic_len > 0 && topic_len <= MAX_TOPIC_LENGTH) || body_len > max_size || props_total > MAX_PROPERTIES_LENGTH
         || size > max_size + RECORD_SIZE_SLACK || queue_id < 0 || queue_id > INT_MAX32) goto decline;
     if (!fits32(flag) || !fits32(sys_flag) || !fits32(reconsume) || !fits32(size)) goto decline;
     if (size + END_FILE_MIN_BLANK_LENGTH > file_size) goto decline;
@@ -284,8 +306,10 @@ static PyObject *encode_one(PyObject *msg, Py_ssize_t index, const char *store_a
     memcpy(p, PyBytes_AS_STRING(body), body_len); p += body_len;
     *p++ = (unsigned char)topic_len;
     memcpy(p, topic_s, topic_len); p += topic_len;
-    *p++ = (unsigned char)(props_len >> 8); *p++ = (unsigned char)props_len;
-    memcpy(p, PyBytes_AS_STRING(props_b), props_len);
+    *p++ = (unsigned char)(props_total >> 8); *p++ = (unsigned char)props_total;
+    memcpy(p, PyBytes_AS_STRING(props_b), props_len); p += props_len;
+    if (add_sep) *p++ = 0x02;
+    if (crc_len) memcpy(p, CRC32_TAIL_UNFILLED, CRC32_RESERVED_LEN);
 
     unsigned int low = (unsigned int)(sys_flag & 0xFF);
     unsigned int tx = low & TRANSACTION_ROLLBACK_TYPE;
@@ -314,9 +338,9 @@ static PyObject *encode_records(PyObject *self, PyObject *args) {
     const char *store_addr;
     Py_ssize_t store_addr_len;
     long long store_port, max_size, file_size;
-    int store_v6;
-    if (!PyArg_ParseTuple(args, "Oy#LpLLOO", &msgs, &store_addr, &store_addr_len, &store_port, &store_v6,
-                          &max_size, &file_size, &parse_host, &crc32)) return NULL;
+    int store_v6, append_prop_crc = 0;
+    if (!PyArg_ParseTuple(args, "Oy#LpLLOO|p", &msgs, &store_addr, &store_addr_len, &store_port, &store_v6,
+                          &max_size, &file_size, &parse_host, &crc32, &append_prop_crc)) return NULL;
     PyObject *seq = PySequence_Fast(msgs, "msgs must be a sequence");
     if (seq == NULL) return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
@@ -325,7 +349,7 @@ static PyObject *encode_records(PyObject *self, PyObject *args) {
     if (out == NULL) goto error;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *r = encode_one(PySequence_Fast_GET_ITEM(seq, i), i, store_addr, store_addr_len, store_port,
-                                 store_v6, max_size, file_size, parse_host, crc32, &hc);
+                                 store_v6, max_size, file_size, parse_host, crc32, append_prop_crc, &hc);
         if (r == NULL) { Py_CLEAR(out); goto error; }
         PyList_SET_ITEM(out, i, r);
     }
@@ -342,13 +366,32 @@ static int set_ll(PyObject *list, Py_ssize_t i, long long v) {
     return PyList_SetItem(list, i, o);
 }
 
+/* codec.fill_record_crc: ``crc32`` (zlib.crc32) over the record's bytes before its reserved property, masked,
+   written as that property with the digits least significant first. */
+static int fill_record_crc(unsigned char *w, long long size, PyObject *crc32) {
+    PyObject *mv = PyMemoryView_FromMemory((char *)w, (Py_ssize_t)(size - CRC32_RESERVED_LEN), PyBUF_READ);
+    if (mv == NULL) return -1;
+    PyObject *c = PyObject_CallOneArg(crc32, mv);
+    Py_DECREF(mv);
+    if (c == NULL) return -1;
+    unsigned long crc = PyLong_AsUnsignedLongMask(c) & 0x7FFFFFFFul;
+    Py_DECREF(c);
+    if (PyErr_Occurred()) return -1;
+    unsigned char *t = w + size - CRC32_RESERVED_LEN;
+    memcpy(t, CRC32_PREFIX, CRC32_PREFIX_LEN);
+    for (int k = 0; k < CRC32_DIGITS; k++) { t[CRC32_PREFIX_LEN + k] = (unsigned char)('0' + crc % 10); crc /= 10; }
+    t[CRC32_RESERVED_LEN - 1] = 0x02;
+    return 0;
+}
+
 static PyObject *place_records(PyObject *self, PyObject *args) {
-    PyObject *bufobj, *records, *table, *wrote_offsets, *sizes, *queue_offsets;
+    PyObject *bufobj, *records, *table, *wrote_offsets, *sizes, *queue_offsets, *crc32 = Py_None;
     Py_ssize_t start;
     long long shift, base, pos, file_size, now;
-    if (!PyArg_ParseTuple(args, "OLO!nO!LLLLO!O!O!", &bufobj, &shift, &PyList_Type, &records, &start, &PyDict_Type,
-                          &table, &base, &pos, &file_size, &now, &PyList_Type, &wrote_offsets, &PyList_Type, &sizes,
-                          &PyList_Type, &queue_offsets)) return NULL;
+    if (!PyArg_ParseTuple(args, "OLO!nO!LLLLO!O!O!|O", &bufobj, &shift, &PyList_Type, &records, &start,
+                          &PyDict_Type, &table, &base, &pos, &file_size, &now, &PyList_Type, &wrote_offsets,
+                          &PyList_Type, &sizes, &PyList_Type, &queue_offsets, &crc32)) return NULL;
+    long long min_size = crc32 == Py_None ? 0 : CRC32_RESERVED_LEN;
     Py_buffer view;
     if (PyObject_GetBuffer(bufobj, &view, PyBUF_WRITABLE) < 0) return NULL;
     unsigned char *buf = (unsigned char *)view.buf;
@@ -365,7 +408,7 @@ static PyObject *place_records(PyObject *self, PyObject *args) {
         long long ts_pos = PyLong_AsLongLong(PyTuple_GET_ITEM(r, 5));
         if (PyErr_Occurred() || takes < 0) goto error;
         if (pos + size > end_room) break;
-        if (!PyBytes_Check(rec) || PyBytes_GET_SIZE(rec) != size || ts_pos < 0 || ts_pos + 8 > size) {
+        if (!PyBytes_Check(rec) || PyBytes_GET_SIZE(rec) != size || ts_pos < 0 || ts_pos + 8 > size - min_size) {
             PyErr_SetString(PyExc_ValueError, "a record's size or store-timestamp position does not match it");
             goto error;
         }
@@ -385,6 +428,7 @@ static PyObject *place_records(PyObject *self, PyObject *args) {
         put64(w + POS_QUEUEOFFSET, (uint64_t)queue_offset);
         put64(w + POS_PHYSICALOFFSET, (uint64_t)(base + pos));
         put64(w + ts_pos, (uint64_t)now);
+        if (crc32 != Py_None && fill_record_crc(w, size, crc32) < 0) goto error;
         if (set_ll(wrote_offsets, index, base + pos) < 0 || set_ll(sizes, index, size) < 0
             || set_ll(queue_offsets, index, queue_offset) < 0) goto error;
         pos += size;

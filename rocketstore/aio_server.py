@@ -105,11 +105,12 @@ class AioGrpcServer:
 
 
 async def serve_until_signal(server: AioGrpcServer, on_stop: Callable[[], Awaitable[None]],
-                             grace: float = 5.0) -> None:
+                             grace: float = 5.0, on_signal: Callable[[], None] | None = None) -> None:
     """Serve until SIGTERM or SIGINT, then stop the server and await ``on_stop`` (persist, close
     clients), as ``rocketstore.server.run_until_signal`` does for threaded servers: the server stops
     first so no request changes the state while ``on_stop`` persists it; further signals during the
-    shutdown are ignored."""
+    shutdown are ignored. ``on_signal`` runs first, to end long-lived calls that would otherwise hold
+    the server for its whole ``grace``."""
     loop = asyncio.get_running_loop()
     received: list[signal.Signals] = []
     arrived = asyncio.Event()
@@ -123,6 +124,8 @@ async def serve_until_signal(server: AioGrpcServer, on_stop: Callable[[], Awaita
     try:
         await arrived.wait()
         _log.info("stopping on signal", signal=received[0].name, endpoint=server.endpoint)
+        if on_signal is not None:
+            on_signal()
         await server.stop(grace)
         try:
             await on_stop()

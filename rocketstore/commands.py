@@ -4,7 +4,8 @@ queries, topic and group administration, broker status and benchmarks.
     rocketstore up [--data-dir DIR] [--config broker.properties] [--port PORT] [--with-slave]
     rocketstore send --endpoint HOST:PORT --topic T [--tags TAG] [--keys "K1 K2"] [--body TEXT] [--count N]
                      [--delay-level N | --deliver-at MS_OR_ISO | --delay SECONDS] [--json]
-    rocketstore consume --endpoint HOST:PORT --topic T --group G [--expression EXPR] [--count N] [--timeout S] [--json]
+    rocketstore consume --endpoint HOST:PORT --topic T --group G [--expression EXPR] [--count N] [--timeout S] [--pull]
+                        [--json]
     rocketstore status --endpoint HOST:PORT [--json]
     rocketstore topic create|update|delete|list|stats ...
     rocketstore group list|progress|reset-offset|create|update|delete|show ...   (rocketstore.retry_commands)
@@ -12,7 +13,7 @@ queries, topic and group administration, broker status and benchmarks.
     rocketstore query --endpoint HOST:PORT (--msg-id ID --topic T | --offset-msg-id ID | --key K --topic T
                                             | --topic T --queue-id Q --offset O) [--json]
     rocketstore bench produce|consume --endpoint HOST:PORT --topic T [--count N] [--size BYTES] [--threads K]
-                                      [--batch B]
+                                      [--batch B] [--pull] [--credit N]
 
 Output is for a person by default; ``--json`` prints one JSON object per line (per message, per topic, per
 queue). Errors go to stderr as ``rocketstore <command>: <STATUS>: <the gateway's detail>``; the exit code is
@@ -335,6 +336,8 @@ def _add_consume(commands: _SubParsers) -> None:
                         "(default: first)")
     p.add_argument("--orderly", action="store_true", help="consume each queue in order, one message at a time")
     p.add_argument("--broadcast", action="store_true", help="BROADCASTING: read every queue, offsets not shared")
+    p.add_argument("--pull", action="store_true",
+                   help="long-polling pulls, one queue at a time, instead of the gateway's Consume stream")
     _add_json(p)
     p.set_defaults(handler=_guard("consume", _run_consume))
 
@@ -386,7 +389,7 @@ def _run_consume(args: argparse.Namespace) -> int:
     consumer = PushConsumer(args.endpoint, args.group, listener, orderly=args.orderly,
                             message_model="BROADCASTING" if args.broadcast else "CLUSTERING",
                             consume_from_where=where, consume_timestamp=ts, consume_thread_nums=1,
-                            poll_timeout=5.0, timeout=args.rpc_timeout)
+                            poll_timeout=5.0, timeout=args.rpc_timeout, consume_stream=not args.pull)
     consumer.subscribe(args.topic, args.expression)
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -496,6 +499,8 @@ def _add_topic(commands: _SubParsers) -> None:
         p.add_argument("--write-queues", type=_positive, default=None)
         p.add_argument("--perm", type=int, choices=(2, 4, 6), default=None, help="2 write, 4 read, 6 both")
         p.add_argument("--order", action=argparse.BooleanOptionalAction, default=None, help="an ordered topic")
+        p.add_argument("--message-type", choices=("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED"), default=None,
+                       help="what RocketMQ 5 clients may send to it (the attribute message.type; default MIXED)")
         _add_json(p)
         p.set_defaults(handler=_guard(f"topic {name}", _run_topic_create if name == "create" else _run_topic_update))
     p = sub.add_parser("delete", help="delete a topic (its configuration and the group offsets on it)")
@@ -515,16 +520,18 @@ def _add_topic(commands: _SubParsers) -> None:
 
 
 def _topic_dict(t: pb.TopicInfo) -> dict[str, str | int | bool]:
+    message_type = {"messageType": t.message_type} if t.message_type else {}
     return {"topic": t.topic, "readQueueNums": t.read_queue_nums, "writeQueueNums": t.write_queue_nums,
-            "perm": t.perm, "order": t.order, "system": t.system}
+            "perm": t.perm, "order": t.order, "system": t.system, **message_type}
 
 
 def _print_topic(t: pb.TopicInfo, as_json: bool, verb: str) -> None:
     if as_json:
         _emit(_topic_dict(t))
     else:
+        message_type = f" message.type={t.message_type}" if t.message_type else ""
         print(f"{verb} topic {t.topic}: readQueueNums={t.read_queue_nums} writeQueueNums={t.write_queue_nums} "
-              f"perm={t.perm} order={str(t.order).lower()}")
+              f"perm={t.perm} order={str(t.order).lower()}{message_type}")
 
 
 def _queue_nums(args: argparse.Namespace) -> tuple[int | None, int | None]:
@@ -539,7 +546,7 @@ def _run_topic_create(args: argparse.Namespace) -> int:
     read, write = _queue_nums(args)
     with Admin(args.endpoint, timeout=args.rpc_timeout) as admin:
         t = admin.create_topic(args.topic, read_queue_nums=read or 0, write_queue_nums=write or 0,
-                               perm=args.perm or 0, order=bool(args.order))
+                               perm=args.perm or 0, order=bool(args.order), message_type=args.message_type or "")
     _print_topic(t, args.json, "created")
     return EXIT_OK
 
@@ -550,7 +557,7 @@ def _run_topic_update(args: argparse.Namespace) -> int:
     read, write = _queue_nums(args)
     with Admin(args.endpoint, timeout=args.rpc_timeout) as admin:
         t = admin.update_topic(args.topic, read_queue_nums=read, write_queue_nums=write, perm=args.perm,
-                               order=args.order)
+                               order=args.order, message_type=args.message_type)
     _print_topic(t, args.json, "updated")
     return EXIT_OK
 
@@ -735,15 +742,22 @@ def _add_bench(commands: _SubParsers) -> None:
     p.add_argument("--in-flight", type=_positive, default=256, help="async sends outstanding (default: 256)")
     p.add_argument("--tags", default="", help="tag of every message")
     p.set_defaults(handler=_guard("bench produce", _run_bench_produce))
-    p = sub.add_parser("consume", help="pull a topic's messages from --threads threads (raw records, decoded)")
+    p = sub.add_parser("consume", help="drain a topic's messages on --threads Consume streams (or pulls with --pull); "
+                                       "raw records, decoded")
     _add_endpoint(p)
     p.add_argument("--topic", "-t", default="BenchmarkTest")
     p.add_argument("--group", "-g", default="benchmark_consumer", help="offsets are committed for this group")
     p.add_argument("--count", "-n", type=_positive, default=None,
                    help="messages to consume (default: every message stored when the benchmark starts)")
     p.add_argument("--size", type=_positive, default=None, help="(accepted for symmetry; not used)")
-    p.add_argument("--threads", type=_positive, default=4, help="pulling threads (default: 4)")
-    p.add_argument("--batch", type=_positive, default=32, help="messages per pull (default: 32, pullBatchSize)")
+    p.add_argument("--threads", type=_positive, default=None,
+                   help="Consume streams, each with its share of the queues (default: 1); with --pull, pulling "
+                        "threads (default: 4)")
+    p.add_argument("--pull", action="store_true", help="pull with explicit offsets instead of Consume streams")
+    p.add_argument("--batch", type=_positive, default=32, help="with --pull: messages per pull (default: 32, "
+                                                                 "pullBatchSize)")
+    p.add_argument("--credit", type=_positive, default=None,
+                   help="Consume streams: messages each stream may have unconsumed (default: 4096)")
     p.add_argument("--from", dest="start", choices=("first", "committed"), default="first",
                    help="start at each queue's first offset or at the group's committed offsets (default: first)")
     p.add_argument("--timeout", type=_seconds, default=60.0, help="give up after this long (default: 60)")
@@ -897,6 +911,9 @@ def _run_bench_consume(args: argparse.Namespace) -> int:
     ends = {q: hi for q, (_, hi) in ranges.items()}
     available = sum(max(ends[q] - starts[q], 0) for q in ranges)
     total = min(args.count, available) if args.count is not None else available
+    if not args.pull:
+        return _bench_consume_streams(args, starts, ends, total)
+    args.threads = args.threads or 4
     print(f"bench consume: {total} messages of {args.topic} on {args.endpoint} ({len(ranges)} queues), "
           f"{args.threads} threads, {args.batch} per pull", flush=True)
     meter = _Meter(total, "messages")
@@ -982,6 +999,85 @@ def _run_bench_consume(args: argparse.Namespace) -> int:
           f"{avg:.3f} ms, max pull RT {meter.rt_max * 1000:.3f} ms, average S2C {s2c_avg:.1f} ms, max S2C "
           f"{s2c['max'] * 1000:.1f} ms, failed {meter.failed}", flush=True)
     return EXIT_OK if meter.count >= total and meter.failed == 0 else EXIT_FAILED
+
+
+def _bench_consume_streams(args: argparse.Namespace, starts: dict[int, int], ends: dict[int, int], total: int) -> int:
+    """Drain the queues on Consume streams: each batch is decoded, counted and its credit granted again."""
+    from rocketstore.client import PullConsumer
+    from rocketstore.client.connection import Connection
+    from rocketstore.client.consume_stream import DEFAULT_CREDIT_MESSAGES, ConsumeStream, StreamQueue
+    from rocketstore.client.messages import decode_records
+
+    credit = args.credit or DEFAULT_CREDIT_MESSAGES
+    queue_ids = [q for q in sorted(starts) if starts[q] < ends[q]]
+    n_streams = max(1, min(args.threads or 1, len(queue_ids) or 1))
+    print(f"bench consume: {total} messages of {args.topic} on {args.endpoint} ({len(starts)} queues), "
+          f"{n_streams} Consume stream(s), credit {credit} messages", flush=True)
+    meter = _Meter(total, "messages")
+    lock = threading.Lock()
+    positions = dict(starts)
+    done = threading.Event()
+    s2c = {"sum": 0.0, "max": 0.0}
+    if total == 0:
+        done.set()
+    conns = [Connection(args.endpoint, args.rpc_timeout) for _ in range(n_streams)]
+    streams: list[ConsumeStream] = []
+    last = [time.perf_counter()] * n_streams
+
+    def on_batch(i: int, batch: pb.ConsumeBatch) -> None:
+        messages = decode_records(batch.records, batch.queue_offsets) if batch.records else []
+        now = time.perf_counter()
+        with lock:
+            q = batch.queue_id
+            take = min(len(messages), total - meter.count)
+            positions[q] = batch.next_offset if take == len(messages) else messages[take - 1].queue_offset + 1
+            rt, last[i] = now - last[i], now
+            if take > 0:
+                lat = time.time() - messages[take - 1].store_timestamp / 1000
+                s2c["sum"] += lat * take
+                s2c["max"] = max(s2c["max"], lat)
+            finished = meter.count + take >= total
+        if take > 0:
+            meter.record(take, rt)
+        streams[i].release(len(batch.queue_offsets), len(batch.records))
+        if finished:
+            done.set()
+
+    def failed(error: Exception) -> None:
+        print(f"bench consume: the stream failed: {error}", file=sys.stderr, flush=True)
+        done.set()
+
+    for i in range(n_streams):
+        streams.append(ConsumeStream(conns[i], args.group, f"bench-consume-{os.getpid()}-{i}",
+                                     lambda b, i=i: on_batch(i, b),  # type: ignore[misc]
+                                     on_error=failed, credit_messages=credit))
+    t0 = time.perf_counter()
+    meter_thread = _run_meter(meter, "Consume", done, t0)
+    for i, stream in enumerate(streams):
+        last[i] = time.perf_counter()
+        stream.open([StreamQueue(q + 1, args.topic, q, starts[q]) for q in queue_ids[i::n_streams]])
+    done.wait(args.timeout)
+    elapsed = time.perf_counter() - t0
+    done.set()
+    meter_thread.join(2.0)
+    for stream in streams:
+        stream.close()
+    for conn in conns:
+        conn.close()
+    committer = PullConsumer(args.endpoint, args.group, timeout=args.rpc_timeout)
+    try:
+        with lock:
+            committer.commit({(args.topic, q): min(o, ends[q]) for q, o in positions.items()})
+    finally:
+        committer.close()
+    print(meter.report(elapsed, "Consume"), flush=True)
+    rate = meter.count / elapsed if elapsed > 0 else 0.0
+    s2c_avg = s2c["sum"] / meter.count * 1000 if meter.count else 0.0
+    avg = meter.rt_sum / meter.calls * 1000 if meter.calls else 0.0
+    print(f"summary: consumed {meter.count} messages in {elapsed:.2f} s: {rate:.0f} messages/s, average time between "
+          f"batches {avg:.3f} ms ({meter.calls} batches), average S2C {s2c_avg:.1f} ms, max S2C "
+          f"{s2c['max'] * 1000:.1f} ms, failed {meter.failed}", flush=True)
+    return EXIT_OK if meter.count >= total else EXIT_FAILED
 
 
 # --- doctor -----------------------------------------------------------------------------------

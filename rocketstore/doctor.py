@@ -37,18 +37,17 @@ from typing import TextIO
 
 from rocketstore.codec import (
     BLANK_MAGIC_CODE,
-    BODYLEN_LENGTH,
-    BODYLEN_POSITIONS,
+    CRC32_RESERVED_LEN,
     END_FILE_MIN_BLANK_LENGTH,
-    HOST_FLAGS_SHIFT,
     MESSAGE_MAGIC_CODE,
     MIN_RECORD_LENGTH,
     POS_BODYCRC,
     POS_PHYSICALOFFSET,
-    POS_SYSFLAG,
     RECORD_PREFIX,
     check_record,
     read_record_info,
+    record_spans,
+    stored_record_crc,
 )
 from rocketstore.config_file import persist_json
 from rocketstore.message import (
@@ -347,15 +346,19 @@ def _explain(mm: mmap.mmap, pos: int, limit: int, offset: int) -> tuple[str, boo
     own = _LONG.unpack_from(mm, pos + POS_PHYSICALOFFSET)[0]
     if own != offset:
         return f"the record says it stands at offset {own}", False
-    if check_record(mm, pos, limit, offset, False) <= 0:
+    spans = record_spans(mm, pos, limit)
+    if spans is None:
         return f"its field lengths do not add up to TOTALSIZE {total}", False
-    sys_flag = _INT.unpack_from(mm, pos + POS_SYSFLAG)[0]
-    p = pos + BODYLEN_POSITIONS[(sys_flag >> HOST_FLAGS_SHIFT) & 3]
-    body_len = _INT.unpack_from(mm, p)[0]
-    body = mm[p + BODYLEN_LENGTH:p + BODYLEN_LENGTH + body_len]
+    body_start, body_len, _, _, props_start, end = spans
+    record_crc = stored_record_crc(mm, props_start, end)
+    if record_crc >= 0:  # enabledAppendPropCRC's __CRC32#: the CRC of every byte before it
+        computed = zlib.crc32(mm[pos:end - CRC32_RESERVED_LEN]) & 0x7FFFFFFF
+        return f"record CRC mismatch (stored {record_crc} in __CRC32#, the record's is {computed})", True
     stored = _UINT.unpack_from(mm, pos + POS_BODYCRC)[0]
-    computed = zlib.crc32(body) & 0x7FFFFFFF if body_len else 0
-    return f"body CRC mismatch (stored {stored}, the body's is {computed})", True
+    computed = zlib.crc32(mm[body_start:body_start + body_len]) & 0x7FFFFFFF if body_len else 0
+    if stored != computed:
+        return f"body CRC mismatch (stored {stored}, the body's is {computed})", True
+    return "its topic or properties are not UTF-8 text", True
 
 
 def _summary(mm: mmap.mmap, pos: int, size: int, crc_ok: bool, levels: tuple[int, ...]) -> _Record:

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 __all__ = ["add_dlq", "add_group_config_actions"]
 
 _GROUP_FIELDS = ("retry_max_times", "retry_queue_nums", "consume_enable", "consume_broadcast_enable",
-                 "consume_from_min_enable", "broker_id", "which_broker_when_consume_slowly")
+                 "consume_from_min_enable", "broker_id", "which_broker_when_consume_slowly", "consume_message_orderly")
 
 
 def _non_negative(text: str) -> int:
@@ -61,6 +61,9 @@ def add_group_config_actions(sub: Any) -> None:
                        help="the broker the group reads from: 0 the master, a slave's id for slave reads")
         p.add_argument("--which-broker-when-slow", type=_non_negative, default=None,
                        dest="which_broker_when_consume_slowly", help="whichBrokerWhenConsumeSlowly (default 1)")
+        p.add_argument("--orderly", action=argparse.BooleanOptionalAction, default=None,
+                       dest="consume_message_orderly",
+                       help="consumeMessageOrderly: RocketMQ 5 receives pop in order, FIFO (default: no)")
         _add_json(p)
         p.set_defaults(handler=_guard(f"group {name}", _run_create if name == "create" else _run_update))
     p = sub.add_parser("delete", help="delete a subscription group's configuration (its offsets are kept)")
@@ -80,7 +83,8 @@ def _group_dict(g: pb.SubscriptionGroup) -> dict[str, object]:
             "consumeEnable": g.consume_enable, "consumeFromMinEnable": g.consume_from_min_enable,
             "notifyConsumerIdsChangedEnable": g.notify_consumer_ids_changed_enable,
             "retryMaxTimes": g.retry_max_times, "retryQueueNums": g.retry_queue_nums,
-            "whichBrokerWhenConsumeSlowly": g.which_broker_when_consume_slowly}
+            "whichBrokerWhenConsumeSlowly": g.which_broker_when_consume_slowly,
+            **({"consumeMessageOrderly": True} if g.consume_message_orderly else {})}
 
 
 def _print_group(g: pb.SubscriptionGroup, as_json: bool, verb: str) -> None:

@@ -434,6 +434,9 @@ KEYS: tuple[SettingKey, ...] = (
        by="gateway", part="on by default here (RocketMQ 4.9 starts its check service on every master whatever "
        "this key says); false stops the broker's check-backs, so open transactions wait for their producer or "
        "an operator"),
+    _k("minInvisibleTimeMillsForRecv", int, 10000, "Shortest invisible time a RocketMQ 5 receive may ask for (ms).",
+       by="gateway", part="ProxyConfig's key: ReceiveMessage refuses a shorter invisible_duration "
+       "ILLEGAL_INVISIBLE_TIME", minimum=0, maximum=12 * 3600 * 1000),
     _k("transactionTimeOut", int, 6000,
        "Age after which a half (prepared) message is checked back with its producer (ms).",
        by="gateway", minimum=0),
@@ -447,10 +450,12 @@ KEYS: tuple[SettingKey, ...] = (
        "offsets) under it, the schedule service config/delayOffset.json, the ha service copies a master's config/ "
        "files to its slaves; the dispatcher reads the operator token from it",
        check=_non_empty, normalize=_expand_path),
-    _k("storePathCommitLog", str, None, "CommitLog directory.", by="commitlog", normalize=_expand_path,
-       derive="commitlog"),
-    _k("storePathConsumeQueue", str, None, "ConsumeQueue directory.", by="index", normalize=_expand_path,
-       derive="consumequeue"),
+    _k("storePathCommitLog", str, None, "CommitLog directory.", by="commitlog gateway", part="the gateway's "
+       "Consume streams read published records through read-only mappings when the directory is on its volume",
+       normalize=_expand_path, derive="commitlog"),
+    _k("storePathConsumeQueue", str, None, "ConsumeQueue directory.", by="index gateway", part="the gateway's "
+       "Consume streams read published units through read-only mappings when the directory is on its volume",
+       normalize=_expand_path, derive="consumequeue"),
     _k("storePathIndex", str, None, "IndexFile directory.", by="index", normalize=_expand_path,
        derive="index"),
     _k("storeCheckpoint", str, None, "Checkpoint file.", by="commitlog index", normalize=_expand_path,
@@ -461,9 +466,11 @@ KEYS: tuple[SettingKey, ...] = (
     # --- file sizes
     _k("mappedFileSizeCommitLog", int, 1073741824, "Size of each CommitLog file (bytes).",
        by="commitlog gateway ha index", part="the gateway refuses a message no file could hold before any of "
-       "its send is appended", minimum=1024, maximum=_JAVA_INT_MAX),
+       "its send is appended, and finds a record's file by it when its Consume streams read the CommitLog "
+       "themselves", minimum=1024, maximum=_JAVA_INT_MAX),
     _k("mappedFileSizeConsumeQueue", int, 6000000,
-       "Size of each ConsumeQueue file (bytes); rounded up to a multiple of 20, the unit size.", by="index",
+       "Size of each ConsumeQueue file (bytes); rounded up to a multiple of 20, the unit size.", by="index gateway",
+       part="the gateway finds a unit's file by it when it reads ConsumeQueues itself",
        minimum=1, maximum=_JAVA_INT_MAX - _CQ_UNIT_SIZE, normalize=_round_up_to_cq_unit),
     _k("maxMessageSize", int, 4194304, "Largest message body accepted (bytes).", by="commitlog index gateway",
        part="the gateway and the CommitLog refuse larger bodies; the index caps a run of records it reads",
@@ -517,6 +524,18 @@ KEYS: tuple[SettingKey, ...] = (
     _k("checkCRCOnDispatch", bool, False,
        "Verify each record's body CRC in the dispatcher too (rocketstore's; RocketMQ's reput never does).",
        by="dispatcher"),
+    _k("enabledAppendPropCRC", bool, False,
+       "Append a whole-record CRC to every new record: a last property __CRC32# holding the CRC of all the "
+       "record's bytes before it (RocketMQ 5's format; its own decoder reads it as one more property). Without "
+       "it only the body is covered by a CRC (BODYCRC), so damage to the topic, hosts, timestamps or properties "
+       "goes undetected. Costs 20 bytes and one CRC per record.",
+       by="commitlog"),
+    _k("forceVerifyPropCRC", bool, False,
+       "Refuse, in recovery and on every read (and in the dispatcher with checkCRCOnDispatch), a record that "
+       "carries no whole-record CRC (__CRC32#), such as one whose __CRC32# itself was damaged; a record that "
+       "carries one is always verified against it. Only for a log written with enabledAppendPropCRC from its "
+       "start: recovery cuts the log at the first record without it.",
+       by="commitlog dispatcher"),
     _k("duplicationEnable", bool, False, "Accept records already present when replaying (DUP_INFO).",
        ignored="RocketMQ's mode for a store fed by an outside replicator (DUP_INFO records, a confirm offset); "
        "here only the CommitLog's own appends write records"),

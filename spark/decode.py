@@ -35,6 +35,7 @@ from rocketstore.codec import (
     POS_STORETIMESTAMP,
     POS_SYSFLAG,
     PROPERTIESLEN_LENGTH,
+    PROPERTY_CRC32,
     RECONSUMETIMES_TO_BODYLEN,
     TOPICLEN_LENGTH,
 )
@@ -50,6 +51,7 @@ COLUMNS = (
 )
 _NEEDS_PROPERTIES = frozenset({"uniqKey", "tags", "keys", "properties"})
 _PROPERTY_OF = {"uniqKey": "UNIQ_KEY", "tags": "TAGS", "keys": "KEYS"}
+_CRC32_NAME = np.frombuffer(PROPERTY_CRC32.encode(), dtype=np.uint8)
 
 _TOTALSIZE = struct.Struct(">i")
 _PORT = struct.Struct(">I")
@@ -176,6 +178,12 @@ def _properties(props_u8: np.ndarray, rec_off: np.ndarray, map_type: pa.DataType
     j = np.searchsorted(ones, start_pos)
     name_end = ones[np.minimum(j, len(ones) - 1)] if len(ones) else np.zeros_like(start_pos)
     keep = (j < len(ones)) & (name_end < end_pos) & (name_end > start_pos) & (name_end < end_pos - 1)
+    # The store's whole-record CRC (__CRC32#, enabledAppendPropCRC) is storage metadata, not a property.
+    crc_named = keep & (name_end - start_pos == len(_CRC32_NAME))
+    if crc_named.any():
+        at = np.flatnonzero(crc_named)
+        names = _take(props_u8, start_pos[at], len(_CRC32_NAME))
+        keep[at[(names == _CRC32_NAME).all(axis=1)]] = False
     s, m, e, rec = start_pos[keep], name_end[keep], end_pos[keep], rec[keep]
     keys = _strings(props_u8, s, m - s)
     values = _strings(props_u8, m + 1, e - m - 1)

@@ -20,7 +20,7 @@ def implementations(kind: str) -> dict[tuple[object, str], object]:
     compiled = _speedups.compiled
     assert compiled is not None, "the compiled hot loops are not built"
     return {(codec, "encode_records"): codec.encode_records,  # the wrapper that passes parse_host and crc32
-            (codec, "place_records"): compiled.place_records,
+            (codec, "place_records"): codec.place_records,  # the wrapper that passes crc32 (or None)
             (decode, "walk_records"): compiled.walk_records,
             (index_file, "index_key_hash"): compiled.index_key_hash,
             (index_file, "put_message_keys"): compiled.put_message_keys}

@@ -58,6 +58,9 @@ def test_send_json_then_consume_json_sees_the_same_messages(ep: str) -> None:
     got = json_lines(run("consume", "--endpoint", ep, "--topic", "CliTopic", "--group", "cli_group", "--count", "5",
                          "--timeout", "30", "--json").stdout)
     assert len(got) == 5
+    pulled = json_lines(run("consume", "--endpoint", ep, "--topic", "CliTopic", "--group", "cli_pull_group", "--count",
+                            "5", "--timeout", "30", "--json", "--pull").stdout)
+    assert sorted(m["msgId"] for m in pulled) == sorted(m["msgId"] for m in got)  # the same five, by pulls
     for obj in got:
         assert {"msgId", "offsetMsgId", "topic", "queueId", "queueOffset", "tags", "keys", "body"} <= set(obj)
     assert {o["msgId"] for o in got} == {o["msgId"] for o in sent}
@@ -212,10 +215,16 @@ def test_bench_produce_and_consume_print_a_summary(ep: str) -> None:
         if sum(q["maxOffset"] for q in stats) >= 3001 or time.monotonic() > deadline:
             break
         time.sleep(0.1)
-    consume = run("bench", "consume", "-e", ep, "--topic", "CliBench", "--threads", "2", "--batch", "64")
+    consume = run("bench", "consume", "-e", ep, "--topic", "CliBench", "--threads", "2")
     last = consume.stdout.strip().splitlines()[-1]
     m = re.match(r"summary: consumed 3001 messages in [\d.]+ s: ([\d.]+) messages/s", last)
     assert m, consume.stdout
+    print(f"bench consume (2 Consume streams): {m.group(1)} messages/s")
+    pulled = run("bench", "consume", "-e", ep, "--topic", "CliBench", "--pull", "--threads", "2", "--batch", "64",
+                 "--group", "cli_bench_pull")
+    last = pulled.stdout.strip().splitlines()[-1]
+    m = re.match(r"summary: consumed 3001 messages in [\d.]+ s: ([\d.]+) messages/s", last)
+    assert m, pulled.stdout
     print(f"bench consume (64 per pull, 2 threads): {m.group(1)} messages/s")
 
 

@@ -12,6 +12,7 @@ import collections
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,7 @@ from rocketstore.client import (
     decode_records,
 )
 from rocketstore.client.consumer import _ProcessQueue
+from rocketstore.client.errors import from_rpc_error
 from rocketstore.client.selector import java_hash_code
 from rocketstore.codec import decode_message, encode_message
 from rocketstore.message import Message as StoreMessage
@@ -174,53 +176,6 @@ class _RpcError(grpc.RpcError):
         return self._details
 
 
-class _DoneFuture(grpc.Future):
-    """A finished grpc future: what ``Send.future`` returns in the fake."""
-
-    def __init__(self, result: Any = None, error: BaseException | None = None) -> None:
-        self._result, self._error = result, error
-
-    def cancel(self) -> bool:
-        return False
-
-    def cancelled(self) -> bool:
-        return False
-
-    def running(self) -> bool:
-        return False
-
-    def done(self) -> bool:
-        return True
-
-    def result(self, timeout: float | None = None) -> Any:
-        if self._error is not None:
-            raise self._error
-        return self._result
-
-    def exception(self, timeout: float | None = None) -> BaseException | None:
-        return self._error
-
-    def traceback(self, timeout: float | None = None) -> None:
-        return None
-
-    def add_done_callback(self, fn: Callable[[grpc.Future], None]) -> None:
-        fn(self)
-
-
-class _FakeSend:
-    def __init__(self, gateway: _FakeGateway) -> None:
-        self._g = gateway
-
-    def __call__(self, request: pb.SendRequest, timeout: float | None = None) -> pb.SendResponse:
-        return self._g.answer(request)
-
-    def future(self, request: pb.SendRequest, timeout: float | None = None) -> grpc.Future:
-        try:
-            return _DoneFuture(self._g.answer(request))
-        except grpc.RpcError as e:
-            return _DoneFuture(error=e)
-
-
 class _FakeGateway:
     """Answers Send from a script of outcomes (a status code to fail with, or None to store) and records
     every request with the endpoint it went to."""
@@ -258,11 +213,6 @@ class _FakeConnection:
         outer = self
 
         class _Stub:
-            @property
-            def Send(self) -> _FakeSend:  # noqa: N802 - the stub's method name
-                outer._g.endpoint = outer.endpoint
-                return _FakeSend(outer._g)
-
             def GetTopicStats(self, request: pb.GetTopicStatsRequest,  # noqa: N802 - the stub's method name
                               timeout: float | None = None) -> pb.TopicStats:
                 return pb.TopicStats(topic=pb.TopicInfo(topic=request.topic, read_queue_nums=outer._queues,
@@ -272,6 +222,22 @@ class _FakeConnection:
 
     def call(self, rpc: Any, request: Any, timeout: float | None = None) -> Any:
         return rpc(request, timeout=timeout)
+
+    # The producer's sends (the real Connection carries them on its SendStream).
+    def send(self, request: pb.SendRequest, timeout: float) -> pb.SendResponse:
+        self._g.endpoint = self.endpoint
+        try:
+            return self._g.answer(request)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e, self.endpoint) from None
+
+    def send_future(self, request: pb.SendRequest, timeout: float) -> Future[pb.SendResponse]:
+        future: Future[pb.SendResponse] = Future()
+        try:
+            future.set_result(self.send(request, timeout))
+        except ClientError as e:
+            future.set_exception(e)
+        return future
 
     def close(self) -> None:
         pass

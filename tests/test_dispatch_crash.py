@@ -65,6 +65,8 @@ class Load:
     attempted: set[bytes] = field(default_factory=set)
     failed_calls: int = 0
     refused: list[str] = field(default_factory=list)
+    # body -> (the message sent, its PUT_OK result): what a strict check compares every field against
+    sent: dict[bytes, tuple[cl_pb.Message, cl_pb.AppendResult]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._stop = threading.Event()
@@ -108,6 +110,7 @@ class Load:
                 for m, r in zip(msgs, response.results, strict=True):
                     if r.status == cl_pb.PUT_OK:
                         self.acked.append(Acked(m.topic, m.queue_id, r.queue_offset, m.body, r.wrote_offset))
+                        self.sent[m.body] = (m, r)
                     elif r.status not in (cl_pb.FLUSH_DISK_TIMEOUT, cl_pb.FLUSH_SLAVE_TIMEOUT,
                                           cl_pb.SLAVE_NOT_AVAILABLE):
                         self.refused.append(f"{cl_pb.PutMessageStatus.Name(r.status)}: {r.reason}")

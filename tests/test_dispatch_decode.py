@@ -371,3 +371,27 @@ def test_last_store_timestamp_follows_the_decoded_records() -> None:
     assert decoder.last_store_timestamp == STORE_TS + 1
     decoder.feed(400, data[400:])
     assert decoder.last_store_timestamp == STORE_TS + 9
+
+
+def test_with_check_crc_the_whole_record_crc_is_verified_and_force_refuses_records_without_it() -> None:
+    """checkCRCOnDispatch with enabledAppendPropCRC's records: a flip outside the body is caught too;
+    forceVerifyPropCRC refuses a record that carries no __CRC32#."""
+    records, pos = [], 0
+    for i in range(4):
+        rec = encode_message(Message("CrcTopic", b"body", properties={"KEYS": f"k{i}", "TAGS": "T"}), i, pos,
+                             STORE_TS, append_prop_crc=i != 3)
+        records.append(rec)
+        pos += len(rec)
+    data = b"".join(records)
+    good = DispatchDecoder(0, LEVELS, check_crc=True, force_prop_crc=True).feed(0, data[:-len(records[3])])
+    assert good.keys == ["k0", "k1", "k2"] and good.tags_code == [java_string_hash("T")] * 3
+    with pytest.raises(CorruptRecord) as e:
+        DispatchDecoder(0, LEVELS, check_crc=True, force_prop_crc=True).feed(0, data)
+    assert e.value.offset == pos - len(records[3])
+    assert len(DispatchDecoder(0, LEVELS, check_crc=True).feed(0, data)) == 4
+    hit = bytearray(data)
+    hit[len(records[0]) + 40] ^= 0x01  # the second record's born timestamp: BODYCRC does not cover it
+    assert len(DispatchDecoder(0, LEVELS).feed(0, bytes(hit))) == 4
+    with pytest.raises(CorruptRecord) as e:
+        DispatchDecoder(0, LEVELS, check_crc=True).feed(0, bytes(hit))
+    assert e.value.offset == len(records[0])

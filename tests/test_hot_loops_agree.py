@@ -54,7 +54,7 @@ hosts = st.sampled_from(["10.0.0.7:53211", "", "127.0.0.1:0", "[::1]:8080", "[20
                          "10.0.0.1:99999999999"])
 ints32 = st.one_of(st.integers(-2**31, 2**31 - 1), st.sampled_from([0, 1, 2**31, -2**31 - 1, 2**40]))
 sys_flags = st.one_of(st.sampled_from([0, 0x4, 0x8, 0xC, 0x10, 0x20, 0x3C, 0x1, 0x2]), ints32)
-props_dicts = st.dictionaries(st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "DELAY", "a", "ünï"]),
+props_dicts = st.dictionaries(st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "DELAY", "a", "ünï", "__CRC32#"]),
                               st.one_of(text, st.none()), max_size=4)
 
 
@@ -87,19 +87,22 @@ def messages(draw: st.DrawFn) -> object:
     return m
 
 
-def _encode_with(kind: str, msgs: list, store: tuple[bytes, int, bool], file_size: int) -> list:
-    if kind == "python":
-        fn = codec.encode_records_py
-    else:
-        def fn(*args):  # noqa: ANN002, ANN202
-            return compiled.encode_records(*args, parse_host, zlib.crc32)
+def _compiled_encode(*args):  # noqa: ANN002, ANN202
+    """codec.encode_records with the compiled loop, also when ROCKETSTORE_NO_EXTENSIONS is set."""
+    return compiled.encode_records(*args[:6], parse_host, zlib.crc32, *args[6:])
+
+
+def _encode_with(kind: str, msgs: list, store: tuple[bytes, int, bool], file_size: int,
+                 append_prop_crc: bool = False) -> list:
+    fn = codec.encode_records_py if kind == "python" else _compiled_encode
     try:
-        return fn(msgs, store[0], store[1], store[2], 4096, file_size)
+        return fn(msgs, store[0], store[1], store[2], 4096, file_size, append_prop_crc)
     except Exception as e:  # noqa: BLE001 - both must fail alike
         return [type(e)]
 
 
-def _commitlog_encode(kind: str, msgs: list, v6: bool, file_size: int, tmp_path_factory) -> object:
+def _commitlog_encode(kind: str, msgs: list, v6: bool, file_size: int, tmp_path_factory,
+                      append_prop_crc: bool = False) -> object:
     """What CommitLog.encode makes of a batch: the records and every message's status and reason."""
     from rocketstore.services.commitlog.commitlog import CommitLog
 
@@ -107,11 +110,11 @@ def _commitlog_encode(kind: str, msgs: list, v6: bool, file_size: int, tmp_path_
 
     root = tmp_path_factory.mktemp("encode")
     log = CommitLog(load_settings(None, {"storePathRootDir": str(root), "maxMessageSize": "4096",
-                                         "mapedFileSizeCommitLog": str(file_size)}, {}),
+                                         "mapedFileSizeCommitLog": str(file_size),
+                                         "enabledAppendPropCRC": str(append_prop_crc).lower()}, {}),
                     "[2001:db8::7]:10911" if v6 else "10.1.2.3:10911")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(codec, "encode_records", codec.encode_records_py if kind == "python" else
-                   lambda *args: compiled.encode_records(*args, parse_host, zlib.crc32))
+        mp.setattr(codec, "encode_records", codec.encode_records_py if kind == "python" else _compiled_encode)
         try:
             records, results = log.encode(msgs)
         except Exception as e:  # noqa: BLE001 - both must fail alike
@@ -121,11 +124,12 @@ def _commitlog_encode(kind: str, msgs: list, v6: bool, file_size: int, tmp_path_
 
 @needs_compiled
 @SETTINGS
-@given(st.lists(messages(), max_size=8), st.booleans(), st.sampled_from([1 << 20, 4096]))
-def test_encode_records_gives_the_python_records(tmp_path_factory, msgs: list, v6: bool, file_size: int) -> None:
+@given(st.lists(messages(), max_size=8), st.booleans(), st.sampled_from([1 << 20, 4096]), st.booleans())
+def test_encode_records_gives_the_python_records(tmp_path_factory, msgs: list, v6: bool, file_size: int,
+                                                 append_prop_crc: bool) -> None:
     store = STORE_V6 if v6 else STORE
-    expected = _encode_with("python", msgs, store, file_size)
-    got = _encode_with("compiled", msgs, store, file_size)
+    expected = _encode_with("python", msgs, store, file_size, append_prop_crc)
+    got = _encode_with("compiled", msgs, store, file_size, append_prop_crc)
     python_raised = len(expected) == 1 and isinstance(expected[0], type)  # e.g. struct.error for a flag > int32
     if not python_raised:  # (the compiled loop leaves such a message to the Python path, which raises the same)
         assert len(got) == len(expected)
@@ -135,12 +139,18 @@ def test_encode_records_gives_the_python_records(tmp_path_factory, msgs: list, v
             if e is None:
                 assert g is None, "a message the Python code refuses is never encoded"
     # And the CommitLog answers a batch (records, statuses, refusal reasons, or the error) the same either way.
-    assert _commitlog_encode("compiled", msgs, v6, file_size, tmp_path_factory) == \
-        _commitlog_encode("python", msgs, v6, file_size, tmp_path_factory)
+    assert _commitlog_encode("compiled", msgs, v6, file_size, tmp_path_factory, append_prop_crc) == \
+        _commitlog_encode("python", msgs, v6, file_size, tmp_path_factory, append_prop_crc)
 
 
-def _place(kind: str, records: list, start_pos: int, file_size: int, table: dict, n_results: int):
-    fn = codec.place_records_py if kind == "python" else compiled.place_records
+def _place(kind: str, records: list, start_pos: int, file_size: int, table: dict, n_results: int,
+           prop_crc: bool = False):
+    if kind == "python":
+        def fn(*args):  # noqa: ANN002, ANN202
+            return codec.place_records_py(*args, prop_crc)
+    else:
+        def fn(*args):  # noqa: ANN002, ANN202
+            return compiled.place_records(*args, zlib.crc32 if prop_crc else None)
     buf = bytearray(file_size)
     wrote, sizes, qos = [-1] * n_results, [0] * n_results, [0] * n_results
     i, pos = 0, start_pos
@@ -158,19 +168,26 @@ def _place(kind: str, records: list, start_pos: int, file_size: int, table: dict
 
 @needs_compiled
 @SETTINGS
-@given(st.lists(messages(), max_size=10), st.integers(0, 600), st.sampled_from([4096, 1 << 16]))
-def test_place_records_writes_the_python_bytes(msgs: list, start: int, file_size: int) -> None:
+@given(st.lists(messages(), max_size=10), st.integers(0, 600), st.sampled_from([4096, 1 << 16]), st.booleans())
+def test_place_records_writes_the_python_bytes(msgs: list, start: int, file_size: int, prop_crc: bool) -> None:
     records = []
     for index, m in enumerate(msgs):
         try:
-            [r] = codec.encode_records_py([m], *STORE, 4096, file_size)
+            [r] = codec.encode_records_py([m], *STORE, 4096, file_size, prop_crc)
         except (struct.error, UnicodeError):
             continue
         if r is not None:
             records.append((index, *r[1:]))
     table = {("seen", 1): 41}
-    expected = _place("python", records, start, file_size, dict(table), len(msgs))
-    assert _place("compiled", records, start, file_size, dict(table), len(msgs)) == expected
+    expected = _place("python", records, start, file_size, dict(table), len(msgs), prop_crc)
+    assert _place("compiled", records, start, file_size, dict(table), len(msgs), prop_crc) == expected
+    if prop_crc:  # every record placed carries its whole-record CRC, and passes the check that forces it
+        buf, _, pos, rolls, wrote, sizes, *_ = expected
+        if not rolls:
+            at = start
+            while at < pos:
+                assert codec.check_record(buf, at, pos, (1 << 30) + at, True, True) > 0
+                at += struct.unpack_from(">i", buf, at)[0]
 
 
 @st.composite
@@ -190,7 +207,8 @@ def logs(draw: st.DrawFn) -> tuple[bytes, int]:
         m = Message(topic, draw(st.binary(max_size=64)), queue_id=draw(st.integers(0, 3)), properties=props,
                     born_host=born, sys_flag=draw(st.sampled_from([0, 0x8, 0x4])))
         try:
-            rec = encode_message(m, draw(st.integers(0, 99)), base + len(out), draw(st.integers(0, 2**41)), store)
+            rec = encode_message(m, draw(st.integers(0, 99)), base + len(out), draw(st.integers(0, 2**41)), store,
+                                 append_prop_crc=draw(st.booleans()))
         except MessageRefused:
             continue
         out += rec

@@ -36,6 +36,7 @@ from rocketstore.message import (
 )
 from rocketstore.message_id import UniqKeyGenerator, create_message_id, decode_message_id
 from rocketstore.statuses import PutMessageStatus
+from rocketstore.v1 import commitlog_pb2 as cl_pb
 
 HEX32 = re.compile(r"[0-9A-F]{32}")
 
@@ -368,3 +369,107 @@ def test_none_values_are_not_written_and_empty_values_vanish_on_read() -> None:
     record = encode_message(sample_message(properties={"e": "", "k": "v"}), 0, 0, STORE_TS)
     assert b"e\x01\x02k\x01v\x02" in record
     assert decode_message(record).properties == {"k": "v"}
+
+
+# --- the whole-record CRC (enabledAppendPropCRC, RocketMQ 5's CommitLog) ---------------------------------------
+
+def test_a_record_with_append_prop_crc_has_rocketmqs_exact_layout() -> None:
+    plain = encode_message(sample_message(), 42, 1234, STORE_TS, "10.0.0.5:10911")
+    record = encode_message(sample_message(), 42, 1234, STORE_TS, "10.0.0.5:10911", append_prop_crc=True)
+    user_props = b"TAGS\x01tagA\x02KEYS\x01k1 k2\x02"
+    # The same record with PROPERTIES 20 bytes longer: TOTALSIZE and PROPERTIESLEN count them.
+    assert len(record) == len(plain) + 20 == struct.unpack_from(">i", record, 0)[0]
+    props_at = len(plain) - len(user_props) - 2
+    assert struct.unpack_from(">h", record, props_at)[0] == len(user_props) + 20
+    assert record[4:props_at] == plain[4:props_at], "every field before PROPERTIESLEN is as without the CRC"
+    assert record[props_at + 2:props_at + 2 + len(user_props)] == user_props
+    # The last 20 bytes: "__CRC32#" 0x01, ten ASCII digits least significant first, 0x02 (MessageDecoder.createCrc32),
+    # the CRC (UtilAll.crc32: masked to 31 bits) of every byte before them.
+    crc = zlib.crc32(record[:-20]) & 0x7FFFFFFF
+    digits = "".join(str(crc // 10 ** i % 10) for i in range(10))
+    assert record[-20:] == b"__CRC32#\x01" + digits.encode() + b"\x02"
+    assert int(digits[::-1]) == crc
+    # RocketMQ's own decoder (string2messageProperties) reads it as one more property.
+    text = record[props_at + 2:].decode()
+    assert string_to_properties(text) == {"TAGS": "tagA", "KEYS": "k1 k2", "__CRC32#": digits}
+
+
+def test_without_properties_the_crc_property_is_the_whole_properties() -> None:
+    record = encode_message(sample_message(properties={}), 0, 0, STORE_TS, append_prop_crc=True)
+    assert struct.unpack_from(">h", record, len(record) - 22)[0] == 20
+    crc = zlib.crc32(record[:-20]) & 0x7FFFFFFF
+    assert record[-20:] == b"__CRC32#\x01" + str(crc)[::-1].ljust(10, "0").encode() + b"\x02"
+    assert decode_message(record, check_crc=True, force_prop_crc=True).properties == {}
+
+
+def test_the_crc_property_is_the_stores_own_never_carried_over() -> None:
+    stale = sample_message(properties={"TAGS": "tagA", "__CRC32#": "1234567890", "KEYS": "k"})
+    for append in (False, True):
+        record = encode_message(stale, 0, 0, STORE_TS, append_prop_crc=append)
+        assert record.count(b"__CRC32#") == int(append)
+        assert check_record(record, 0, len(record), check_crc=True, force_prop_crc=append) == len(record)
+    # A request's properties_text (the CommitLog service's protobuf message) too.
+    text = cl_pb.Message(topic=TOPIC, body=BODY, properties_text="TAGS\x01a\x02__CRC32#\x010000000000\x02")
+    assert encode_message(text, 0, 0, STORE_TS).endswith(b"TAGS\x01a\x02")  # type: ignore[arg-type]
+
+
+def test_decoders_do_not_hand_the_crc_property_to_users() -> None:
+    record = encode_message(sample_message(), 5, 0, STORE_TS, append_prop_crc=True)
+    m = decode_message(record, check_crc=True)
+    assert m.properties == {"TAGS": "tagA", "KEYS": "k1 k2"}
+    assert m.body == BODY and m.queue_offset == 5 and m.store_size == len(record)
+
+
+def test_the_properties_limit_counts_the_crc_property() -> None:
+    # "k" 0x01 value 0x02: 32767 bytes exactly without the CRC; 20 more than allowed with it.
+    fits = sample_message(properties={"k": "x" * (32767 - 3)})
+    assert len(encode_message(fits, 0, 0, STORE_TS)) > 32767
+    with pytest.raises(MessageRefused) as e:
+        encode_message(fits, 0, 0, STORE_TS, append_prop_crc=True)
+    assert e.value.status is PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
+    near = sample_message(properties={"k": "x" * (32767 - 23)})
+    rec = encode_message(near, 0, 0, STORE_TS, append_prop_crc=True)
+    assert struct.unpack_from(">h", rec, len(rec) - 32767 - 2)[0] == 32767
+    assert check_record(rec, 0, len(rec)) == len(rec)
+
+
+def _crc_record() -> bytearray:
+    return bytearray(encode_message(sample_message(), 1, 0, STORE_TS, "10.0.0.5:10911", append_prop_crc=True))
+
+
+@pytest.mark.parametrize("field_at", {
+    "queue offset": 20, "physical offset": 28 + 7, "born timestamp": 40 + 7, "born host": 48, "store timestamp": 63,
+    "store host": 66, "reconsume times": 75, "topic": 88 + len(BODY) + 1, "properties": -25, "properties length": -39,
+    "crc digit": -5,
+}.values(), ids=lambda at: str(at))
+def test_a_flip_anywhere_in_a_crc_record_is_refused(field_at: int) -> None:
+    rec = _crc_record()
+    assert check_record(rec, 0, len(rec), 0, True, True) == len(rec)
+    rec[field_at] ^= 0x04
+    assert check_record(rec, 0, len(rec), None, True) == INVALID
+
+
+def test_the_same_flip_in_the_properties_of_a_plain_record_is_not_caught_by_the_body_crc() -> None:
+    """Why the setting exists: BODYCRC covers the body only."""
+    rec = _record()
+    rec[-2] ^= 0x04  # "k2" becomes "k6"
+    assert check_record(rec, 0, len(rec)) == len(rec)
+    assert decode_message(rec, check_crc=True).properties["KEYS"] == "k1 k6"
+
+
+def test_force_verify_refuses_a_record_without_the_crc_property() -> None:
+    plain = _record()
+    assert check_record(plain, 0, len(plain), None, True, False) == len(plain)
+    assert check_record(plain, 0, len(plain), None, True, True) == INVALID
+    rec = _crc_record()
+    rec[-20] ^= 0x01  # "__CRC32#" damaged: the record no longer carries the property
+    assert check_record(rec, 0, len(rec), None, True, True) == INVALID
+
+
+def test_properties_that_are_not_utf8_are_refused_and_decode_raises_value_error_naming_the_position() -> None:
+    rec = bytearray(32) + _record(32)
+    rec[-4] = 0xFF  # inside the properties of the record at 32: not UTF-8
+    assert check_record(rec, 32, len(rec), 32) == INVALID
+    with pytest.raises(ValueError, match="position 32") as e:
+        decode_message(rec, 32)
+    assert not isinstance(e.value, UnicodeDecodeError)

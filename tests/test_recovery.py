@@ -373,3 +373,46 @@ def test_a_file_of_the_wrong_size_raises_store_start_error(stores, tmp_path: Pat
     bad, _, _ = _store_with_a_short_file(stores, tmp_path)
     with pytest.raises(StoreStartError, match=bad.name):
         stores.start()
+
+
+# --- the whole-record CRC (enabledAppendPropCRC / forceVerifyPropCRC) --------------------------------------------
+POS_BORNTIMESTAMP_LOW = 47  # the last byte of BORNTIMESTAMP: a field BODYCRC does not cover
+
+
+@pytest.mark.parametrize("crc", [False, True], ids=["body-crc", "whole-record-crc"])
+def test_a_flip_outside_the_body_ends_the_log_only_with_the_whole_record_crc(stores, tmp_path: Path,
+                                                                             crc: bool) -> None:
+    store = stores.start(enabledAppendPropCRC=str(crc).lower())
+    stored = fill(store, 60, size=200)
+    store.shutdown()
+    _, bad = stored[40]
+    flip_byte(file_of(tmp_path, bad.wrote_offset), bad.wrote_offset % FILE_SIZE + POS_BORNTIMESTAMP_LOW)
+
+    again = stores.start(enabledAppendPropCRC=str(crc).lower())
+    if crc:
+        assert again.max_offset == bad.wrote_offset, "the damaged record and everything after it are cut"
+        assert_intact(again, stored[:40])
+    else:  # RocketMQ 4.9's format: BODYCRC covers the body only, so the damage goes unseen
+        assert again.max_offset == end_of(stored[-1][1])
+        assert_intact(again, stored)
+
+
+def test_force_verify_cuts_a_record_whose_crc_property_is_damaged(stores, tmp_path: Path) -> None:
+    store = stores.start(enabledAppendPropCRC="true", forceVerifyPropCRC="true")
+    stored = fill(store, 60, size=200)
+    store.shutdown()
+    again = stores.start(enabledAppendPropCRC="true", forceVerifyPropCRC="true")
+    assert again.max_offset == end_of(stored[-1][1]), "records carrying their CRC pass the forced check"
+    again.shutdown()
+    _, bad = stored[40]
+    # "__CRC32#" becomes "__CRC33#": the record no longer carries a whole-record CRC, and its body CRC is fine.
+    path, name_at = file_of(tmp_path, bad.wrote_offset), bad.wrote_offset % FILE_SIZE + bad.wrote_bytes - 20
+    assert path.read_bytes()[name_at:name_at + 8] == b"__CRC32#"
+    patch_file(path, name_at + 6, b"3")
+
+    lenient = stores.start(enabledAppendPropCRC="true")
+    assert lenient.max_offset == end_of(stored[-1][1]), "without forceVerifyPropCRC its body CRC is what is checked"
+    lenient.shutdown()
+    third = stores.start(enabledAppendPropCRC="true", forceVerifyPropCRC="true")
+    assert third.max_offset == bad.wrote_offset
+    assert_intact(third, stored[:40])

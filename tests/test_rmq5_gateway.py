@@ -115,11 +115,12 @@ def _send(v2: s_grpc.MessagingServiceStub, *messages: d.Message) -> s.SendMessag
     (_message(message_type=d.FIFO), d.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, "needs a message_group"),
     (_message(message_id=""), d.ILLEGAL_MESSAGE_ID, "message_id is blank"),
     (_message(tag="a|b"), d.ILLEGAL_MESSAGE_TAG, "'|'"),
-    (_message(message_type=d.DELAY, delivery_timestamp=Timestamp(seconds=4_000_000_000)), d.UNSUPPORTED,
-     "DELAY messages (delivery_timestamp) are not supported yet"),
-    (_message(message_type=d.TRANSACTION), d.UNSUPPORTED, "TRANSACTION messages are not supported yet"),
+    (_message(message_type=d.DELAY, delivery_timestamp=Timestamp(seconds=4_000_000_000)), d.ILLEGAL_DELIVERY_TIME,
+     "at most 86400 s ahead"),
+    (_message(message_type=d.TRANSACTION, delivery_timestamp=Timestamp(seconds=4_000_000_000)),
+     d.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, "TRANSACTION message carries no delivery_timestamp"),
 ], ids=["bad-topic", "system-topic", "empty-body", "body-over-limit", "unknown-type", "unspecified-type",
-        "fifo-without-group", "blank-id", "bad-tag", "delay", "transaction"])
+        "fifo-without-group", "blank-id", "bad-tag", "delay-too-far", "delayed-transaction"])
 def test_send_refusals_carry_the_proxy_code_and_say_what_was_wrong(
         broker: Broker, v2: s_grpc.MessagingServiceStub, message: d.Message, code: int, words: str) -> None:
     _create(broker, "Raw")
@@ -214,12 +215,9 @@ def test_telemetry_answers_settings_merged_as_the_proxy_does(broker: Broker,
 
 
 @pytest.mark.parametrize(("call", "words"), [
-    (lambda v2: list(v2.ReceiveMessage(s.ReceiveMessageRequest(), metadata=METADATA)), "pop consumption"),
-    (lambda v2: v2.AckMessage(s.AckMessageRequest(), metadata=METADATA), "pop consumption"),
-    (lambda v2: v2.EndTransaction(s.EndTransactionRequest(), metadata=METADATA), "not supported yet"),
-    (lambda v2: v2.RecallMessage(s.RecallMessageRequest(), metadata=METADATA), "not supported yet"),
     (lambda v2: v2.UpdateOffset(s.UpdateOffsetRequest(), metadata=METADATA), "not implemented"),
-], ids=["receive", "ack", "end-transaction", "recall", "update-offset"])
+    (lambda v2: list(v2.PullMessage(s.PullMessageRequest(), metadata=METADATA)), "not implemented"),
+], ids=["update-offset", "pull"])
 def test_methods_not_built_yet_answer_unimplemented_saying_so(v2: s_grpc.MessagingServiceStub,
                                                               call: Callable[..., Any], words: str) -> None:
     with pytest.raises(grpc.RpcError) as e:

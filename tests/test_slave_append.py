@@ -154,3 +154,25 @@ def test_a_slave_refuses_client_sends_naming_its_master(stores, tmp_path) -> Non
     assert result.status is PutMessageStatus.SERVICE_NOT_AVAILABLE
     assert "10.0.0.7:10912" in result.reason and "SLAVE" in result.reason
     assert slave.max_offset == 0
+
+
+def test_records_with_the_whole_record_crc_replicate_as_they_are_and_pass_every_check(stores, tmp_path) -> None:
+    """The master computes __CRC32#; the slave writes the bytes as they come (nothing to compute), and its
+    recovery, reads and queue table accept them, also with forceVerifyPropCRC."""
+    crc = {"enabledAppendPropCRC": "true", "forceVerifyPropCRC": "true"}
+    master = stores.start(tmp_path / "master", **crc)
+    results = [master.put_message(msg(f"T{i % 2}", f"body-{i}".encode() * 40, i % 3, properties={"KEYS": f"k{i}"}))
+               for i in range(120)]
+    assert all(r.status is PutMessageStatus.PUT_OK for r in results)
+    slave = stores.start(tmp_path / "slave", **SLAVE, **crc)
+    end = master.max_offset
+    _copy(master, slave, 0, end, 1000)
+    assert read_log(tmp_path / "slave", 0, end) == read_log(tmp_path / "master", 0, end)
+    assert read_log(tmp_path / "slave", 0, results[0].wrote_bytes).count(b"__CRC32#\x01") == 1
+    slave.sync_queue_offsets()
+    assert slave.commitlog.topic_queue_table == master.commitlog.topic_queue_table
+    slave.shutdown()
+    again = stores.start(tmp_path / "slave", **SLAVE, **crc)
+    assert again.max_offset == end, "recovery with forceVerifyPropCRC keeps every replicated record"
+    datas = again.read_records([(r.wrote_offset, r.wrote_bytes) for r in results])
+    assert all(isinstance(d, bytes) for d in datas), "no replicated record fails the read check"

@@ -110,3 +110,17 @@ def test_bytes_that_are_not_records_are_refused() -> None:
         decode_records(record[:4] + b"\0\0\0\0" + record[8:])
     with pytest.raises(KeyError, match="unknown column"):
         decode_records(record, ["value"])
+
+
+def test_the_stores_crc_property_is_not_a_column_value() -> None:
+    """Records written with enabledAppendPropCRC end with __CRC32#: storage metadata, not a user property."""
+    records = [encode_message(Message(topic="T", body=b"x", properties=props), i, 0, 5, append_prop_crc=i % 2 == 0)
+               for i, props in enumerate([{"TAGS": "a", "KEYS": "k"}, {"TAGS": "a"}, {}, {"__CRC32#x": "kept"}])]
+    batch = decode_records(b"".join(records), columns=["properties", "tags", "keys"])
+    assert [r.count(b"__CRC32#\x01") for r in records] == [1, 0, 1, 0]
+    assert _rows(batch) == [
+        {"properties": {"TAGS": "a", "KEYS": "k"}, "tags": "a", "keys": "k"},
+        {"properties": {"TAGS": "a"}, "tags": "a", "keys": None},
+        {"properties": {}, "tags": None, "keys": None},
+        {"properties": {"__CRC32#x": "kept"}, "tags": None, "keys": None},
+    ]

@@ -167,3 +167,33 @@ def test_a_slot_read_before_it_is_due_delivers_what_reached_it_later_once(tmp_pa
     assert sorted(b for batch in commitlog.appended for b in batch) == [f"m{n}" for n in range(6)]
     assert not (Path(str(tmp_path)) / "timerwheel" / str(slot)).exists()
     assert service.check.last_read_time_ms > slot and service.check.slot_delivered == 0
+
+
+def test_a_recall_marker_that_reaches_a_slot_after_it_was_read_ahead_still_cancels(tmp_path: object) -> None:
+    """A slot's messages are read ahead of its time; a recall's marker that reaches the slot's file after
+    that read still keeps its message from being delivered, and the marker itself is never delivered."""
+    from rocketstore.services.schedule import timer_service
+    from rocketstore.services.schedule.timer_wheel import MAGIC_DELETE, TimerUnit
+
+    from rocketstore.codec import encode_message
+    from rocketstore.message import Message
+
+    commitlog = _RecordingCommitLog()
+    service = timer_service.TimerMessageService(commitlog, None, str(tmp_path), 1000)  # type: ignore[arg-type]
+    slot = service.check.last_read_time_ms + 1000
+
+    def stored(n: int, **extra: str) -> tuple[int, TimerUnit]:
+        props = {"REAL_TOPIC": "Later", "REAL_QID": "0", "TIMER_OUT_MS": str(slot), "UNIQ_KEY": f"U{n}", **extra}
+        record = encode_message(Message(topic=TIMER_TOPIC, body=b"m%d" % n, queue_id=0, properties=props),
+                                n, 1000 * n, int(time.time() * 1000))
+        commitlog.records[1000 * n] = record
+        return slot, TimerUnit(n, 1000 * n, len(record), MAGIC_DELETE if extra else 0)
+
+    service.wheel.append([stored(0), stored(1)])
+    service.check.last_read_time_ms = slot
+    service.prefetch()  # both messages read and rebuilt
+    service.wheel.append([stored(2, TIMER_DEL_UNIQKEY="Later+U1")])  # the recall of m1 comes after that
+    while not service.dequeue():
+        time.sleep(0.05)
+    assert [b for batch in commitlog.appended for b in batch] == ["m0"]
+    assert service.recalled == 1 and service.delivered == 1

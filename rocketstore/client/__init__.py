@@ -13,6 +13,7 @@
 """
 
 from .admin import Admin
+from .consume_stream import ConsumeStream, StreamQueue
 from .consumer import (
     ConsumeContext,
     ConsumeFromWhere,
@@ -59,6 +60,7 @@ __all__ = [
     "ConsumeFromWhere",
     "ConsumeOrderlyStatus",
     "ConsumeStatus",
+    "ConsumeStream",
     "DeadlineExceededError",
     "HashSelector",
     "InvalidArgumentError",
@@ -83,6 +85,7 @@ __all__ = [
     "SendCallback",
     "SendResult",
     "SendStatus",
+    "StreamQueue",
     "TransactionListener",
     "TransactionMQProducer",
     "TransactionSendResult",

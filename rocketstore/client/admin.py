@@ -48,13 +48,16 @@ class Admin:
 
     # --- topics ----------------------------------------------------------------------------
     def create_topic(self, topic: str, *, read_queue_nums: int = 0, write_queue_nums: int = 0, perm: int = 0,
-                     order: bool = False) -> pb.TopicInfo:
-        """updateTopic: create ``topic``, or change an existing one (0: the broker's default)."""
+                     order: bool = False, message_type: str = "") -> pb.TopicInfo:
+        """updateTopic: create ``topic``, or change an existing one (0: the broker's default). ``message_type``:
+        the RocketMQ 5 message types it takes (NORMAL, FIFO, DELAY, TRANSACTION, or MIXED, the default)."""
         return self._conn.call(self._conn.gateway.CreateTopic, pb.CreateTopicRequest(
-            topic=topic, read_queue_nums=read_queue_nums, write_queue_nums=write_queue_nums, perm=perm, order=order))
+            topic=topic, read_queue_nums=read_queue_nums, write_queue_nums=write_queue_nums, perm=perm, order=order,
+            message_type=message_type))
 
     def update_topic(self, topic: str, *, read_queue_nums: int | None = None, write_queue_nums: int | None = None,
-                     perm: int | None = None, order: bool | None = None) -> pb.TopicInfo:
+                     perm: int | None = None, order: bool | None = None,
+                     message_type: str | None = None) -> pb.TopicInfo:
         """Change some settings of an existing topic and keep the others."""
         current = self.topic_stats(topic).topic
         return self.create_topic(
@@ -62,7 +65,8 @@ class Admin:
             read_queue_nums=current.read_queue_nums if read_queue_nums is None else read_queue_nums,
             write_queue_nums=current.write_queue_nums if write_queue_nums is None else write_queue_nums,
             perm=current.perm if perm is None else perm,
-            order=current.order if order is None else order)
+            order=current.order if order is None else order,
+            message_type=current.message_type if message_type is None else message_type)
 
     def delete_topic(self, topic: str) -> None:
         self._conn.call(self._conn.gateway.DeleteTopic, pb.DeleteTopicRequest(topic=topic))

@@ -10,8 +10,14 @@ PushConsumer, piece by piece, as in RocketMQ's client:
   group's members, so members get disjoint shares). A queue it gains starts at the group's committed
   offset (or per ``consume_from_where`` when the group has none); a queue it loses stops being pulled
   and its offset is committed at once, so the next owner continues where this one stopped.
-- pulling: one long-polling pull in flight per queue (``poll_timeout``: the gateway holds a pull that
-  finds nothing until a message arrives), paused while ``pull_threshold_for_queue`` messages wait.
+- receiving (``consume_stream=True``, the default): one Consume stream per gateway
+  (``consume_stream.py``) carries the consumer's queues, assigned and unassigned as re-balances go; the
+  gateway pushes their messages in large batches, never more than ``stream_credit_messages`` /
+  ``stream_credit_bytes`` unconsumed at once (a message's credit returns when the listener consumed it,
+  it went back to the broker, or its queue was given up).
+- pulling (``consume_stream=False``): one long-polling pull in flight per queue (``poll_timeout``: the
+  gateway holds a pull that finds nothing until a message arrives), paused while
+  ``pull_threshold_for_queue`` messages wait.
 - consuming: concurrently (messages of a queue on ``consume_thread_nums`` threads) or orderly (one
   thread at a time per queue, in queue order; SUSPEND_CURRENT_QUEUE_A_MOMENT retries the same messages
   after ``suspend_current_queue_time``, and past ``max_reconsume_times`` they go to ``%DLQ%<group>``).
@@ -23,7 +29,7 @@ PushConsumer, piece by piece, as in RocketMQ's client:
   sees a retried message under its original topic (RETRY_TOPIC). Only when the broker cannot take it
   back is it consumed again from memory after ``reconsume_later_delay`` (as RocketMQ's client does).
 - offsets: the offset of a queue is the smallest offset still being consumed (so nothing unconsumed is
-  ever skipped); it travels with each pull and is committed every ``persist_consumer_offset_interval``,
+  ever skipped); it travels with each pull (pulling) and is committed every ``persist_consumer_offset_interval``,
   on re-balance and on shutdown. Delivery is at least once: a crash re-delivers what was consumed since
   the last commit.
 
@@ -53,8 +59,9 @@ from rocketstore.subscription import parse_expression
 from rocketstore.v1 import gateway_pb2 as pb
 
 from .connection import DEFAULT_TIMEOUT, Connection, split_endpoints
+from .consume_stream import DEFAULT_CREDIT_BYTES, DEFAULT_CREDIT_MESSAGES, ConsumeStream, StreamQueue
 from .errors import ClientError, InvalidArgumentError, NotFoundError, UnavailableError, from_rpc_error
-from .messages import MessageQueue, PullResult, PullStatus, ReceivedMessage
+from .messages import MessageQueue, PullResult, PullStatus, ReceivedMessage, decode_records
 
 __all__ = [
     "ConsumeContext",
@@ -282,6 +289,9 @@ class _ProcessQueue:
         self.dropped = False
         self.call: grpc.Future[pb.PullResponse] | None = None
         self.orderly_task_running = False
+        # A streamed queue: its assignment on the stream, and where the credit of messages that leave it goes.
+        self.assign_id = 0
+        self.release: Callable[[int, int], None] | None = None
 
     @property
     def count(self) -> int:
@@ -305,10 +315,24 @@ class _ProcessQueue:
     def remove(self, messages: Iterable[ReceivedMessage]) -> int:
         """Messages consumed (concurrently): returns the offset now safe to commit."""
         with self.lock:
-            for m in messages:
-                self._msgs.pop(m.queue_offset, None)
+            gone = [m for m in (self._msgs.pop(m.queue_offset, None) for m in messages) if m is not None]
             self.consumed_offset = max(self.consumed_offset, self._safe_offset())
-            return self.consumed_offset
+            offset = self.consumed_offset
+        self._released(gone)
+        return offset
+
+    def _released(self, gone: Sequence[ReceivedMessage]) -> None:
+        if gone and self.release is not None:
+            self.release(len(gone), sum(m.store_size for m in gone))
+
+    def drop(self) -> None:
+        """The queue is no longer this consumer's: what it holds is let go (its credit with it)."""
+        with self.lock:
+            self.dropped = True
+            gone = [*self._consuming.values(), *self._msgs.values()]
+            self._msgs.clear()
+            self._consuming.clear()
+        self._released(gone)
 
     def take(self, n: int) -> list[ReceivedMessage]:
         """Orderly: the next ``n`` messages, moved aside until ``commit`` or ``put_back``."""
@@ -321,9 +345,12 @@ class _ProcessQueue:
 
     def commit(self) -> int:
         with self.lock:
+            gone = list(self._consuming.values())
             self._consuming.clear()
             self.consumed_offset = max(self.consumed_offset, self._safe_offset())
-            return self.consumed_offset
+            offset = self.consumed_offset
+        self._released(gone)
+        return offset
 
     def put_back(self) -> None:
         with self.lock:
@@ -333,9 +360,11 @@ class _ProcessQueue:
     def reset(self, offset: int) -> None:
         """OFFSET_ILLEGAL: continue from the offset the gateway suggests."""
         with self.lock:
+            gone = [*self._consuming.values(), *self._msgs.values()]
             self._msgs.clear()
             self._consuming.clear()
             self.next_offset = self._pulled_to = self.consumed_offset = offset
+        self._released(gone)
 
 
 class _Scheduler:
@@ -422,6 +451,9 @@ class PushConsumer:
         reconsume_later_delay: float = 5.0,
         suspend_current_queue_time: float = 1.0,
         timeout: float = DEFAULT_TIMEOUT,
+        consume_stream: bool = True,
+        stream_credit_messages: int = DEFAULT_CREDIT_MESSAGES,
+        stream_credit_bytes: int = DEFAULT_CREDIT_BYTES,
     ) -> None:
         self.endpoints = split_endpoints(endpoints if isinstance(endpoints, str) else list(endpoints))
         self.group = group
@@ -463,6 +495,13 @@ class PushConsumer:
         self._rebalances = 0
         self._consumed = 0
         self._stats_lock = threading.Lock()
+        # Streaming consumption: one Consume stream per gateway, the queues it pushes by assignment id.
+        self.consume_stream = consume_stream
+        self.stream_credit_messages = stream_credit_messages
+        self.stream_credit_bytes = stream_credit_bytes
+        self._streams: dict[str, ConsumeStream] = {}
+        self._by_assign: dict[int, _ProcessQueue] = {}
+        self._assign_ids = itertools.count(1)
 
     # --- configuration ---------------------------------------------------------------------
     def subscribe(self, topic: str, expression: str = "*") -> None:
@@ -532,9 +571,13 @@ class PushConsumer:
         self._started = True
         try:
             self._heartbeat()
+            if self.consume_stream:
+                self._open_streams()
             self._rebalance()
         except BaseException:
             self._started = False
+            for stream in self._streams.values():
+                stream.close()
             self._scheduler.stop()
             self._executor.shutdown(wait=False)
             raise
@@ -554,6 +597,8 @@ class PushConsumer:
             pqs = list(self._pqs.values())
         for pq in pqs:
             self._cancel_pull(pq)
+        for stream in self._streams.values():
+            stream.close()
         assert self._executor is not None and self._scheduler is not None
         self._scheduler.stop()
         # Messages not yet handed to the listener stay unconsumed: the offset stays below them.
@@ -641,23 +686,40 @@ class PushConsumer:
             for pq in removed:
                 pq.dropped = True
                 del self._pqs[pq.mq]
+                self._by_assign.pop(pq.assign_id, None)
             added = [mq for mq in wanted if mq not in self._pqs]
         for pq in removed:
             self._cancel_pull(pq)
+            stream = self._streams.get(pq.mq.broker)
+            if stream is not None:
+                stream.unassign([pq.assign_id])
+            pq.drop()
         if removed:
             try:
                 self._persist(removed)
             except ClientError as e:
                 _log.warning("offsets of dropped queues not committed", group=self.group, error=str(e))
         starts = self._start_offsets(added)
+        assigned: dict[str, list[StreamQueue]] = {}
         for mq in sorted(added):
             pq = _ProcessQueue(mq, starts[mq])
             pq.committed_offset = starts[mq] if self.message_model == MessageModel.CLUSTERING else -1
+            stream = self._streams.get(mq.broker)
             with self._pqs_lock:
                 if self._stopping.is_set():
                     return
                 self._pqs[mq] = pq
-            self._pull(pq, wanted[mq])
+                if stream is not None:
+                    pq.assign_id = next(self._assign_ids)
+                    pq.release = stream.release
+                    self._by_assign[pq.assign_id] = pq
+            if stream is not None:
+                assigned.setdefault(mq.broker, []).append(
+                    StreamQueue(pq.assign_id, mq.topic, mq.queue_id, pq.next_offset, wanted[mq].expression))
+            else:
+                self._pull(pq, wanted[mq])
+        for endpoint, queues in assigned.items():
+            self._streams[endpoint].assign(queues)
         if removed or added:
             self._rebalances += 1
             _log.info("re-balanced", group=self.group, client_id=self.client_id,
@@ -711,6 +773,63 @@ class PushConsumer:
                 offsets=[pb.OffsetEntry(topic=pq.mq.topic, queue_id=pq.mq.queue_id, offset=o) for pq, o in items]))
             for pq, offset in items:
                 pq.committed_offset = max(pq.committed_offset, offset)
+
+    # --- streaming: batches pushed by the gateway under the consumer's credit --------------
+    def _open_streams(self) -> None:
+        for endpoint, conn in self._conns.items():
+            stream = ConsumeStream(conn, self.group, self.client_id,
+                                   lambda batch, e=endpoint: self._on_batch(e, batch),  # type: ignore[misc]
+                                   on_error=lambda error, e=endpoint: self._stream_failed(e, error),  # type: ignore[misc]
+                                   credit_messages=self.stream_credit_messages,
+                                   credit_bytes=self.stream_credit_bytes)
+            self._streams[endpoint] = stream
+            stream.open()
+
+    def _on_batch(self, endpoint: str, batch: pb.ConsumeBatch) -> None:
+        stream = self._streams[endpoint]
+        with self._pqs_lock:
+            pq = self._by_assign.get(batch.assign_id)
+        if pq is None or pq.dropped or self._stopping.is_set():
+            stream.release(len(batch.queue_offsets), len(batch.records))  # a queue given up: its credit goes back
+            return
+        if batch.offset_reset:
+            _log.warning("offset illegal; continuing at the gateway's next offset", queue=str(pq.mq),
+                         offset=pq.next_offset, next_offset=batch.next_offset)
+            pq.reset(batch.next_offset)
+            return
+        try:
+            messages = decode_records(batch.records, batch.queue_offsets) if batch.records else []
+        except ValueError:
+            _log.exception("stream batch not decoded", queue=str(pq.mq), offset=pq.next_offset)
+            stream.release(len(batch.queue_offsets), len(batch.records))
+            return
+        sub = self._subscriptions.get(pq.mq.topic)
+        kept = [m for m in messages if sub is None or sub.matches(m)]
+        if len(kept) < len(messages):
+            left = [m for m in messages if not (sub is None or sub.matches(m))]
+            stream.release(len(left), sum(m.store_size for m in left))
+        if pq.mq.topic == self.retry_topic:  # RocketMQ's resetRetryAndNamespace
+            for m in kept:
+                m.topic = m.properties.get(PROPERTY_RETRY_TOPIC, m.topic)
+        pq.put(kept, batch.next_offset)
+        if kept:
+            self._submit(pq, kept)
+
+    def _stream_failed(self, endpoint: str, error: ClientError) -> None:
+        if self._scheduler is not None and not self._stopping.is_set():
+            self._scheduler.call_later(PULL_DELAY_ON_ERROR, lambda: self._reopen(endpoint))
+
+    def _reopen(self, endpoint: str) -> None:
+        """A new stream in place of a failed one: each queue continues after what it received."""
+        if self._stopping.is_set():
+            return
+        with self._pqs_lock:
+            pqs = [pq for pq in self._pqs.values() if pq.mq.broker == endpoint and not pq.dropped]
+        queues = [StreamQueue(pq.assign_id, pq.mq.topic, pq.mq.queue_id, pq.next_offset,
+                              self._subscriptions[pq.mq.topic].expression if pq.mq.topic in self._subscriptions
+                              else "*") for pq in pqs]
+        _log.info("consume stream opened again", endpoint=endpoint, group=self.group, queues=len(queues))
+        self._streams[endpoint].reopen(queues)
 
     # --- pulling ---------------------------------------------------------------------------
     def _cancel_pull(self, pq: _ProcessQueue) -> None:

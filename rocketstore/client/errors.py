@@ -19,6 +19,7 @@ __all__ = [
     "ResourceExhaustedError",
     "UnavailableError",
     "from_rpc_error",
+    "from_status",
 ]
 
 
@@ -95,3 +96,13 @@ def from_rpc_error(error: grpc.RpcError, endpoint: str = "") -> ClientError:
     elif code == grpc.StatusCode.UNAVAILABLE and endpoint and endpoint not in detail:
         detail = f"{endpoint}: {detail}"
     return _BY_CODE.get(code, ClientError)(detail, code, endpoint)
+
+
+_BY_NUMBER: dict[int, grpc.StatusCode] = {code.value[0]: code for code in grpc.StatusCode}
+
+
+def from_status(number: int, detail: str, endpoint: str = "") -> ClientError:
+    """The client exception for a status given by its number (a send answered on a SendStream)."""
+    code = _BY_NUMBER.get(number, grpc.StatusCode.UNKNOWN)
+    return _BY_CODE.get(code, ClientError)(detail or f"the send to {endpoint or 'the gateway'} failed with "
+                                                     f"{code.name}", code, endpoint)

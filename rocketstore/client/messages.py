@@ -18,6 +18,7 @@ from rocketstore.codec import (
     MESSAGE_MAGIC_CODE,
     MIN_RECORD_LENGTH,
     PROPERTIESLEN_LENGTH,
+    PROPERTY_CRC32,
     RECORD_V4_FIXED,
     TOPICLEN_LENGTH,
     decode_message,
@@ -314,11 +315,15 @@ def decode_records(records: bytes | memoryview, queue_offsets: Sequence[int] | I
             p += body_len
             topic_len = buf[p]
             p += TOPICLEN_LENGTH
-            topic = buf[p:p + topic_len].decode()
             p += topic_len
             props_len = _SHORT.unpack_from(buf, p)[0]
-            p += PROPERTIESLEN_LENGTH
-            props = string_to_properties(buf[p:p + props_len].decode()) if props_len else {}
+            try:
+                topic = buf[p - topic_len:p].decode()
+                props = string_to_properties(buf[p + PROPERTIESLEN_LENGTH:p + PROPERTIESLEN_LENGTH + props_len]
+                                             .decode()) if props_len else {}
+            except UnicodeDecodeError:
+                raise ValueError(f"the record at byte {pos} has a topic or properties that are not UTF-8") from None
+            props.pop(PROPERTY_CRC32, None)  # the store's whole-record CRC, not a property of the message
             offset_msg_id = f"{_id_prefix(store_addr, store_port)}{phys:016X}"
             msg = ReceivedMessage(topic, queue_id, queue_offset, phys,
                                   props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or offset_msg_id, offset_msg_id,

@@ -13,6 +13,10 @@ Send modes (RocketMQ's CommunicationMode):
 - ``send_oneway``: hands the message over and returns; no result, no retry, errors are dropped.
 - ``send_batch``: many messages of one topic stored together, in order, in one queue.
 
+Every send travels on the connection's multiplexed SendStream (``send_stream.py``: one long-lived
+stream per gateway, each send answered by id; a broken stream fails the sends it had in flight with
+``UnavailableError``, retried as above); ``send_stream=False`` makes one unary ``Send`` call per send.
+
 Queue choice: round robin over the topic's writable queues of every endpoint (the gateway's own round
 robin when the topic has no route yet, e.g. before auto-creation); ``queue_id=`` targets one queue;
 ``sharding_key=`` (or ``selector=`` with ``arg=``) keeps every message of a key in one queue, for ordered
@@ -35,7 +39,7 @@ from rocketstore.message_id import UniqKeyGenerator
 from rocketstore.v1 import gateway_pb2 as pb
 
 from .connection import Connection, split_endpoints
-from .errors import ClientError, DeadlineExceededError, NotFoundError, ResourceExhaustedError, from_rpc_error
+from .errors import ClientError, DeadlineExceededError, NotFoundError, ResourceExhaustedError
 from .messages import Message, MessageQueue, SendResult, SendStatus
 from .selector import HashSelector, QueueSelector, RoundRobinSelector
 
@@ -96,7 +100,7 @@ class _SendPlan:
         if self._fixed is not None:
             mq: MessageQueue | None = self._fixed
         else:
-            mq = self.producer._select(self.topic, self.last_failed)
+            mq = self.producer._select(self.topic, self.last_failed, max(remaining, 0.001))
         if mq is None:  # no route yet: the gateway chooses the queue (and may create the topic)
             endpoint = self.producer._next_endpoint(self.last_failed)
             request = pb.SendRequest(producer_group=self.producer.group, topic=self.topic, messages=self.messages,
@@ -105,7 +109,8 @@ class _SendPlan:
             endpoint = mq.broker
             request = pb.SendRequest(producer_group=self.producer.group, topic=self.topic, queue_id=mq.queue_id,
                                      messages=self.messages, columnar_results=True)
-        return self.producer._connection(endpoint), request, max(remaining, 0.001)
+        # The route lookup above may have taken some of the time: the send gets what is left of it.
+        return self.producer._connection(endpoint), request, max(self.deadline - time.monotonic(), 0.001)
 
     def failed(self, error: ClientError) -> bool:
         """Record a failed try; True when it is worth another."""
@@ -153,6 +158,7 @@ class Producer:
         max_in_flight: int = 65535,
         route_refresh_interval: float = 30.0,
         client_ip: str = "127.0.0.1",
+        send_stream: bool = True,
     ) -> None:
         self.endpoints = split_endpoints(endpoints if isinstance(endpoints, str) else list(endpoints))
         self.group = group
@@ -169,10 +175,11 @@ class Producer:
         self._ids = UniqKeyGenerator(client_ip)
         self._max_in_flight = max_in_flight
         self._in_flight = threading.BoundedSemaphore(max_in_flight)
-        self._pending: set[grpc.Future[pb.SendResponse]] = set()
+        self._pending: set[Future[pb.SendResponse]] = set()
         self._pending_lock = threading.Lock()
         self._idle = threading.Condition(self._pending_lock)
         self._callbacks = ThreadPoolExecutor(max_workers=4, thread_name_prefix="producer-callback")
+        self._send_stream = send_stream
         self._closed = False
 
     # --- life cycle ------------------------------------------------------------------------
@@ -206,22 +213,23 @@ class Producer:
                     raise ClientError("the producer is shut down", grpc.StatusCode.CANCELLED, endpoint)
                 conn = self._connections.get(endpoint)
                 if conn is None:
-                    conn = self._connections[endpoint] = Connection(endpoint)
+                    conn = self._connections[endpoint] = Connection(endpoint, send_stream=self._send_stream)
         return conn
 
-    def queues(self, topic: str, refresh: bool = False) -> list[MessageQueue]:
+    def queues(self, topic: str, refresh: bool = False, timeout: float | None = None) -> list[MessageQueue]:
         """The writable queues of ``topic`` on every endpoint (cached for ``route_refresh_interval``);
-        empty when no endpoint knows the topic."""
+        empty when no endpoint knows the topic. Asking takes at most ``timeout`` (``send_timeout``)."""
         route = self._routes.get(topic)
         now = time.monotonic()
         if route is not None and not refresh and now < route.expires:
             return route.queues
         queues: list[MessageQueue] = []
+        deadline = now + (self.send_timeout if timeout is None else timeout)  # for every endpoint together
         for endpoint in self.endpoints:
             try:
                 conn = self._connection(endpoint)
                 stats = conn.call(conn.gateway.GetTopicStats, pb.GetTopicStatsRequest(topic=topic),
-                                  timeout=self.send_timeout)
+                                  timeout=max(deadline - time.monotonic(), 0.001))
             except NotFoundError:
                 continue
             except ClientError as e:
@@ -239,8 +247,8 @@ class Producer:
     def invalidate_route(self, topic: str) -> None:
         self._routes.pop(topic, None)
 
-    def _select(self, topic: str, last_failed: str | None) -> MessageQueue | None:
-        queues = self.queues(topic)
+    def _select(self, topic: str, last_failed: str | None, timeout: float | None = None) -> MessageQueue | None:
+        queues = self.queues(topic, timeout=timeout)
         return self._round_robin.select_one(queues, last_failed) if queues else None
 
     def _next_endpoint(self, last_failed: str | None) -> str:
@@ -313,9 +321,9 @@ class Producer:
         while (attempt := plan.next_try()) is not None:
             conn, request, remaining = attempt
             try:
-                response = conn.gateway.Send(request, timeout=remaining)
-            except grpc.RpcError as e:
-                if plan.failed(from_rpc_error(e, conn.endpoint)):
+                response = conn.send(request, remaining)
+            except ClientError as e:
+                if plan.failed(e):
                     continue
                 raise plan.give_up() from None
             results = self._results(plan, conn.endpoint, response)
@@ -348,11 +356,11 @@ class Producer:
                                          f"finished within {timeout:.1f} s; slow down or raise max_in_flight",
                                          grpc.StatusCode.RESOURCE_EXHAUSTED)
 
-    def _track(self, call: grpc.Future[pb.SendResponse]) -> None:
+    def _track(self, call: Future[pb.SendResponse]) -> None:
         with self._pending_lock:
             self._pending.add(call)
 
-    def _untrack(self, call: grpc.Future[pb.SendResponse]) -> None:
+    def _untrack(self, call: Future[pb.SendResponse]) -> None:
         with self._idle:
             self._pending.discard(call)
             if not self._pending:
@@ -396,23 +404,26 @@ class Producer:
             future.set_exception(plan.give_up())
             return
         conn, request, remaining = attempt
-        call = conn.gateway.Send.future(request, timeout=remaining)
+        try:
+            call = conn.send_future(request, remaining)
+        except ClientError as e:
+            future.set_exception(e)
+            return
         self._track(call)
 
-        def done(f: grpc.Future[pb.SendResponse]) -> None:
+        def done(f: Future[pb.SendResponse]) -> None:
             self._untrack(f)
-            try:
-                response = f.result()
-            except grpc.RpcError as e:
-                if plan.failed(from_rpc_error(e, conn.endpoint)):
-                    # Not on grpc's completion thread: choosing the next queue may call the gateway.
+            error = f.exception()
+            if error is not None:
+                if isinstance(error, ClientError) and plan.failed(error):
+                    # Not on the answering thread: choosing the next queue may call the gateway.
                     self._retry_later(plan, future, shape)
-                else:
+                elif isinstance(error, ClientError):
                     future.set_exception(plan.give_up())
+                else:
+                    future.set_exception(error)
                 return
-            except Exception as e:  # cancelled at shutdown
-                future.set_exception(ClientError(f"send cancelled: {e!r}", grpc.StatusCode.CANCELLED, conn.endpoint))
-                return
+            response = f.result()
             results = self._results(plan, conn.endpoint, response)
             if self._not_stored_retry(plan, results):
                 self._retry_later(plan, future, shape)
@@ -438,13 +449,17 @@ class Producer:
             return
         conn, request, remaining = attempt
         self._acquire(remaining)
-        call = conn.gateway.Send.future(request, timeout=remaining)
+        try:
+            call = conn.send_future(request, remaining)
+        except ClientError:
+            self._in_flight.release()
+            return
         self._track(call)
 
-        def done(f: grpc.Future[pb.SendResponse]) -> None:
+        def done(f: Future[pb.SendResponse]) -> None:
             self._untrack(f)
             self._in_flight.release()
-            if f.cancelled() or f.exception() is not None:
+            if f.exception() is not None:
                 _log.debug("oneway send failed", topic=plan.topic, endpoint=conn.endpoint)
 
         call.add_done_callback(done)

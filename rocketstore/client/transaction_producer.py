@@ -134,7 +134,7 @@ class TransactionMQProducer:
         self._next += 1
         request = pb.SendRequest(producer_group=self.group, topic=message.topic, messages=[message.to_proto()],
                                  transaction=True)
-        response = conn.call(conn.gateway.Send, request, timeout=self.send_timeout)
+        response = conn.send(request, self.send_timeout)
         result = SendResult.from_proto(response.results[0], conn.endpoint)
         try:
             state = self.listener.execute_local_transaction(message, arg)

@@ -186,6 +186,40 @@ class SendResponse(_message.Message):
     columns: SendColumns
     def __init__(self, results: _Optional[_Iterable[_Union[SendResult, _Mapping]]] = ..., columns: _Optional[_Union[SendColumns, _Mapping]] = ...) -> None: ...
 
+class StreamedSend(_message.Message):
+    __slots__ = ("request_id", "send", "timeout_ms")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    SEND_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    send: SendRequest
+    timeout_ms: int
+    def __init__(self, request_id: _Optional[int] = ..., send: _Optional[_Union[SendRequest, _Mapping]] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class SendStreamRequest(_message.Message):
+    __slots__ = ("sends",)
+    SENDS_FIELD_NUMBER: _ClassVar[int]
+    sends: _containers.RepeatedCompositeFieldContainer[StreamedSend]
+    def __init__(self, sends: _Optional[_Iterable[_Union[StreamedSend, _Mapping]]] = ...) -> None: ...
+
+class StreamedSendResult(_message.Message):
+    __slots__ = ("request_id", "response", "error_code", "error_message")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    response: SendResponse
+    error_code: int
+    error_message: str
+    def __init__(self, request_id: _Optional[int] = ..., response: _Optional[_Union[SendResponse, _Mapping]] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ...) -> None: ...
+
+class SendStreamResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[StreamedSendResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[StreamedSendResult, _Mapping]]] = ...) -> None: ...
+
 class PullRequest(_message.Message):
     __slots__ = ("consumer_group", "topic", "queue_id", "offset", "max_messages", "expression", "poll_timeout_ms", "raw_records", "commit_offset")
     CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
@@ -409,34 +443,38 @@ class QueryMessageResponse(_message.Message):
     def __init__(self, messages: _Optional[_Iterable[_Union[ReceivedMessage, _Mapping]]] = ...) -> None: ...
 
 class TopicInfo(_message.Message):
-    __slots__ = ("topic", "read_queue_nums", "write_queue_nums", "perm", "order", "system")
+    __slots__ = ("topic", "read_queue_nums", "write_queue_nums", "perm", "order", "system", "message_type")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     READ_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
     WRITE_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
     PERM_FIELD_NUMBER: _ClassVar[int]
     ORDER_FIELD_NUMBER: _ClassVar[int]
     SYSTEM_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_TYPE_FIELD_NUMBER: _ClassVar[int]
     topic: str
     read_queue_nums: int
     write_queue_nums: int
     perm: int
     order: bool
     system: bool
-    def __init__(self, topic: _Optional[str] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[int] = ..., order: _Optional[bool] = ..., system: _Optional[bool] = ...) -> None: ...
+    message_type: str
+    def __init__(self, topic: _Optional[str] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[int] = ..., order: _Optional[bool] = ..., system: _Optional[bool] = ..., message_type: _Optional[str] = ...) -> None: ...
 
 class CreateTopicRequest(_message.Message):
-    __slots__ = ("topic", "read_queue_nums", "write_queue_nums", "perm", "order")
+    __slots__ = ("topic", "read_queue_nums", "write_queue_nums", "perm", "order", "message_type")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     READ_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
     WRITE_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
     PERM_FIELD_NUMBER: _ClassVar[int]
     ORDER_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_TYPE_FIELD_NUMBER: _ClassVar[int]
     topic: str
     read_queue_nums: int
     write_queue_nums: int
     perm: int
     order: bool
-    def __init__(self, topic: _Optional[str] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[int] = ..., order: _Optional[bool] = ...) -> None: ...
+    message_type: str
+    def __init__(self, topic: _Optional[str] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[int] = ..., order: _Optional[bool] = ..., message_type: _Optional[str] = ...) -> None: ...
 
 class DeleteTopicRequest(_message.Message):
     __slots__ = ("topic",)
@@ -706,7 +744,7 @@ class ListTransactionsResponse(_message.Message):
     def __init__(self, transactions: _Optional[_Iterable[_Union[PendingTransaction, _Mapping]]] = ...) -> None: ...
 
 class SubscriptionGroup(_message.Message):
-    __slots__ = ("group_name", "consume_enable", "consume_from_min_enable", "consume_broadcast_enable", "retry_queue_nums", "retry_max_times", "broker_id", "which_broker_when_consume_slowly", "notify_consumer_ids_changed_enable")
+    __slots__ = ("group_name", "consume_enable", "consume_from_min_enable", "consume_broadcast_enable", "retry_queue_nums", "retry_max_times", "broker_id", "which_broker_when_consume_slowly", "notify_consumer_ids_changed_enable", "consume_message_orderly")
     GROUP_NAME_FIELD_NUMBER: _ClassVar[int]
     CONSUME_ENABLE_FIELD_NUMBER: _ClassVar[int]
     CONSUME_FROM_MIN_ENABLE_FIELD_NUMBER: _ClassVar[int]
@@ -716,6 +754,7 @@ class SubscriptionGroup(_message.Message):
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     WHICH_BROKER_WHEN_CONSUME_SLOWLY_FIELD_NUMBER: _ClassVar[int]
     NOTIFY_CONSUMER_IDS_CHANGED_ENABLE_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_MESSAGE_ORDERLY_FIELD_NUMBER: _ClassVar[int]
     group_name: str
     consume_enable: bool
     consume_from_min_enable: bool
@@ -725,7 +764,8 @@ class SubscriptionGroup(_message.Message):
     broker_id: int
     which_broker_when_consume_slowly: int
     notify_consumer_ids_changed_enable: bool
-    def __init__(self, group_name: _Optional[str] = ..., consume_enable: _Optional[bool] = ..., consume_from_min_enable: _Optional[bool] = ..., consume_broadcast_enable: _Optional[bool] = ..., retry_queue_nums: _Optional[int] = ..., retry_max_times: _Optional[int] = ..., broker_id: _Optional[int] = ..., which_broker_when_consume_slowly: _Optional[int] = ..., notify_consumer_ids_changed_enable: _Optional[bool] = ...) -> None: ...
+    consume_message_orderly: bool
+    def __init__(self, group_name: _Optional[str] = ..., consume_enable: _Optional[bool] = ..., consume_from_min_enable: _Optional[bool] = ..., consume_broadcast_enable: _Optional[bool] = ..., retry_queue_nums: _Optional[int] = ..., retry_max_times: _Optional[int] = ..., broker_id: _Optional[int] = ..., which_broker_when_consume_slowly: _Optional[int] = ..., notify_consumer_ids_changed_enable: _Optional[bool] = ..., consume_message_orderly: _Optional[bool] = ...) -> None: ...
 
 class GetSubscriptionGroupRequest(_message.Message):
     __slots__ = ("group_name",)
@@ -796,3 +836,79 @@ class ResendDeadLetterResponse(_message.Message):
     msg_id: str
     commit_log_offset: int
     def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., msg_id: _Optional[str] = ..., commit_log_offset: _Optional[int] = ...) -> None: ...
+
+class ConsumeRequest(_message.Message):
+    __slots__ = ("open", "assign", "unassign", "credit")
+    OPEN_FIELD_NUMBER: _ClassVar[int]
+    ASSIGN_FIELD_NUMBER: _ClassVar[int]
+    UNASSIGN_FIELD_NUMBER: _ClassVar[int]
+    CREDIT_FIELD_NUMBER: _ClassVar[int]
+    open: ConsumeOpen
+    assign: ConsumeAssign
+    unassign: ConsumeUnassign
+    credit: ConsumeCredit
+    def __init__(self, open: _Optional[_Union[ConsumeOpen, _Mapping]] = ..., assign: _Optional[_Union[ConsumeAssign, _Mapping]] = ..., unassign: _Optional[_Union[ConsumeUnassign, _Mapping]] = ..., credit: _Optional[_Union[ConsumeCredit, _Mapping]] = ...) -> None: ...
+
+class ConsumeOpen(_message.Message):
+    __slots__ = ("consumer_group", "client_id")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    client_id: str
+    def __init__(self, consumer_group: _Optional[str] = ..., client_id: _Optional[str] = ...) -> None: ...
+
+class StreamQueue(_message.Message):
+    __slots__ = ("assign_id", "topic", "queue_id", "offset", "expression")
+    ASSIGN_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    EXPRESSION_FIELD_NUMBER: _ClassVar[int]
+    assign_id: int
+    topic: str
+    queue_id: int
+    offset: int
+    expression: str
+    def __init__(self, assign_id: _Optional[int] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., expression: _Optional[str] = ...) -> None: ...
+
+class ConsumeAssign(_message.Message):
+    __slots__ = ("queues",)
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    queues: _containers.RepeatedCompositeFieldContainer[StreamQueue]
+    def __init__(self, queues: _Optional[_Iterable[_Union[StreamQueue, _Mapping]]] = ...) -> None: ...
+
+class ConsumeUnassign(_message.Message):
+    __slots__ = ("assign_ids",)
+    ASSIGN_IDS_FIELD_NUMBER: _ClassVar[int]
+    assign_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, assign_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class ConsumeCredit(_message.Message):
+    __slots__ = ("messages", "bytes")
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    messages: int
+    bytes: int
+    def __init__(self, messages: _Optional[int] = ..., bytes: _Optional[int] = ...) -> None: ...
+
+class ConsumeBatch(_message.Message):
+    __slots__ = ("assign_id", "topic", "queue_id", "records", "queue_offsets", "sizes", "next_offset", "offset_reset", "max_offset")
+    ASSIGN_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    SIZES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_RESET_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    assign_id: int
+    topic: str
+    queue_id: int
+    records: bytes
+    queue_offsets: _containers.RepeatedScalarFieldContainer[int]
+    sizes: _containers.RepeatedScalarFieldContainer[int]
+    next_offset: int
+    offset_reset: bool
+    max_offset: int
+    def __init__(self, assign_id: _Optional[int] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., records: _Optional[bytes] = ..., queue_offsets: _Optional[_Iterable[int]] = ..., sizes: _Optional[_Iterable[int]] = ..., next_offset: _Optional[int] = ..., offset_reset: _Optional[bool] = ..., max_offset: _Optional[int] = ...) -> None: ...

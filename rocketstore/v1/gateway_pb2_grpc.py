@@ -39,6 +39,11 @@ class GatewayStub:
                 request_serializer=rocketstore_dot_v1_dot_gateway__pb2.SendRequest.SerializeToString,
                 response_deserializer=rocketstore_dot_v1_dot_gateway__pb2.SendResponse.FromString,
                 _registered_method=True)
+        self.SendStream = channel.stream_stream(
+                '/rocketstore.v1.Gateway/SendStream',
+                request_serializer=rocketstore_dot_v1_dot_gateway__pb2.SendStreamRequest.SerializeToString,
+                response_deserializer=rocketstore_dot_v1_dot_gateway__pb2.SendStreamResponse.FromString,
+                _registered_method=True)
         self.Pull = channel.unary_unary(
                 '/rocketstore.v1.Gateway/Pull',
                 request_serializer=rocketstore_dot_v1_dot_gateway__pb2.PullRequest.SerializeToString,
@@ -164,6 +169,11 @@ class GatewayStub:
                 request_serializer=rocketstore_dot_v1_dot_gateway__pb2.ListTransactionsRequest.SerializeToString,
                 response_deserializer=rocketstore_dot_v1_dot_gateway__pb2.ListTransactionsResponse.FromString,
                 _registered_method=True)
+        self.Consume = channel.stream_stream(
+                '/rocketstore.v1.Gateway/Consume',
+                request_serializer=rocketstore_dot_v1_dot_gateway__pb2.ConsumeRequest.SerializeToString,
+                response_deserializer=rocketstore_dot_v1_dot_gateway__pb2.ConsumeBatch.FromString,
+                _registered_method=True)
 
 
 class GatewayServicer:
@@ -173,6 +183,17 @@ class GatewayServicer:
         """--- producing
         Send one message or a batch (all to one topic; to one queue when queue_id is given, else
         the gateway spreads single sends round robin and a batch goes to one queue).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SendStream(self, request_iterator, context):
+        """Many sends on one long-lived stream (what the Python producer uses): the client numbers its
+        sends, several to a request message; the gateway appends what arrives together as one batch and
+        answers each send when it is stored as Send would (flushed under SYNC_FLUSH, replicated under
+        SYNC_MASTER), in any order, with its number. A refused send is answered with the status Send
+        would end with; the stream and the other sends go on.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -357,6 +378,21 @@ class GatewayServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Consume(self, request_iterator, context):
+        """--- streaming consumption
+        A consumer's long-lived stream to one gateway. The client opens it (ConsumeOpen), assigns
+        queues with the offsets to start at and their expressions, unassigns queues it lost in a
+        re-balance, and grants credit in messages and bytes. The gateway pushes each assigned queue's
+        matching messages as batches (in queue order per queue) as soon as they are stored, and never
+        sends more than the credit granted: each message sent uses one message and its record's size
+        of the credit until the client grants it again. A batch holds at least one message, so the
+        byte credit may be overshot by one message larger than what is left of it. Offsets are
+        committed with CommitOffsets as with Pull.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GatewayServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -364,6 +400,11 @@ def add_GatewayServicer_to_server(servicer, server):
                     servicer.Send,
                     request_deserializer=rocketstore_dot_v1_dot_gateway__pb2.SendRequest.FromString,
                     response_serializer=rocketstore_dot_v1_dot_gateway__pb2.SendResponse.SerializeToString,
+            ),
+            'SendStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.SendStream,
+                    request_deserializer=rocketstore_dot_v1_dot_gateway__pb2.SendStreamRequest.FromString,
+                    response_serializer=rocketstore_dot_v1_dot_gateway__pb2.SendStreamResponse.SerializeToString,
             ),
             'Pull': grpc.unary_unary_rpc_method_handler(
                     servicer.Pull,
@@ -490,6 +531,11 @@ def add_GatewayServicer_to_server(servicer, server):
                     request_deserializer=rocketstore_dot_v1_dot_gateway__pb2.ListTransactionsRequest.FromString,
                     response_serializer=rocketstore_dot_v1_dot_gateway__pb2.ListTransactionsResponse.SerializeToString,
             ),
+            'Consume': grpc.stream_stream_rpc_method_handler(
+                    servicer.Consume,
+                    request_deserializer=rocketstore_dot_v1_dot_gateway__pb2.ConsumeRequest.FromString,
+                    response_serializer=rocketstore_dot_v1_dot_gateway__pb2.ConsumeBatch.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'rocketstore.v1.Gateway', rpc_method_handlers)
@@ -518,6 +564,33 @@ class Gateway:
             '/rocketstore.v1.Gateway/Send',
             rocketstore_dot_v1_dot_gateway__pb2.SendRequest.SerializeToString,
             rocketstore_dot_v1_dot_gateway__pb2.SendResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SendStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/rocketstore.v1.Gateway/SendStream',
+            rocketstore_dot_v1_dot_gateway__pb2.SendStreamRequest.SerializeToString,
+            rocketstore_dot_v1_dot_gateway__pb2.SendStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -1193,6 +1266,33 @@ class Gateway:
             '/rocketstore.v1.Gateway/ListTransactions',
             rocketstore_dot_v1_dot_gateway__pb2.ListTransactionsRequest.SerializeToString,
             rocketstore_dot_v1_dot_gateway__pb2.ListTransactionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Consume(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/rocketstore.v1.Gateway/Consume',
+            rocketstore_dot_v1_dot_gateway__pb2.ConsumeRequest.SerializeToString,
+            rocketstore_dot_v1_dot_gateway__pb2.ConsumeBatch.FromString,
             options,
             channel_credentials,
             insecure,

@@ -52,6 +52,13 @@ class GatewayStub:
     Send one message or a batch (all to one topic; to one queue when queue_id is given, else
     the gateway spreads single sends round robin and a batch goes to one queue).
     """
+    SendStream: _grpc.StreamStreamMultiCallable[_gateway_pb2.SendStreamRequest, _gateway_pb2.SendStreamResponse]
+    """Many sends on one long-lived stream (what the Python producer uses): the client numbers its
+    sends, several to a request message; the gateway appends what arrives together as one batch and
+    answers each send when it is stored as Send would (flushed under SYNC_FLUSH, replicated under
+    SYNC_MASTER), in any order, with its number. A refused send is answered with the status Send
+    would end with; the stream and the other sends go on.
+    """
     Pull: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.PullRequest, _gateway_pb2.PullResponse]
     """--- consuming
     RocketMQ's pull: messages of one queue from an offset, filtered by a subscription
@@ -112,6 +119,17 @@ class GatewayStub:
     """
     ListTransactions: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.ListTransactionsRequest, _gateway_pb2.ListTransactionsResponse]
     """Open half messages (admin): age and check count of each."""
+    Consume: _grpc.StreamStreamMultiCallable[_gateway_pb2.ConsumeRequest, _gateway_pb2.ConsumeBatch]
+    """--- streaming consumption
+    A consumer's long-lived stream to one gateway. The client opens it (ConsumeOpen), assigns
+    queues with the offsets to start at and their expressions, unassigns queues it lost in a
+    re-balance, and grants credit in messages and bytes. The gateway pushes each assigned queue's
+    matching messages as batches (in queue order per queue) as soon as they are stored, and never
+    sends more than the credit granted: each message sent uses one message and its record's size
+    of the credit until the client grants it again. A batch holds at least one message, so the
+    byte credit may be overshot by one message larger than what is left of it. Offsets are
+    committed with CommitOffsets as with Pull.
+    """
 
 @_typing.type_check_only
 class GatewayAsyncStub(GatewayStub):
@@ -120,6 +138,13 @@ class GatewayAsyncStub(GatewayStub):
     """--- producing
     Send one message or a batch (all to one topic; to one queue when queue_id is given, else
     the gateway spreads single sends round robin and a batch goes to one queue).
+    """
+    SendStream: _aio.StreamStreamMultiCallable[_gateway_pb2.SendStreamRequest, _gateway_pb2.SendStreamResponse]  # type: ignore[assignment]
+    """Many sends on one long-lived stream (what the Python producer uses): the client numbers its
+    sends, several to a request message; the gateway appends what arrives together as one batch and
+    answers each send when it is stored as Send would (flushed under SYNC_FLUSH, replicated under
+    SYNC_MASTER), in any order, with its number. A refused send is answered with the status Send
+    would end with; the stream and the other sends go on.
     """
     Pull: _aio.UnaryUnaryMultiCallable[_gateway_pb2.PullRequest, _gateway_pb2.PullResponse]  # type: ignore[assignment]
     """--- consuming
@@ -181,6 +206,17 @@ class GatewayAsyncStub(GatewayStub):
     """
     ListTransactions: _aio.UnaryUnaryMultiCallable[_gateway_pb2.ListTransactionsRequest, _gateway_pb2.ListTransactionsResponse]  # type: ignore[assignment]
     """Open half messages (admin): age and check count of each."""
+    Consume: _aio.StreamStreamMultiCallable[_gateway_pb2.ConsumeRequest, _gateway_pb2.ConsumeBatch]  # type: ignore[assignment]
+    """--- streaming consumption
+    A consumer's long-lived stream to one gateway. The client opens it (ConsumeOpen), assigns
+    queues with the offsets to start at and their expressions, unassigns queues it lost in a
+    re-balance, and grants credit in messages and bytes. The gateway pushes each assigned queue's
+    matching messages as batches (in queue order per queue) as soon as they are stored, and never
+    sends more than the credit granted: each message sent uses one message and its record's size
+    of the credit until the client grants it again. A batch holds at least one message, so the
+    byte credit may be overshot by one message larger than what is left of it. Offsets are
+    committed with CommitOffsets as with Pull.
+    """
 
 class GatewayServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -192,6 +228,19 @@ class GatewayServicer(metaclass=_abc_1.ABCMeta):
         """--- producing
         Send one message or a batch (all to one topic; to one queue when queue_id is given, else
         the gateway spreads single sends round robin and a batch goes to one queue).
+        """
+
+    @_abc_1.abstractmethod
+    def SendStream(
+        self,
+        request_iterator: _MaybeAsyncIterator[_gateway_pb2.SendStreamRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_gateway_pb2.SendStreamResponse], _abc.AsyncIterator[_gateway_pb2.SendStreamResponse]]:
+        """Many sends on one long-lived stream (what the Python producer uses): the client numbers its
+        sends, several to a request message; the gateway appends what arrives together as one batch and
+        answers each send when it is stored as Send would (flushed under SYNC_FLUSH, replicated under
+        SYNC_MASTER), in any order, with its number. A refused send is answered with the status Send
+        would end with; the stream and the other sends go on.
         """
 
     @_abc_1.abstractmethod
@@ -403,6 +452,23 @@ class GatewayServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_gateway_pb2.ListTransactionsResponse, _abc.Awaitable[_gateway_pb2.ListTransactionsResponse]]:
         """Open half messages (admin): age and check count of each."""
+
+    @_abc_1.abstractmethod
+    def Consume(
+        self,
+        request_iterator: _MaybeAsyncIterator[_gateway_pb2.ConsumeRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_gateway_pb2.ConsumeBatch], _abc.AsyncIterator[_gateway_pb2.ConsumeBatch]]:
+        """--- streaming consumption
+        A consumer's long-lived stream to one gateway. The client opens it (ConsumeOpen), assigns
+        queues with the offsets to start at and their expressions, unassigns queues it lost in a
+        re-balance, and grants credit in messages and bytes. The gateway pushes each assigned queue's
+        matching messages as batches (in queue order per queue) as soon as they are stored, and never
+        sends more than the credit granted: each message sent uses one message and its record's size
+        of the credit until the client grants it again. A batch holds at least one message, so the
+        byte credit may be overshot by one message larger than what is left of it. Offsets are
+        committed with CommitOffsets as with Pull.
+        """
 
 def add_GatewayServicer_to_server(servicer: GatewayServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 

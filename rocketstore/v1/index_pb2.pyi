@@ -93,20 +93,22 @@ class TruncateRequest(_message.Message):
     def __init__(self, physical_offset: _Optional[int] = ..., commitlog_instance_id: _Optional[str] = ...) -> None: ...
 
 class GetMessageRequest(_message.Message):
-    __slots__ = ("topic", "queue_id", "offset", "max_messages", "expression", "without_bodies")
+    __slots__ = ("topic", "queue_id", "offset", "max_messages", "expression", "without_bodies", "max_bytes")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     EXPRESSION_FIELD_NUMBER: _ClassVar[int]
     WITHOUT_BODIES_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
     topic: str
     queue_id: int
     offset: int
     max_messages: int
     expression: str
     without_bodies: bool
-    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., max_messages: _Optional[int] = ..., expression: _Optional[str] = ..., without_bodies: _Optional[bool] = ...) -> None: ...
+    max_bytes: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., max_messages: _Optional[int] = ..., expression: _Optional[str] = ..., without_bodies: _Optional[bool] = ..., max_bytes: _Optional[int] = ...) -> None: ...
 
 class GetMessageResponse(_message.Message):
     __slots__ = ("status", "next_begin_offset", "min_offset", "max_offset", "suggest_pulling_from_slave", "records", "queue_offsets", "physical_offsets", "sizes")

@@ -120,6 +120,8 @@ class CommitLog:
         self._store_addr, self._store_port, self._store_v6 = parse_host(store_host)
         self.msg_id_prefix = message_id_prefix(store_host)
         self.file_size = settings.mapped_file_size_commit_log
+        # RocketMQ 5's whole-record CRC: the __CRC32# property, reserved by encode and filled in by place.
+        self.append_prop_crc = settings.enabled_append_prop_crc
         self.transient_pool_enabled = (
             settings.transient_store_pool_enable
             and settings.flush_disk_type is FlushDiskType.ASYNC_FLUSH
@@ -156,7 +158,8 @@ class CommitLog:
         and the results, with refused messages already answered."""
         results = PutResults(len(msgs), self.msg_id_prefix)
         addr, port, v6 = self._store_addr, self._store_port, self._store_v6
-        encoded = codec.encode_records(msgs, addr, port, v6, self.settings.max_message_size, self.file_size)
+        encoded = codec.encode_records(msgs, addr, port, v6, self.settings.max_message_size, self.file_size,
+                                       self.append_prop_crc)
         if None not in encoded:
             return encoded, results  # type: ignore[return-value]  # no None in it
         records: list[EncodedRecord] = []
@@ -171,11 +174,11 @@ class CommitLog:
         """A message the batch encode left to the Python path (the compiled loop leaves anything
         unusual to it): its record, or None with its refusal in ``results`` (``encode_unplaced``'s own)."""
         addr, port, v6, limit = self._store_addr, self._store_port, self._store_v6, self.settings.max_message_size
-        record = codec.encode_records_py([msg], addr, port, v6, limit, self.file_size)[0]
+        record = codec.encode_records_py([msg], addr, port, v6, limit, self.file_size, self.append_prop_crc)[0]
         if record is not None:
             return (index, record[1], record[2], record[3], record[4], record[5])
         try:
-            rec = encode_unplaced(msg, addr, port, v6, limit)
+            rec = encode_unplaced(msg, addr, port, v6, limit, self.append_prop_crc)
         except MessageRefused as e:
             results.set_status(index, e.status, e.reason)
             return None
@@ -195,6 +198,7 @@ class CommitLog:
         table = self.topic_queue_table
         wrote_offsets, sizes, queue_offsets = results.wrote_offsets, results.sizes, results.queue_offsets
         file_size = self.file_size
+        prop_crc = self.append_prop_crc
         with self.put_lock:
             now = int(time.time() * 1000)
             self.begin_time_in_lock = now
@@ -218,7 +222,7 @@ class CommitLog:
                 place = codec.place_records
                 while True:
                     placed, pos = place(buf, shift, records, placed, table, base, pos, file_size, now,
-                                        wrote_offsets, sizes, queue_offsets)
+                                        wrote_offsets, sizes, queue_offsets, prop_crc)
                     if placed == len(records):
                         break
                     # The next record does not fit: end this file with the blank, go on in the next one.

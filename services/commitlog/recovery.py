@@ -3,8 +3,9 @@ and rebuild the queue offset table.
 
 After a clean stop (no abort file) the scan starts at the third-last file, as RocketMQ 4.9
 does. After a crash it starts at the last file whose first message is no newer than the
-checkpoint says was flushed. Every record is checked (magic, size, body CRC when
-checkCRCOnRecover, and its own PHYSICALOFFSET); the first bad one is the end of the log.
+checkpoint says was flushed. Every record is checked (magic, size, its own PHYSICALOFFSET and,
+when checkCRCOnRecover, its whole-record CRC if it carries one, else its body CRC; with
+forceVerifyPropCRC a record without the whole-record CRC fails); the first bad one is the end of the log.
 """
 
 from __future__ import annotations
@@ -23,12 +24,12 @@ from rocketstore.message import TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_
 log = get_logger(__name__)
 
 
-def _scan_end(files: list[MappedFile], index: int, check_crc: bool) -> int:
+def _scan_end(files: list[MappedFile], index: int, check_crc: bool, force_prop_crc: bool) -> int:
     """Walk valid records from the start of ``files[index]``; the offset where they end."""
     mf = files[index]
     pos = 0
     while True:
-        size = check_record(mf.mm, pos, mf.file_size, mf.file_from_offset + pos, check_crc)
+        size = check_record(mf.mm, pos, mf.file_size, mf.file_from_offset + pos, check_crc, force_prop_crc)
         if size > 0:
             pos += size
         elif size == BLANK:
@@ -41,17 +42,19 @@ def _scan_end(files: list[MappedFile], index: int, check_crc: bool) -> int:
     return mf.file_from_offset + pos
 
 
-def recover_normally(commitlog: CommitLog, check_crc: bool) -> int:
-    """After a clean stop: scan from the third-last file; returns the recovered end offset."""
+def recover_normally(commitlog: CommitLog, check_crc: bool, force_prop_crc: bool = False) -> int:
+    """After a clean stop: scan from the third-last file; returns the recovered end offset.
+    ``force_prop_crc`` (forceVerifyPropCRC): a record without a whole-record CRC ends the log too."""
     files = commitlog.mapped_file_queue.files
     if not files:
         return _reset_empty(commitlog)
-    end = _scan_end(files, max(0, len(files) - 3), check_crc)
+    end = _scan_end(files, max(0, len(files) - 3), check_crc, force_prop_crc)
     _truncate(commitlog, end)
     return end
 
 
-def recover_abnormally(commitlog: CommitLog, checkpoint: StoreCheckpoint, check_crc: bool) -> int:
+def recover_abnormally(commitlog: CommitLog, checkpoint: StoreCheckpoint, check_crc: bool,
+                       force_prop_crc: bool = False) -> int:
     """After a crash: scan from the newest file whose first message is covered by the checkpoint."""
     files = commitlog.mapped_file_queue.files
     if not files:
@@ -62,17 +65,17 @@ def recover_abnormally(commitlog: CommitLog, checkpoint: StoreCheckpoint, check_
     since = checkpoint.min_timestamp() if logics > 0 else max(0, checkpoint.physic_msg_timestamp - 3000)
     start = 0
     for i in range(len(files) - 1, -1, -1):
-        if _first_message_covered(files[i], since, check_crc):
+        if _first_message_covered(files[i], since, check_crc, force_prop_crc):
             start = i
             break
     log.info("recovering after an abnormal stop", start_file=files[start].file_name, checkpoint_ms=since)
-    end = _scan_end(files, start, check_crc)
+    end = _scan_end(files, start, check_crc, force_prop_crc)
     _truncate(commitlog, end)
     return end
 
 
-def _first_message_covered(mf: MappedFile, since: int, check_crc: bool) -> bool:
-    if check_record(mf.mm, 0, mf.file_size, mf.file_from_offset, check_crc) <= 0:
+def _first_message_covered(mf: MappedFile, since: int, check_crc: bool, force_prop_crc: bool) -> bool:
+    if check_record(mf.mm, 0, mf.file_size, mf.file_from_offset, check_crc, force_prop_crc) <= 0:
         return False
     info = read_record_info(mf.mm, 0)
     return info.store_timestamp != 0 and info.store_timestamp <= since

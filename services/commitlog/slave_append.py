@@ -193,7 +193,13 @@ class SlaveAppender:
                     raw = mm[p + 1:p + 1 + mm[p]]
                     topic = topics.get(raw)
                     if topic is None:
-                        topic = topics[raw] = raw.decode()
+                        try:
+                            topic = topics[raw] = raw.decode()
+                        except UnicodeDecodeError:
+                            log.error("a replicated record's topic is not UTF-8; the queue offset table stays "
+                                      "where it was", offset=mf.file_from_offset + pos)
+                            self._table_at = end
+                            return
                     table[(topic, queue_id)] = queue_offset + 1
                 pos += total
                 advanced += 1

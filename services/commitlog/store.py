@@ -144,12 +144,12 @@ class CommitLogStore:
 
     def _recover(self) -> None:
         assert self.checkpoint is not None
-        check_crc = self.settings.check_crc_on_recover
+        check_crc, force = self.settings.check_crc_on_recover, self.settings.force_verify_prop_crc
         t0 = time.monotonic()
         if self.last_exit_ok:
-            end = recovery.recover_normally(self.commitlog, check_crc)
+            end = recovery.recover_normally(self.commitlog, check_crc, force)
         else:
-            end = recovery.recover_abnormally(self.commitlog, self.checkpoint, check_crc)
+            end = recovery.recover_abnormally(self.commitlog, self.checkpoint, check_crc, force)
         recovery.rebuild_topic_queue_table(self.commitlog, end, self._snapshot_path)
         self.recovered_offset = end
         log.info("commitlog recovered", normal=self.last_exit_ok, max_offset=end,
@@ -404,13 +404,15 @@ class CommitLogStore:
     # --- reads and admin -------------------------------------------------------------------
     def read_records(self, ranges: Sequence[tuple[int, int]]) -> list[bytes | CorruptRange | None]:
         """The bytes of each (offset, size) range, None where there are none, and a CorruptRange
-        where a record of the range fails its check (magic, sizes, own offset, body CRC)."""
+        where a record of the range fails its check (magic, sizes, own offset, CRC; with forceVerifyPropCRC
+        a record without a whole-record CRC fails too)."""
         get = self.commitlog.get_data
+        force = self.settings.force_verify_prop_crc
         out: list[bytes | CorruptRange | None] = []
         for offset, size in ranges:
             data = get(offset, size)
             if data is not None:
-                bad = find_corrupt(data, offset)
+                bad = find_corrupt(data, offset, force)
                 if bad:
                     self._note_corrupt(bad)
                     out.append(CorruptRange(zero_spans(data, offset, bad), bad))

@@ -161,7 +161,11 @@ def walk_records_py(buf: bytes, pos: int, limit: int, base: int, cols: Columns) 
 class DispatchDecoder:
     """Decodes a contiguous byte stream of the CommitLog, starting at ``position``."""
 
-    def __init__(self, position: int, delay_levels: tuple[int, ...], check_crc: bool = False) -> None:
+    def __init__(self, position: int, delay_levels: tuple[int, ...], check_crc: bool = False,
+                 force_prop_crc: bool = False) -> None:
+        """``check_crc`` (checkCRCOnDispatch): each record's CRC is checked as recovery checks it (the
+        whole-record CRC when it carries one, else the body's); ``force_prop_crc`` (forceVerifyPropCRC):
+        with ``check_crc``, a record without a whole-record CRC is corrupt."""
         # CommitLog offset of the first byte not yet decoded: always where a record (or a blank) starts,
         # so it is a safe place to resume from; never inside a blank's filler, which holds no record.
         self.position = position
@@ -170,6 +174,7 @@ class DispatchDecoder:
         self._blank_end = 0  # where the next file starts, while skipping a blank
         self._delay_levels = delay_levels
         self._check_crc = check_crc
+        self._force_prop_crc = force_prop_crc
         self.last_store_timestamp = 0
 
     def feed(self, offset: int, data: bytes) -> DispatchColumns:
@@ -200,7 +205,7 @@ class DispatchDecoder:
 
     def _decode(self, buf: bytes, out: DispatchColumns) -> int:
         pos, limit, base = 0, len(buf), self.position
-        check_crc, levels = self._check_crc, self._delay_levels
+        check_crc, force_prop_crc, levels = self._check_crc, self._force_prop_crc, self._delay_levels
         topics, queue_ids, queue_offsets, phys = out.topic, out.queue_id, out.queue_offset, out.physical_offset
         sizes, codes, stamps, flags = out.size, out.tags_code, out.store_timestamp, out.sys_flag
         keys_col, uniq_col = out.keys, out.uniq_key
@@ -253,15 +258,15 @@ class DispatchDecoder:
             try:
                 topic = buf[p:p + topic_len].decode()
                 props = buf[p + topic_len + props_len_size:end].decode()
-            except UnicodeDecodeError:  # the CRC covers only the body: damage here must not pass as text
+            except UnicodeDecodeError:  # BODYCRC covers only the body: damage here must not pass as text
                 raise CorruptRecord(base + pos, "the topic or the properties are not UTF-8") from None
             p += topic_len
             props_len = unpack_short(buf, p)[0] if p + props_len_size <= end else -1
             p += props_len_size
             if props_len < 0 or p + props_len != end:
                 raise CorruptRecord(base + pos, "topic and properties lengths disagree with TOTALSIZE")
-            if check_crc and check_record(buf, pos, limit, physical, True) != total:
-                raise CorruptRecord(base + pos, "wrong body CRC")
+            if check_crc and check_record(buf, pos, limit, physical, True, force_prop_crc) != total:
+                raise CorruptRecord(base + pos, "wrong CRC" if not force_prop_crc else "wrong or missing record CRC")
             topics.append(topic)
             queue_ids.append(queue_id)
             queue_offsets.append(queue_offset)

@@ -62,7 +62,8 @@ class DispatchStatus:
 
 class Dispatcher:
     def __init__(self, commitlog_endpoint: str, index_endpoint: str, delay_levels: tuple[int, ...],
-                 *, flushed_only: bool, check_crc: bool = False, retry_seconds: float = 0.5,
+                 *, flushed_only: bool, check_crc: bool = False, force_prop_crc: bool = False,
+                 retry_seconds: float = 0.5,
                  chunk_bytes: int = CHUNK_BYTES, store_root: str = "") -> None:
         self._commitlog_endpoint = commitlog_endpoint
         self._store_root = store_root  # where the operator token that Index.Truncate needs is read
@@ -70,6 +71,7 @@ class Dispatcher:
         self._delay_levels = delay_levels
         self._flushed_only = flushed_only
         self._check_crc = check_crc
+        self._force_prop_crc = force_prop_crc
         self._retry = retry_seconds
         self._chunk_bytes = chunk_bytes
         self._stopped = threading.Event()
@@ -153,7 +155,7 @@ class Dispatcher:
             offsets = commitlog.offsets()
             where = index.position()
             start = self._resume_point(index, offsets, where)
-            decoder = DispatchDecoder(start, self._delay_levels, self._check_crc)
+            decoder = DispatchDecoder(start, self._delay_levels, self._check_crc, self._force_prop_crc)
             with self._lock:
                 self._position = self._applied = start
                 self._max_offset = offsets.max_offset

@@ -32,7 +32,8 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int | None = None, 
     # "dispatch up to the flushed offset"), so a consumer never sees what a crash could take back.
     dispatcher = Dispatcher(commitlog, index, settings.delay_level_millis,
                             flushed_only=settings.flush_disk_type == FlushDiskType.SYNC_FLUSH,
-                            check_crc=settings.check_crc_on_dispatch, store_root=settings.store_path_root_dir)
+                            check_crc=settings.check_crc_on_dispatch, force_prop_crc=settings.force_verify_prop_crc,
+                            store_root=settings.store_path_root_dir)
     server = GrpcServer(host, DEFAULT_PORT if port is None else port, max_workers=4)
     server.start()
     bound_metrics = start_metrics_server(metrics_port, host) if metrics_port is not None else None

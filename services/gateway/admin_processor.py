@@ -23,7 +23,7 @@ class AdminBrokerProcessor:
         topics = self._ctx.topics
         nums = self._ctx.settings.default_topic_queue_nums
         config = TopicConfig(request.topic, request.read_queue_nums or nums, request.write_queue_nums or nums,
-                             request.perm or 6, order=request.order)
+                             request.perm or 6, order=request.order, message_type=request.message_type)
         try:
             topics.validate_topic_name(request.topic)
             if topics.is_system_topic(request.topic):
@@ -49,7 +49,8 @@ class AdminBrokerProcessor:
 
     def topic_info(self, c: TopicConfig) -> pb.TopicInfo:
         return pb.TopicInfo(topic=c.topic_name, read_queue_nums=c.read_queue_nums, write_queue_nums=c.write_queue_nums,
-                            perm=c.perm, order=c.order, system=self._ctx.topics.is_system_topic(c.topic_name))
+                            perm=c.perm, order=c.order, system=self._ctx.topics.is_system_topic(c.topic_name),
+                            message_type=c.message_type)
 
     def list_topics(self, include_system: bool) -> pb.ListTopicsResponse:
         topics = self._ctx.topics

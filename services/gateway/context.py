@@ -78,6 +78,9 @@ def parse_subscription(expression: str) -> Subscription:
         raise GatewayError("INVALID_ARGUMENT", str(e)) from None
 
 
+_SEND_NAMES_LIMIT = 65536
+
+
 class GatewayContext:
     def __init__(self, settings: Settings, commitlog: AsyncCommitLogClient, index: AsyncIndexClient) -> None:
         self.settings = settings
@@ -90,16 +93,22 @@ class GatewayContext:
         self.groups = ConsumerGroupRegistry()
         self.hold = PullRequestHoldService(index.watch)
         self.stats = BrokerStats()
+        self._send_names: set[str] = set()  # topic names that passed the send checks
 
     # --- topics and queues ---------------------------------------------------------------------
     async def topic_for_send(self, topic: str) -> TopicConfig:
         """The topic a send goes to, auto-created on first use when the settings allow it."""
-        try:
-            self.topics.validate_topic_name(topic)
-        except TopicError as e:
-            raise GatewayError("INVALID_ARGUMENT", str(e)) from None
-        if is_not_allowed_send_topic(topic):
-            raise GatewayError("PERMISSION_DENIED", f"sending to topic {topic!r} is forbidden: it is a system topic")
+        if topic not in self._send_names:  # the name's checks depend on the name alone: once per name
+            try:
+                self.topics.validate_topic_name(topic)
+            except TopicError as e:
+                raise GatewayError("INVALID_ARGUMENT", str(e)) from None
+            if is_not_allowed_send_topic(topic):
+                raise GatewayError("PERMISSION_DENIED", f"sending to topic {topic!r} is forbidden: it is a system "
+                                                        "topic")
+            if len(self._send_names) >= _SEND_NAMES_LIMIT:
+                self._send_names.clear()
+            self._send_names.add(topic)
         config = self.topics.get(topic)
         if config is None:
             try:

@@ -3,8 +3,9 @@ stopped together.
 
 | processor | module | requests |
 |---|---|---|
-| ``SendMessageProcessor`` | ``send_processor.py`` (+ ``sender.py``) | Send |
+| ``SendMessageProcessor`` | ``send_processor.py`` (+ ``sender.py``, ``send_stream.py``) | Send, SendStream |
 | ``PullMessageProcessor`` | ``pull_processor.py`` (+ ``pull_hold.py``) | Pull, long polling |
+| ``ConsumeStreamProcessor`` | ``consume_stream.py`` | Consume (pushed batches under credit) |
 | ``ConsumerManageProcessor`` | ``consumer_manage.py`` | heartbeats, assignment, offsets, progress |
 | ``QueryMessageProcessor`` | ``query_processor.py`` | QueryMessage |
 | ``AdminBrokerProcessor`` | ``admin_processor.py`` | topics, topic stats, broker status |
@@ -14,6 +15,8 @@ stopped together.
 | ``SendBackProcessor`` | ``send_back_processor.py`` | ConsumerSendBack |
 | ``GroupAdminProcessor`` | ``group_admin_processor.py`` | subscription groups |
 | ``DeadLetterProcessor`` | ``dead_letter_processor.py`` | ListDeadLetters, ResendDeadLetter |
+| ``PopProcessor`` | ``pop_processor.py`` (+ ``pop_checkpoints.py``, | RocketMQ 5's receive, ack, |
+| | ``pop_records.py``) | invisibility, revive |
 
 Everything runs on one event loop: a held pull or a stream costs a coroutine, not a thread.
 """
@@ -29,15 +32,19 @@ from rocketstore.settings import Settings
 
 from .admin_processor import AdminBrokerProcessor
 from .batch_read import BatchReadProcessor
+from .consume_stream import ConsumeStreamProcessor
 from .consumer_manage import ConsumerManageProcessor
 from .context import BrokerStats, GatewayContext
 from .dead_letter_processor import DeadLetterProcessor
 from .group_admin_processor import GroupAdminProcessor
+from .local_reads import LocalStoreReader
+from .pop_processor import PopProcessor
 from .producer_channels import ProducerChannels
 from .pull_processor import PullMessageProcessor
 from .query_processor import QueryMessageProcessor
 from .send_back_processor import SendBackProcessor
 from .send_processor import SendMessageProcessor
+from .send_stream import SendStreams
 from .sender import SendBatcher
 from .transaction_check import TransactionCheckService
 from .transaction_processor import TransactionProcessor
@@ -64,10 +71,14 @@ class Gateway:
         self._bulk_channel = bulk_channel
         self.sender = SendBatcher(commitlog.append)
         self.send = SendMessageProcessor(context, self.sender)
+        self.send_streams = SendStreams()
         self.send_back = SendBackProcessor(context, self.sender)
         self.group_admin = GroupAdminProcessor(context)
         self.dead_letters = DeadLetterProcessor(context, self.sender)
+        self.pop = PopProcessor(context, self.sender, self.send_back)
         self.pull = PullMessageProcessor(context)
+        self.local_reads = LocalStoreReader.from_settings(settings)
+        self.consume_stream = ConsumeStreamProcessor(context, self.local_reads)
         self.consumers = ConsumerManageProcessor(context)
         self.query = QueryMessageProcessor(context)
         self.admin = AdminBrokerProcessor(context)
@@ -91,15 +102,18 @@ class Gateway:
         self.context.hold.start()
         self.consumers.start()
         self.transaction_check.start()
+        self.pop.start()
 
     async def shutdown(self) -> None:
         """Stop taking sends, answer the held pulls, persist the consumer offsets, close the clients."""
         await self.transaction_check.stop()
+        await self.pop.stop()
         self.sender.close()
         await self.context.hold.stop()
         await self.consumers.stop()
         await self.context.commitlog.close()
         await self.context.index.close()
+        self.local_reads.close()
         if self._bulk_channel is not None:
             await self._bulk_channel.close()
 

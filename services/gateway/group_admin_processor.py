@@ -17,7 +17,8 @@ __all__ = ["GroupAdminProcessor", "group_message"]
 # proto field -> SubscriptionGroupConfig attribute.
 _FIELDS = {f: f for f in ("consume_enable", "consume_from_min_enable", "consume_broadcast_enable", "retry_queue_nums",
                           "retry_max_times", "which_broker_when_consume_slowly",
-                          "notify_consumer_ids_changed_enable")} | {"broker_id": "consume_broker_id"}
+                          "notify_consumer_ids_changed_enable", "consume_message_orderly")} | {
+    "broker_id": "consume_broker_id"}
 
 
 def group_message(c: SubscriptionGroupConfig) -> pb.SubscriptionGroup:

@@ -61,7 +61,8 @@ async def _serve(settings: Settings, host: str, port: int, metrics_port: int | N
         raise
     _log.info("gateway serving", endpoint=server.endpoint, commitlog=commitlog, index=index,
               metrics_port=bound_metrics)
-    await serve_until_signal(server, gateway.shutdown, 5.0)
+    # The producers' SendStreams end (their sends read answered) before the server drains its calls.
+    await serve_until_signal(server, gateway.shutdown, 5.0, on_signal=gateway.send_streams.stop)
     return 0
 
 

@@ -28,8 +28,11 @@ class ProducerChannels:
         self._groups: dict[str, list[ProducerChannel]] = {}
         self._turn = itertools.count()
 
-    def open(self, group: str, client_id: str) -> ProducerChannel:
-        channel = ProducerChannel(group, client_id)
+    def open(self, group: str, client_id: str,
+             checks: asyncio.Queue[pb.TransactionCheck] | None = None) -> ProducerChannel:
+        """A live producer of ``group``; ``checks``: a queue it shares with its other groups (a RocketMQ 5
+        producer's one Telemetry stream serves every topic it publishes to)."""
+        channel = ProducerChannel(group, client_id) if checks is None else ProducerChannel(group, client_id, checks)
         self._groups.setdefault(group, []).append(channel)
         return channel
 

@@ -10,7 +10,7 @@ future and a timer each.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterable, Callable, Iterable
+from collections.abc import AsyncIterable, Callable, Iterable, Sequence
 
 from rocketstore.services.index.client import QueueAdvance
 
@@ -37,13 +37,14 @@ class PullRequestHoldService:
         self._retry = retry_seconds
         self._max: dict[tuple[str, int], int] = {}
         self._held: dict[tuple[str, int], dict[asyncio.Future[bool], int]] = {}
+        self._followers: dict[tuple[str, int], set[Callable[[int], None]]] = {}
         self._task: asyncio.Task[None] | None = None
         self.connected = False
 
     @property
     def held(self) -> int:
-        """Pulls held right now."""
-        return sum(len(waiters) for waiters in self._held.values())
+        """Pulls (and receives) held right now; a receive held on several queues counts once."""
+        return len({future for waiters in self._held.values() for future in waiters})
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="PullRequestHoldService")
@@ -76,6 +77,8 @@ class PullRequestHoldService:
             if max_offset <= self._max.get(key, -1):
                 continue
             self._max[key] = max_offset
+            for wake in self._followers.get(key, ()):
+                wake(max_offset)
             waiters = self._held.get(key)
             if waiters:
                 for future, offset in waiters.items():
@@ -86,6 +89,24 @@ class PullRequestHoldService:
         """A read saw the queue's max offset: a pull at a lower offset is not held (the table only
         learns of a queue from the Watch stream's advances, which may not have mentioned it yet)."""
         self.publish((QueueAdvance(topic, queue_id, max_offset),))
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        """The highest max offset the index reported for the queue (-1: none yet): every unit below it is
+        written."""
+        return self._max.get((topic, queue_id), -1)
+
+    def follow(self, topic: str, queue_id: int, wake: Callable[[int], None]) -> None:
+        """Call ``wake(max_offset)`` (on the loop, without waiting) each time the queue advances: how a
+        Consume stream learns of new messages without holding a request per queue."""
+        self._followers.setdefault((topic, queue_id), set()).add(wake)
+
+    def unfollow(self, topic: str, queue_id: int, wake: Callable[[int], None]) -> None:
+        key = (topic, queue_id)
+        followers = self._followers.get(key)
+        if followers is not None:
+            followers.discard(wake)
+            if not followers:
+                del self._followers[key]
 
     def forget_topic(self, topic: str) -> None:
         """The topic's queues were deleted: their max offsets start again from nothing."""
@@ -110,6 +131,33 @@ class PullRequestHoldService:
             del waiters[future]
             if not waiters and self._held.get(key) is waiters:
                 del self._held[key]
+
+    async def hold_any(self, positions: Sequence[tuple[str, int, int]], timeout: float,
+                       future: asyncio.Future[bool] | None = None) -> bool:
+        """Wait until any of the queues (topic, queue id, offset) holds a message at its offset: True; False
+        after ``timeout`` seconds. ``future`` (the caller's) may also be resolved by others to end the wait
+        early (a pop whose queue was unblocked by an acknowledgement)."""
+        for topic, queue_id, offset in positions:
+            if self._max.get((topic, queue_id), -1) > offset:
+                return True
+        loop = asyncio.get_running_loop()
+        if future is None:
+            future = loop.create_future()
+        keys = []
+        for topic, queue_id, offset in positions:
+            key = (topic, queue_id)
+            waiters = self._held.setdefault(key, {})
+            waiters[future] = offset
+            keys.append((key, waiters))
+        timer = loop.call_later(timeout, _expire, future)
+        try:
+            return await future
+        finally:
+            timer.cancel()
+            for key, waiters in keys:
+                waiters.pop(future, None)
+                if not waiters and self._held.get(key) is waiters:
+                    del self._held[key]
 
 
 def _expire(future: asyncio.Future[bool]) -> None:

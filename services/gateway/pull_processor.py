@@ -16,7 +16,7 @@ from .context import GatewayContext, parse_subscription
 from .errors import GatewayError, check_group
 from .received import received, tags_of
 
-__all__ = ["MAX_POLL_MS", "MAX_PULL_MESSAGES", "PullMessageProcessor", "check_commit_offset", "pull_status"]
+__all__ = ["MAX_POLL_MS", "MAX_PULL_MESSAGES", "PullMessageProcessor", "check_commit_offset", "matching", "pull_status"]
 
 _log = get_logger("rocketstore.gateway")
 
@@ -71,7 +71,7 @@ class PullMessageProcessor:
                 commit = None
             status, next_offset = pull_status(r, offset)
             if status == pb.PULL_FOUND:
-                messages = _matching(r, subscription)
+                messages = matching(r, subscription)
                 if messages or r.status != ix_pb.GET_FOUND:
                     return self._found(request, r, messages, next_offset)
                 status = pb.PULL_NO_MATCHED_MSG  # only tag-hash collisions: nothing the consumer wants
@@ -119,7 +119,7 @@ def _nothing(status: int, next_offset: int, r: ix_pb.GetMessageResponse) -> pb.P
                            max_offset=r.max_offset)
 
 
-def _matching(r: ix_pb.GetMessageResponse, subscription: Subscription) -> list[tuple[int, int, int]]:
+def matching(r: ix_pb.GetMessageResponse, subscription: Subscription) -> list[tuple[int, int, int]]:
     """(queue offset, start, size) of the found records whose tags really match (the client-side
     string check RocketMQ adds on top of the store's tag-hash filter)."""
     out, pos = [], 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from rocketstore.log import get_logger
 from rocketstore.message_id import UniqKeyGenerator
@@ -16,10 +17,10 @@ from rocketstore.v1 import gateway_pb2 as pb
 from .context import GatewayContext
 from .delay import delay_level_of, to_schedule_topic
 from .errors import GatewayError, check_group
-from .sender import AppendedColumns, SendBatcher, TagsCache, encode_send
+from .sender import AppendedColumns, EncodedSend, SendBatcher, TagsCache, encode_send
 from .timer import timer_times, to_timer_topic
 
-__all__ = ["SEND_TIMEOUT", "SendMessageProcessor"]
+__all__ = ["SEND_TIMEOUT", "PreparedSend", "SendMessageProcessor"]
 
 _log = get_logger("rocketstore.gateway")
 
@@ -41,6 +42,17 @@ _REFUSED_CODE = {
 }
 
 
+@dataclass(slots=True)
+class PreparedSend:
+    """A checked send, its queue chosen and its messages encoded, waiting for its append."""
+
+    encoded: EncodedSend
+    topic: str
+    queue_id: int
+    columnar: bool
+    producer_group: str
+
+
 class SendMessageProcessor:
     def __init__(self, context: GatewayContext, batcher: SendBatcher) -> None:
         self._ctx = context
@@ -48,8 +60,17 @@ class SendMessageProcessor:
         self._tags = TagsCache()
         self._uniq = UniqKeyGenerator()
         self._round_robin: dict[str, itertools.count[int]] = {}
+        self._log = _log.bind()  # bound once: a lazy logger binds again at every call
 
-    async def send(self, request: pb.SendRequest, peer_host: str) -> pb.SendResponse:
+    async def send(self, request: pb.SendRequest, peer_host: str, timeout: float = SEND_TIMEOUT) -> pb.SendResponse:
+        prepared = await self.prepare(request, peer_host)
+        appended = await self.batcher.send(prepared.encoded, timeout)
+        response = pb.SendResponse()
+        self.answer(prepared, appended, response)
+        return response
+
+    async def prepare(self, request: pb.SendRequest, peer_host: str) -> PreparedSend:
+        """Check a send, choose its queue and encode its messages (what comes before its append)."""
         if not request.messages:
             raise GatewayError("INVALID_ARGUMENT", "messages is empty; send at least one message")
         if request.producer_group:
@@ -60,20 +81,26 @@ class SendMessageProcessor:
         encoded = encode_send(request.messages, topic, queue_id, settings.max_message_size, self._uniq,
                               self._tags, peer_host, file_size=settings.mapped_file_size_commit_log)
         timers = timer_times(request.messages, settings)  # refuses a timer beside a delay level
-        if level := delay_level_of(request.messages, self._ctx.settings.max_delay_level):
+        # max_delay_level parses messageDelayLevel: asked only of a send that carries a level.
+        delayed = any(m.delay_time_level for m in request.messages)
+        if delayed and (level := delay_level_of(request.messages, settings.max_delay_level)):
             encoded = to_schedule_topic(encoded, level)  # answered with the real topic and queue, as RocketMQ
         elif timers:
             encoded = to_timer_topic(encoded, timers, snap_timer_precision(self._ctx.settings.timer_precision_ms))
-        appended = await self.batcher.send(encoded, SEND_TIMEOUT)
-        response = pb.SendResponse()
-        fill = _send_columns if request.columnar_results else _send_results
-        stored_bytes = fill(response, appended, encoded.uniq_keys, topic, queue_id)
-        count = len(encoded.uniq_keys)
+        return PreparedSend(encoded, topic, queue_id, request.columnar_results, request.producer_group)
+
+    def answer(self, prepared: PreparedSend, appended: AppendedColumns, response: pb.SendResponse) -> None:
+        """Fill ``response`` with the results of a stored send; a message the store refused raises its
+        GatewayError instead (before ``response`` is touched)."""
+        fill = _send_columns if prepared.columnar else _send_results
+        topic, queue_id = prepared.topic, prepared.queue_id
+        stored_bytes = fill(response, appended, prepared.encoded.uniq_keys, topic, queue_id)
+        count = len(prepared.encoded.uniq_keys)
         self._ctx.stats.stored(count, stored_bytes)
         columns, start = appended.columns, appended.start
-        _log.debug("sent", topic=topic, queue_id=queue_id, messages=count, queue_offset=columns.queue_offsets[start],
-                   commit_log_offset=columns.wrote_offsets[start], producer_group=request.producer_group)
-        return response
+        self._log.debug("sent", topic=topic, queue_id=queue_id, messages=count,
+                        queue_offset=columns.queue_offsets[start], commit_log_offset=columns.wrote_offsets[start],
+                        producer_group=prepared.producer_group)
 
     async def choose_queue(self, topic: str, request: pb.SendRequest) -> int:
         return await self._send_queue(topic, request)

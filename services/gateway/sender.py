@@ -252,6 +252,18 @@ class SendBatcher:
 
     async def send(self, send: EncodedSend, timeout: float) -> AppendedColumns:
         """Store the messages of ``send`` (in one append, in order); their results."""
+        done = self.submit(send)
+        try:
+            async with asyncio.timeout(timeout):
+                return await done
+        except TimeoutError:
+            raise GatewayError("DEADLINE_EXCEEDED", f"the CommitLog service did not answer within {timeout:g} s"
+                               ) from None
+
+    def submit(self, send: EncodedSend) -> asyncio.Future[AppendedColumns]:
+        """Queue the messages of ``send`` for the next append; the future resolves to their results.
+        A caller that gives up sets the future's outcome itself (or cancels it): a send not yet carried
+        is then left out of the append."""
         if self._closed:
             raise GatewayError("UNAVAILABLE", "the gateway is stopping")
         loop = asyncio.get_running_loop()
@@ -262,12 +274,7 @@ class SendBatcher:
             carrier = loop.create_task(self._carry_queued())
             self._carriers.add(carrier)
             carrier.add_done_callback(self._carriers.discard)
-        try:
-            async with asyncio.timeout(timeout):
-                return await pending.done
-        except TimeoutError:
-            raise GatewayError("DEADLINE_EXCEEDED", f"the CommitLog service did not answer within {timeout:g} s"
-                               ) from None
+        return pending.done
 
     async def _carry_queued(self) -> None:
         try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc.aio
@@ -21,6 +21,7 @@ from rocketstore.v1 import gateway_pb2_grpc as pb_grpc
 from .errors import GatewayError, client_facing
 from .gateway import Gateway
 from .producer_channels import stream_checks
+from .send_stream import SendStreamCall
 
 __all__ = ["BATCH_READ_SERVICE", "GATEWAY_SERVICE", "BatchReadServicer", "GatewayServicer", "peer_host"]
 
@@ -65,6 +66,14 @@ class GatewayServicer(pb_grpc.GatewayServicer):
         if request.transaction:
             return await self._g.transactions.send_half(request, peer_host(context))
         return await self._g.send.send(request, peer_host(context))
+
+    @rpc_errors
+    @_facing
+    async def SendStream(self, request_iterator: AsyncIterator[pb.SendStreamRequest],  # type: ignore[override]
+                         context: _Context) -> None:
+        call = SendStreamCall(self._g.send, self._g.transactions.send_half, peer_host(context), context.write)
+        with self._g.send_streams.open(call):
+            await call.run(request_iterator)
 
     @rpc_errors
     @_facing
@@ -209,6 +218,13 @@ class GatewayServicer(pb_grpc.GatewayServicer):
     async def ResendDeadLetter(self, request: pb.ResendDeadLetterRequest,
                                context: _Context) -> pb.ResendDeadLetterResponse:
         return await self._g.dead_letters.resend(request)
+
+    # --- streaming consumption: requests are read while batches are written (``context.write``)
+    @rpc_errors
+    @_facing
+    async def Consume(self, request_iterator: AsyncIterator[pb.ConsumeRequest],  # type: ignore[override]
+                      context: _Context) -> None:
+        await self._g.consume_stream.serve(request_iterator, context.write)
 
 
 class BatchReadServicer(pb_grpc.BatchReadServicer):

@@ -65,9 +65,10 @@ class SubscriptionGroupConfig:
     consume_broker_id: int = 0  # brokerId: the broker consumers read from (0: the master; a slave's id for slave reads)
     which_broker_when_consume_slowly: int = 1
     notify_consumer_ids_changed_enable: bool = True
+    consume_message_orderly: bool = False  # RocketMQ 5's FIFO switch for pop consumption
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "brokerId": self.consume_broker_id,
             "consumeBroadcastEnable": self.consume_broadcast_enable,
             "consumeEnable": self.consume_enable,
@@ -78,6 +79,9 @@ class SubscriptionGroupConfig:
             "retryQueueNums": self.retry_queue_nums,
             "whichBrokerWhenConsumeSlowly": self.which_broker_when_consume_slowly,
         }
+        if self.consume_message_orderly:  # RocketMQ 5's field, written only when set: a 4.9 entry stays 4.9's
+            out["consumeMessageOrderly"] = True
+        return dict(sorted(out.items()))
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], name: str | None = None) -> SubscriptionGroupConfig:
@@ -101,6 +105,7 @@ class SubscriptionGroupConfig:
                                                     d.which_broker_when_consume_slowly, int),
             notify_consumer_ids_changed_enable=_field(data, "notifyConsumerIdsChangedEnable",
                                                       d.notify_consumer_ids_changed_enable, bool),
+            consume_message_orderly=_field(data, "consumeMessageOrderly", d.consume_message_orderly, bool),
         )
 
     def check(self) -> None:

@@ -32,6 +32,7 @@ __all__ = [
     "AUTO_CREATE_TOPIC_KEY_TOPIC",
     "DLQ_GROUP_TOPIC_PREFIX",
     "MAX_QUEUE_NUMS",
+    "MESSAGE_TYPE_ATTRIBUTE",
     "PERM_INHERIT",
     "PERM_PRIORITY",
     "PERM_READ",
@@ -47,6 +48,7 @@ __all__ = [
     "RMQ_SYS_TRANS_OP_HALF_TOPIC",
     "TOPICS_FILE",
     "TOPIC_MAX_LENGTH",
+    "TOPIC_MESSAGE_TYPES",
     "DataVersion",
     "TopicConfig",
     "TopicConfigManager",
@@ -92,6 +94,9 @@ _VALID_TOPIC = re.compile(r"[%|a-zA-Z0-9_-]+")
 MAX_QUEUE_NUMS = 1024
 DEFAULT_QUEUE_NUMS = 16  # TopicConfig.defaultReadQueueNums / defaultWriteQueueNums
 TOPIC_FILTER_TYPES = ("SINGLE_TAG", "MULTI_TAG")
+# TopicAttributes.TOPIC_MESSAGE_TYPE_ATTRIBUTE and its values (TopicMessageType, UNSPECIFIED left out).
+MESSAGE_TYPE_ATTRIBUTE = "message.type"
+TOPIC_MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")
 _TOPIC_SYS_FLAG_MAX = 3  # TopicSysFlag: FLAG_UNIT = 1, FLAG_UNIT_SUB = 2
 
 # TopicValidator.SYSTEM_TOPIC_SET before the constructor adds the cluster, broker and reply topics.
@@ -178,6 +183,9 @@ class TopicConfig:
     topic_filter_type: str = "SINGLE_TAG"
     topic_sys_flag: int = 0
     order: bool = False
+    # The attribute ``message.type`` (TopicMessageType) of RocketMQ 5: what a RocketMQ 5 client may send to
+    # the topic. Empty: not set, and the topic takes every type (MIXED).
+    message_type: str = ""
 
     @property
     def readable(self) -> bool:
@@ -193,7 +201,9 @@ class TopicConfig:
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object RocketMQ writes: camelCase fields in fastjson's (alphabetical) order."""
+        attributes = {"attributes": {MESSAGE_TYPE_ATTRIBUTE: self.message_type}} if self.message_type else {}
         return {
+            **attributes,
             "order": self.order,
             "perm": self.perm,
             "readQueueNums": self.read_queue_nums,
@@ -206,7 +216,7 @@ class TopicConfig:
     @classmethod
     def from_json(cls, data: Mapping[str, Any], name: str | None = None) -> TopicConfig:
         """Read RocketMQ's JSON object; absent fields take TopicConfig's defaults, unknown ones (newer
-        RocketMQ's ``attributes``) are ignored. ``name`` (the table key) wins over ``topicName``."""
+        RocketMQ's other ``attributes``) are ignored. ``name`` (the table key) wins over ``topicName``."""
         if not isinstance(data, Mapping):
             raise TypeError(f"topic config must be an object, not {type(data).__name__}")
         topic = name if name is not None else data.get("topicName")
@@ -220,6 +230,7 @@ class TopicConfig:
             topic_filter_type=_str_field(data, "topicFilterType", "SINGLE_TAG"),
             topic_sys_flag=_int_field(data, "topicSysFlag", 0),
             order=_bool_field(data, "order", False),
+            message_type=_message_type_attribute(data),
         )
 
 
@@ -489,6 +500,20 @@ def _check_config(config: TopicConfig) -> None:
         raise TopicError(f"topicSysFlag value: {config.topic_sys_flag} is invalid.")
     if not isinstance(config.order, bool):
         raise TopicError(f"order {config.order!r} is invalid: expected true or false.")
+    if config.message_type and config.message_type not in TOPIC_MESSAGE_TYPES:
+        raise TopicError(f"message.type {config.message_type!r} is invalid: expected one of "
+                         f"{', '.join(TOPIC_MESSAGE_TYPES)}.")
+
+
+def _message_type_attribute(data: Mapping[str, Any]) -> str:
+    attributes = data.get("attributes") or {}
+    if not isinstance(attributes, Mapping):
+        raise ValueError(f"attributes must be an object, not {attributes!r}")
+    value = attributes.get(MESSAGE_TYPE_ATTRIBUTE, "")
+    if not isinstance(value, str) or (value and value not in TOPIC_MESSAGE_TYPES):
+        raise ValueError(f"attributes.{MESSAGE_TYPE_ATTRIBUTE} {value!r} is not one of "
+                         f"{', '.join(TOPIC_MESSAGE_TYPES)}")
+    return value
 
 
 def _decode_topics(data: Mapping[str, Any]) -> tuple[dict[str, TopicConfig], DataVersion]:

@@ -84,9 +84,9 @@ def _ack(ack: pb.DispatchAck) -> int:
 
 
 def _get_message_request(topic: str, queue_id: int, offset: int, max_messages: int, expression: str,
-                         without_bodies: bool) -> pb.GetMessageRequest:
+                         without_bodies: bool, max_bytes: int = 0) -> pb.GetMessageRequest:
     return pb.GetMessageRequest(topic=topic, queue_id=queue_id, offset=offset, max_messages=max_messages,
-                                expression=expression, without_bodies=without_bodies)
+                                expression=expression, without_bodies=without_bodies, max_bytes=max_bytes)
 
 
 def _read_queue_request(topic: str, queue_id: int, start_offset: int, end_offset: int, expression: str,
@@ -130,9 +130,11 @@ class IndexClient:
 
     # --- reads --------------------------------------------------------------------------------
     def get_message(self, topic: str, queue_id: int, offset: int, max_messages: int, *, expression: str = "",
-                    without_bodies: bool = False, timeout: float | None = None) -> pb.GetMessageResponse:
-        """RocketMQ's getMessage: status, next offset, and the found records (columnar)."""
-        request = _get_message_request(topic, queue_id, offset, max_messages, expression, without_bodies)
+                    without_bodies: bool = False, max_bytes: int = 0,
+                    timeout: float | None = None) -> pb.GetMessageResponse:
+        """RocketMQ's getMessage: status, next offset, and the found records (columnar). ``max_bytes`` > 0:
+        a streamed read of up to ``max_messages`` (at most 65536) and ``max_bytes``, not the pull's limits."""
+        request = _get_message_request(topic, queue_id, offset, max_messages, expression, without_bodies, max_bytes)
         response: pb.GetMessageResponse = self._calls.call(self._stub.GetMessage, request, retry=True, timeout=timeout)
         return response
 
@@ -201,9 +203,11 @@ class AsyncIndexClient:
         self._calls = Caller(SERVICE, timeout, wait_for_ready=wait_for_ready)
 
     async def get_message(self, topic: str, queue_id: int, offset: int, max_messages: int, *, expression: str = "",
-                          without_bodies: bool = False, timeout: float | None = None) -> pb.GetMessageResponse:
-        """RocketMQ's getMessage: status, next offset, and the found records (columnar)."""
-        request = _get_message_request(topic, queue_id, offset, max_messages, expression, without_bodies)
+                          without_bodies: bool = False, max_bytes: int = 0,
+                          timeout: float | None = None) -> pb.GetMessageResponse:
+        """RocketMQ's getMessage: status, next offset, and the found records (columnar). ``max_bytes`` > 0:
+        a streamed read of up to ``max_messages`` (at most 65536) and ``max_bytes``, not the pull's limits."""
+        request = _get_message_request(topic, queue_id, offset, max_messages, expression, without_bodies, max_bytes)
         response: pb.GetMessageResponse = await self._calls.acall(self._stub.GetMessage, request, retry=True,
                                                                   timeout=timeout)
         return response

@@ -142,12 +142,13 @@ def is_the_batch_full(size: int, max_msgs: int, buffer_total: int, count: int, i
 
 
 def get_message(cq: QueueView | None, offset: int, max_msgs: int, subscription: Subscription, max_phy_offset: int,
-                fetch: Fetch, limits: Limits, *, with_bodies: bool = True) -> GetMessageResult:
+                fetch: Fetch, limits: Limits, *, with_bodies: bool = True, max_bytes: int = 0) -> GetMessageResult:
     """Pull up to ``max_msgs`` messages of ``cq`` from queue offset ``offset``.
 
     ``max_phy_offset`` is the CommitLog's max offset (decides in-memory or on-disk limits and
     suggestPullingFromSlave); ``fetch`` reads many (offset, size) records at once and answers None
-    for a record that is gone.
+    for a record that is gone. ``max_bytes`` > 0 is a streamed read: the batch is bounded by
+    ``max_msgs`` and ``max_bytes`` (at least one message) instead of the pull's transfer limits.
     """
     S = GetMessageStatus
     if cq is None:
@@ -178,8 +179,10 @@ def get_message(cq: QueueView | None, offset: int, max_msgs: int, subscription: 
     last_phy = 0
     for (phy, size, tags_code) in _UNIT.iter_unpack(units[:min(len(units), max_units * CQ_UNIT)]):
         last_phy = phy
-        if is_the_batch_full(size, max_msgs, buffer_total, len(chosen),
-                             max_phy_offset - phy > memory, limits):
+        if max_bytes > 0:
+            if chosen and (len(chosen) >= max_msgs or buffer_total + size > max_bytes):
+                break
+        elif is_the_batch_full(size, max_msgs, buffer_total, len(chosen), max_phy_offset - phy > memory, limits):
             break
         scanned += 1
         if size <= 0 or size == 0x7FFFFFFF:

@@ -37,6 +37,7 @@ SERVICE_NAME = "rocketstore.v1.Index"
 MAX_PULL_MESSAGES = 1024
 MAX_BATCH_MESSAGES = 65536
 DEFAULT_BATCH_MESSAGES = 4096
+MAX_STREAM_READ_BYTES = 32 * 1024 * 1024  # a streamed GetMessage's answer stays well below MAX_MESSAGE_BYTES
 MAX_TOPIC_LENGTH = 127
 
 _log = get_logger("rocketstore.index")
@@ -124,12 +125,15 @@ class IndexServicer(pb_grpc.IndexServicer):
         _check_queue(request.topic, request.queue_id)
         if request.offset < 0:
             raise InvalidArgument(f"offset is {request.offset}; queue offsets are >= 0")
-        if not 1 <= request.max_messages <= MAX_PULL_MESSAGES:
-            raise InvalidArgument(f"max_messages is {request.max_messages}; it must be 1..{MAX_PULL_MESSAGES}")
+        if not 0 <= request.max_bytes <= MAX_STREAM_READ_BYTES:
+            raise InvalidArgument(f"max_bytes is {request.max_bytes}; it must be 0..{MAX_STREAM_READ_BYTES}")
+        most = MAX_BATCH_MESSAGES if request.max_bytes else MAX_PULL_MESSAGES  # a streamed read takes large batches
+        if not 1 <= request.max_messages <= most:
+            raise InvalidArgument(f"max_messages is {request.max_messages}; it must be 1..{most}")
         subscription = _subscription(request.expression)
         r = _reading_commitlog(lambda: self._store.get_message(
             request.topic, request.queue_id, request.offset, request.max_messages, subscription,
-            with_bodies=not request.without_bodies))
+            with_bodies=not request.without_bodies, max_bytes=request.max_bytes))
         return pb.GetMessageResponse(
             # GetMessageStatus is an IntEnum numbered as the proto enum: its number is the wire value.
             status=cast(pb.GetMessageStatus, int(r.status)), next_begin_offset=r.next_begin_offset,

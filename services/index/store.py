@@ -570,10 +570,10 @@ class IndexStore:
         return self.consume_queues.find(topic, queue_id)
 
     def get_message(self, topic: str, queue_id: int, offset: int, max_msgs: int,
-                    subscription: Subscription = ALL, with_bodies: bool = True) -> GetMessageResult:
+                    subscription: Subscription = ALL, with_bodies: bool = True, max_bytes: int = 0) -> GetMessageResult:
         cq = self.consume_queues.find(topic, queue_id)
         return get_message(cq, offset, max_msgs, subscription, self.commitlog_max_offset, self.read_records,
-                           self.limits, with_bodies=with_bodies)
+                           self.limits, with_bodies=with_bodies, max_bytes=max_bytes)
 
     def read_queue(self, topic: str, queue_id: int, start: int, end: int, subscription: Subscription = ALL,
                    batch_messages: int = 4096) -> Iterator[tuple[list[int], list[bytes], int]]:

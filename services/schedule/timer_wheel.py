@@ -3,7 +3,8 @@
     <root>/timerwheel/<slot ms>      one file per slot that holds timers (a slot is timerPrecisionMs wide,
                                      named by its start, TIMER_OUT_MS): units of 24 bytes, big-endian
                                      [int64 queue offset in rmq_sys_wheel_timer][int64 CommitLog offset]
-                                     [int32 size][int32 reserved = 0], appended in queue-offset order
+                                     [int32 size][int32 magic: 0 a timed message, 4 (MAGIC_DELETE) a
+                                     recall's delete marker], appended in queue-offset order
     <root>/config/timercheck.json    {"lastTimerQueueOffset": next unit of rmq_sys_wheel_timer to read,
                                       "lastReadTimeMs": the slot to deliver next,
                                       "slotDelivered": units of that slot already delivered}
@@ -25,10 +26,11 @@ from typing import Any
 
 from rocketstore.config_file import load_json, persist_json
 
-__all__ = ["TIMER_CHECK_FILE", "UNIT", "TimerCheckpoint", "TimerUnit", "TimerWheel"]
+__all__ = ["MAGIC_DELETE", "TIMER_CHECK_FILE", "UNIT", "TimerCheckpoint", "TimerUnit", "TimerWheel"]
 
 TIMER_CHECK_FILE = "timercheck.json"
 UNIT = struct.Struct(">qqii")
+MAGIC_DELETE = 4  # TimerMessageStore.MAGIC_DELETE: the unit cancels a message of its slot
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +38,11 @@ class TimerUnit:
     queue_offset: int
     commitlog_offset: int
     size: int
+    magic: int = 0
+
+    @property
+    def is_delete(self) -> bool:
+        return bool(self.magic & MAGIC_DELETE)
 
 
 @dataclass(slots=True)
@@ -89,8 +96,8 @@ class TimerWheel:
                 last = UNIT.unpack(os.pread(fd, UNIT.size, whole - UNIT.size))[0] if whole else -1
                 fresh = [u for u in items if u.queue_offset > last]
                 if fresh:
-                    os.pwrite(fd, b"".join(UNIT.pack(u.queue_offset, u.commitlog_offset, u.size, 0) for u in fresh),
-                              whole)
+                    data = b"".join(UNIT.pack(u.queue_offset, u.commitlog_offset, u.size, u.magic) for u in fresh)
+                    os.pwrite(fd, data, whole)
                     os.fsync(fd)
                     added += len(fresh)
             finally:
@@ -105,7 +112,24 @@ class TimerWheel:
                 data = f.read(count * UNIT.size)
         except FileNotFoundError:
             return []
-        return [TimerUnit(q, o, s) for q, o, s, _ in UNIT.iter_unpack(data[:len(data) - len(data) % UNIT.size])]
+        return [TimerUnit(*fields) for fields in UNIT.iter_unpack(data[:len(data) - len(data) % UNIT.size])]
+
+    def size(self, slot_ms: int) -> int:
+        """Bytes of the slot's file (0: none)."""
+        try:
+            return os.path.getsize(self._path(slot_ms))
+        except FileNotFoundError:
+            return 0
+
+    def delete_units(self, slot_ms: int) -> list[TimerUnit]:
+        """The slot's delete markers (recalls), read over its whole file."""
+        try:
+            with open(self._path(slot_ms), "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        whole = data[:len(data) - len(data) % UNIT.size]
+        return [u for u in (TimerUnit(*fields) for fields in UNIT.iter_unpack(whole)) if u.is_delete]
 
     def count(self, slot_ms: int) -> int:
         """Whole units in a slot's file (0 when it has none)."""

@@ -8,13 +8,11 @@ from rocketstore.message import java_string_hash
 from rocketstore.v2 import definition_pb2 as d
 
 from ..topics import TopicConfig
+from .topic_types import ALL_TYPES, accepted_types
 
 __all__ = ["ACCEPTED_TYPES", "broker_of", "consistent_hash", "message_queues", "queue_for_group"]
 
-# Topics here carry no ``message.type`` attribute: every topic is MIXED, the proxy's "all four types".
-# What a send of a type not supported yet gets is the send's answer (UNSUPPORTED), not a client-side
-# type mismatch.
-ACCEPTED_TYPES = (d.NORMAL, d.FIFO, d.DELAY, d.TRANSACTION)
+ACCEPTED_TYPES = ALL_TYPES  # a topic without the message.type attribute (MIXED)
 _MASK64 = (1 << 64) - 1
 
 
@@ -62,5 +60,5 @@ def message_queues(config: TopicConfig, broker: d.Broker, namespace: str = "") -
         permission = _permission(config.readable and queue_id < config.read_queue_nums,
                                  config.writeable and queue_id < config.write_queue_nums)
         queues.append(d.MessageQueue(topic=topic, id=queue_id, permission=permission,  # type: ignore[arg-type]
-                                     broker=broker, accept_message_types=ACCEPTED_TYPES))
+                                     broker=broker, accept_message_types=accepted_types(config)))
     return queues

@@ -1,10 +1,11 @@
 """``apache.rocketmq.v2.MessagingService`` on grpc.aio over a ``Gateway``, beside ``rocketstore.v1`` on the
 same port, answering as RocketMQ's proxy answers: refusals are a ``Code`` and a message in the response's
-status; a method not built yet ends the call UNIMPLEMENTED (as the proxy answers the methods it leaves
-unimplemented) with a message saying what is not supported yet."""
+status; the methods the proxy leaves unimplemented (PullMessage, the offset calls) end the call UNIMPLEMENTED
+with a message saying so."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
@@ -25,7 +26,10 @@ from ..servicer import peer_host
 from .client_settings import ClientSettingsRegistry, merged
 from .errors import V2Error, from_broker_error, status
 from .producer import V2SendProcessor
+from .recall import RecallProcessor
+from .receive import V2ConsumerProcessor
 from .route import broker_of, message_queues
+from .transactions import V2Transactions
 from .validation import check_group, check_topic
 
 __all__ = ["MESSAGING_SERVICE", "MessagingServicer"]
@@ -37,16 +41,7 @@ _log = get_logger("rocketstore.gateway.v2")
 _Context = grpc.aio.ServicerContext[Any, Any]
 _R = TypeVar("_R")
 
-_POP_LATER = ("pop consumption (ReceiveMessage, AckMessage, ChangeInvisibleDuration) is not supported yet by this "
-              "broker; consume through rocketstore.v1 (Pull) meanwhile")
 _NOT_SUPPORTED = {
-    "ReceiveMessage": _POP_LATER,
-    "AckMessage": _POP_LATER,
-    "ChangeInvisibleDuration": _POP_LATER,
-    "ForwardMessageToDeadLetterQueue": "ForwardMessageToDeadLetterQueue is not supported yet by this broker",
-    "EndTransaction": "EndTransaction is not supported yet: this broker takes no transactional messages yet",
-    "RecallMessage": "RecallMessage is not supported yet: this broker takes no DELAY messages "
-                     "(delivery timestamps) yet",
     "PullMessage": "PullMessage is not implemented (as in RocketMQ's proxy)",
     "UpdateOffset": "UpdateOffset is not implemented (as in RocketMQ's proxy)",
     "GetOffset": "GetOffset is not implemented (as in RocketMQ's proxy)",
@@ -92,7 +87,10 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
         self._g = gateway
         self._ctx = gateway.context
         self._clients = ClientSettingsRegistry()
-        self._producer = V2SendProcessor(gateway.context, gateway.send)
+        self._transactions = V2Transactions(gateway.transactions, gateway.producers, gateway.context.topics)
+        self._producer = V2SendProcessor(gateway.context, gateway.send, self._transactions)
+        self._consumer = V2ConsumerProcessor(gateway.context, gateway.pop)
+        self._recall = RecallProcessor(gateway.context, gateway.sender)
         self._endpoints = _endpoints_of(endpoint)
 
     # --- routes ----------------------------------------------------------------------------------
@@ -164,25 +162,49 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
                         context: _Context) -> None:
         """Each settings command is merged as the proxy merges it, kept for the client, and answered with
         the merged settings; settings that are neither a producer's nor a consumer's end the stream
-        INVALID_ARGUMENT, as in the proxy."""
+        INVALID_ARGUMENT, as in the proxy. While the stream is open a producer is a live producer of the
+        topics it publishes to: the broker's transaction checks for them are written down the stream as
+        recovery commands (by one task; writes take turns with the settings answers)."""
         try:
             client_id = _client_id(context)
         except V2Error as e:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, e.message)
-        async for command in request_iterator:
-            if command.WhichOneof("command") != "settings":
-                continue  # thread stack traces and verification results: nothing asked for them yet
+        producer = self._transactions.stream(client_id)
+        writing = asyncio.Lock()
+
+        async def push_checks() -> None:
             try:
-                answer = merged(command.settings, self._ctx.settings.max_message_size)
-                if answer.HasField("subscription"):
-                    check_group(answer.subscription.group.name)
-                    for entry in answer.subscription.subscriptions:
-                        check_topic(entry.topic.name, self._ctx.topics)
-            except (ValueError, V2Error) as e:
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
-            self._clients.put(client_id, answer)
-            _log.info("v2 client settings", client_id=client_id, client_type=d.ClientType.Name(answer.client_type))
-            await context.write(s.TelemetryCommand(status=status(), settings=answer))
+                while True:
+                    command = await producer.next_command()
+                    async with writing:
+                        await context.write(command)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - the stream is gone: the check is asked again next round
+                _log.info("v2 recovery command not written", client_id=client_id, error=repr(e))
+
+        pusher = asyncio.get_running_loop().create_task(push_checks(), name=f"telemetry-{client_id}")
+        try:
+            async for command in request_iterator:
+                if command.WhichOneof("command") != "settings":
+                    continue  # thread stack traces and verification results: nothing asked for them yet
+                try:
+                    answer = merged(command.settings, self._ctx.settings.max_message_size)
+                    if answer.HasField("subscription"):
+                        check_group(answer.subscription.group.name)
+                        for entry in answer.subscription.subscriptions:
+                            check_topic(entry.topic.name, self._ctx.topics)
+                except (ValueError, V2Error) as e:
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+                self._clients.put(client_id, answer)
+                _log.info("v2 client settings", client_id=client_id,
+                          client_type=d.ClientType.Name(answer.client_type))
+                async with writing:
+                    await context.write(s.TelemetryCommand(status=status(), settings=answer))
+                producer.adopt(answer)
+        finally:
+            producer.close()
+            pusher.cancel()
 
     # --- sending ---------------------------------------------------------------------------------
     @_answers(s.SendMessageResponse)
@@ -190,27 +212,54 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
         _client_id(context)
         return await self._producer.send(request, peer_host(context))
 
+    # --- receiving -------------------------------------------------------------------------------
+    async def ReceiveMessage(self, request: s.ReceiveMessageRequest,
+                             context: _Context) -> AsyncIterator[s.ReceiveMessageResponse]:
+        try:
+            _client_id(context)
+        except V2Error as e:
+            yield s.ReceiveMessageResponse(status=e.status())
+            return
+        try:
+            async for response in self._consumer.receive(request, context.time_remaining()):
+                yield response
+        except Exception as e:  # noqa: BLE001 - every failure is answered
+            _log.error("v2 rpc failed", method="ReceiveMessage", error=repr(e), exc_info=e)
+            yield s.ReceiveMessageResponse(status=status(d.INTERNAL_SERVER_ERROR,
+                                                         f"ReceiveMessage failed: {type(e).__name__}: {e}"))
+
+    @_answers(s.AckMessageResponse)
+    async def AckMessage(self, request: s.AckMessageRequest, context: _Context) -> s.AckMessageResponse:
+        _client_id(context)
+        return await self._consumer.ack(request)
+
+    @_answers(s.ChangeInvisibleDurationResponse)
+    async def ChangeInvisibleDuration(self, request: s.ChangeInvisibleDurationRequest,
+                                      context: _Context) -> s.ChangeInvisibleDurationResponse:
+        _client_id(context)
+        return await self._consumer.change_invisible_duration(request)
+
+    @_answers(s.ForwardMessageToDeadLetterQueueResponse)
+    async def ForwardMessageToDeadLetterQueue(self, request: s.ForwardMessageToDeadLetterQueueRequest,
+                                              context: _Context) -> s.ForwardMessageToDeadLetterQueueResponse:
+        _client_id(context)
+        return await self._consumer.forward_to_dead_letters(request)
+
+    # --- transactions and recall -----------------------------------------------------------------
+    @_answers(s.EndTransactionResponse)
+    async def EndTransaction(self, request: s.EndTransactionRequest, context: _Context) -> s.EndTransactionResponse:
+        _client_id(context)
+        return await self._transactions.end(request)
+
+    @_answers(s.RecallMessageResponse)
+    async def RecallMessage(self, request: s.RecallMessageRequest, context: _Context) -> s.RecallMessageResponse:
+        _client_id(context)
+        return await self._recall.recall(request)
+
     # --- not supported yet -----------------------------------------------------------------------
     async def _unsupported(self, name: str, context: _Context) -> None:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, _NOT_SUPPORTED[name])
 
-    async def ReceiveMessage(self, request: Any, context: _Context) -> None:  # type: ignore[override]
-        await self._unsupported("ReceiveMessage", context)
-
-    async def AckMessage(self, request: Any, context: _Context) -> Any:
-        await self._unsupported("AckMessage", context)
-
-    async def ChangeInvisibleDuration(self, request: Any, context: _Context) -> Any:
-        await self._unsupported("ChangeInvisibleDuration", context)
-
-    async def ForwardMessageToDeadLetterQueue(self, request: Any, context: _Context) -> Any:
-        await self._unsupported("ForwardMessageToDeadLetterQueue", context)
-
-    async def EndTransaction(self, request: Any, context: _Context) -> Any:
-        await self._unsupported("EndTransaction", context)
-
-    async def RecallMessage(self, request: Any, context: _Context) -> Any:
-        await self._unsupported("RecallMessage", context)
 
     async def PullMessage(self, request: Any, context: _Context) -> None:  # type: ignore[override]
         await self._unsupported("PullMessage", context)

@@ -12,8 +12,8 @@ from rocketstore.v2 import definition_pb2 as d
 from ..topics import SYSTEM_TOPIC_PREFIX, TopicConfigManager
 from .errors import V2Error
 
-__all__ = ["MAX_GROUP_LENGTH", "MAX_MESSAGE_GROUP_BYTES", "MAX_USER_PROPERTIES", "MAX_USER_PROPERTY_BYTES",
-           "check_group", "check_message", "check_topic"]
+__all__ = ["MAX_DELAY_TIME_MS", "MAX_GROUP_LENGTH", "MAX_MESSAGE_GROUP_BYTES", "MAX_USER_PROPERTIES",
+           "MAX_USER_PROPERTY_BYTES", "check_group", "check_message", "check_topic"]
 
 _NAME = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 MAX_TOPIC_LENGTH = 127
@@ -23,6 +23,7 @@ _SYSTEM_GROUP_PREFIX = "CID_RMQ_SYS_"
 MAX_USER_PROPERTIES = 128  # userPropertyMaxNum
 MAX_USER_PROPERTY_BYTES = 16 * 1024  # maxUserPropertySize: user properties, tag and keys together
 MAX_MESSAGE_GROUP_BYTES = 64  # maxMessageGroupSize (a group of this many bytes is refused)
+MAX_DELAY_TIME_MS = 24 * 3600 * 1000  # maxDelayTimeMills: a delivery_timestamp at most a day ahead
 # The two characters of the stored properties' syntax are control characters too.
 
 
@@ -117,6 +118,9 @@ def _check_type(m: d.Message, where: str) -> None:
     if kind == d.NORMAL and (sp.HasField("message_group") or sp.HasField("delivery_timestamp")):
         raise V2Error(d.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, f"{where}: a NORMAL message carries neither a "
                                                              "message_group (FIFO) nor a delivery_timestamp (DELAY)")
+    if kind == d.TRANSACTION and sp.HasField("delivery_timestamp"):
+        raise V2Error(d.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, f"{where}: a TRANSACTION message carries no "
+                                                             "delivery_timestamp (a half message is never delayed)")
     if kind == d.DELAY and not sp.HasField("delivery_timestamp"):
         raise V2Error(d.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, f"{where}: a DELAY message needs a "
                                                              "delivery_timestamp")

@@ -1,0 +1,330 @@
+"""Streaming consumption (``Consume``): the gateway pushes the messages of a consumer's assigned queues
+down one long-lived stream, as fast as the consumer grants credit for them.
+
+The client assigns queues (topic, queue id, offset to start at, expression) and unassigns those a
+re-balance took away; it grants credit in messages and bytes. For every assigned queue with messages
+beyond its offset, the stream reads one large batch from the index service (one ``GetMessage`` of up to
+``STREAM_BATCH_MESSAGES`` / ``STREAM_BATCH_BYTES``, whose records the index fetches from the CommitLog
+in one ``ReadRecords``), keeps the messages whose tags really match (RocketMQ's client-side check on top
+of the store's tag-hash filter, as Pull does) and writes them as one ``ConsumeBatch``. The credit a read
+may use is taken before it starts and what it did not use is given back after, so the messages written
+and not yet granted again never exceed what the client granted: a slow consumer holds at most its
+credit in the client, and the gateway at most the batches being read or written.
+
+When the gateway shares the store's volume, a batch below the max offset the index reported for the
+queue is read from the files themselves (``local_reads.py``: read-only mappings of the published
+ConsumeQueue units and CommitLog records), without the two internal calls; anything unusual there
+is read through the index service instead.
+
+A queue that is caught up costs no request and no thread: the stream follows the queue on the pull
+hold service (the index's ``Watch`` stream) and reads it again when its max offset moves. While that
+stream is down, caught-up queues are read again every ``SHORT_WAIT``, as held pulls are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from rocketstore.errors import BrokerError
+from rocketstore.log import get_logger
+from rocketstore.subscription import Subscription
+from rocketstore.v1 import gateway_pb2 as pb
+
+from .context import GatewayContext, parse_subscription
+from .errors import GatewayError, check_group
+from .local_reads import LocalStoreReader
+from .pull_processor import SHORT_WAIT, matching, pull_status
+
+__all__ = ["READS_IN_FLIGHT", "STREAM_BATCH_BYTES", "STREAM_BATCH_MESSAGES", "ConsumeStreamProcessor"]
+
+_log = get_logger("rocketstore.gateway")
+
+STREAM_BATCH_MESSAGES = 4096
+"""Most messages one read (one index call, one CommitLog call) takes for a stream."""
+STREAM_BATCH_BYTES = 4 << 20
+"""Most record bytes one read takes (at least one message)."""
+READS_IN_FLIGHT = 2
+"""Reads a stream has running at once (of different queues): the next batch is read while one is written."""
+MAX_CREDIT = 1 << 40
+READ_RETRY_SECONDS = 1.0  # after a read the index could not answer
+
+Write = Callable[[pb.ConsumeBatch], Awaitable[None]]
+
+
+@dataclasses.dataclass(eq=False)
+class _Queue:
+    assign_id: int
+    topic: str
+    queue_id: int
+    offset: int
+    expression: str
+    subscription: Subscription
+    max_known: int = -1  # the queue's max offset as last seen; -1: unknown, read it
+    advances: int = 0  # how often the hold service reported an advance (a read that raced one reads again)
+    reading: bool = False
+    retry_at: float = 0.0
+    active: bool = True
+    wake: Callable[[int], None] | None = None
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.topic, self.queue_id
+
+
+class ConsumeStreamProcessor:
+    def __init__(self, context: GatewayContext, local: LocalStoreReader | None = None,
+                 batch_messages: int = STREAM_BATCH_MESSAGES, batch_bytes: int = STREAM_BATCH_BYTES) -> None:
+        """``local``: the store's files, when this gateway shares its volume (read without the index service)."""
+        self._ctx = context
+        self._local = local
+        self._batch_messages = batch_messages
+        self._batch_bytes = batch_bytes
+        self.open_streams = 0
+
+    async def serve(self, requests: AsyncIterator[pb.ConsumeRequest], write: Write) -> None:
+        """Run one stream until the client ends it (or it fails: the error ends the call)."""
+        try:
+            first = await anext(requests)
+        except StopAsyncIteration:
+            return
+        if first.WhichOneof("kind") != "open":
+            raise GatewayError("INVALID_ARGUMENT", "the first message of a Consume stream must be open "
+                                                   "(consumer_group, client_id)")
+        check_group(first.open.consumer_group)
+        self._ctx.group_for_consume(first.open.consumer_group)
+        stream = _Stream(self._ctx, first.open.consumer_group, first.open.client_id, write, self._local,
+                         self._batch_messages, self._batch_bytes)
+        self.open_streams += 1
+        try:
+            await stream.run(requests)
+        finally:
+            self.open_streams -= 1
+
+
+class _Stream:
+    def __init__(self, ctx: GatewayContext, group: str, client_id: str, write: Write,
+                 local: LocalStoreReader | None, batch_messages: int, batch_bytes: int) -> None:
+        self._ctx = ctx
+        self._local = local
+        self._group = group
+        self._client_id = client_id
+        self._write = write
+        self._batch_messages = batch_messages
+        self._batch_bytes = batch_bytes
+        self._queues: dict[int, _Queue] = {}  # by assign id
+        self._by_key: dict[tuple[str, int], _Queue] = {}
+        self._credit_messages = 0
+        self._credit_bytes = 0
+        self._wake = asyncio.Event()
+        self._reads: set[asyncio.Task[None]] = set()
+        self._outbox: asyncio.Queue[pb.ConsumeBatch] = asyncio.Queue()
+        self._rotation = 0
+
+    async def run(self, requests: AsyncIterator[pb.ConsumeRequest]) -> None:
+        loop = asyncio.get_running_loop()
+        reader = loop.create_task(self._read_requests(requests), name="Consume.requests")
+        writer = loop.create_task(self._write_batches(), name="Consume.writer")
+        scheduler = loop.create_task(self._schedule(), name="Consume.scheduler")
+        tasks = (reader, writer, scheduler)
+        try:
+            # The stream ends when the client ends its side (reader done) or a write fails (writer done).
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()  # a refusal (bad assignment, bad credit) ends the call with its status
+        finally:
+            for task in (*tasks, *self._reads):
+                task.cancel()
+            await asyncio.gather(*tasks, *self._reads, return_exceptions=True)
+            for q in list(self._queues.values()):
+                self._drop(q)
+
+    # --- the client's side -----------------------------------------------------------------
+    async def _read_requests(self, requests: AsyncIterator[pb.ConsumeRequest]) -> None:
+        async for request in requests:
+            kind = request.WhichOneof("kind")
+            if kind == "assign":
+                for sq in request.assign.queues:
+                    self._assign(sq)
+            elif kind == "unassign":
+                for assign_id in request.unassign.assign_ids:
+                    q = self._queues.get(assign_id)
+                    if q is not None:
+                        self._drop(q)
+            elif kind == "credit":
+                c = request.credit
+                if c.messages < 0 or c.bytes < 0:
+                    raise GatewayError("INVALID_ARGUMENT", f"credit of {c.messages} messages and {c.bytes} bytes: "
+                                                           "credit is >= 0")
+                self._credit_messages = min(self._credit_messages + c.messages, MAX_CREDIT)
+                self._credit_bytes = min(self._credit_bytes + c.bytes, MAX_CREDIT)
+            else:
+                what = kind or "an empty message"
+                raise GatewayError("INVALID_ARGUMENT", f"a Consume stream is open already; {what} is not an assign, "
+                                                       "unassign or credit")
+            self._wake.set()
+
+    def _assign(self, sq: pb.StreamQueue) -> None:
+        ctx = self._ctx
+        config = ctx.topic_for_read(sq.topic)
+        if not config.readable:
+            raise GatewayError("PERMISSION_DENIED", f"topic {sq.topic!r} is not readable (perm {config.perm})")
+        ctx.check_queue_id(config, sq.queue_id)
+        if sq.offset < 0:
+            raise GatewayError("INVALID_ARGUMENT", f"offset {sq.offset} of {sq.topic}/{sq.queue_id}: queue offsets "
+                                                   "are >= 0")
+        if sq.assign_id in self._queues:
+            raise GatewayError("INVALID_ARGUMENT", f"assign_id {sq.assign_id} is in use on this stream; give each "
+                                                   "assignment its own")
+        subscription = parse_subscription(sq.expression)
+        previous = self._by_key.get((sq.topic, sq.queue_id))
+        if previous is not None:
+            self._drop(previous)
+        q = _Queue(sq.assign_id, sq.topic, sq.queue_id, sq.offset, sq.expression, subscription)
+
+        def wake(max_offset: int, q: _Queue = q) -> None:
+            q.advances += 1
+            if max_offset > q.max_known:
+                q.max_known = max_offset
+                self._wake.set()
+
+        q.wake = wake
+        ctx.hold.follow(sq.topic, sq.queue_id, wake)
+        self._queues[q.assign_id] = q
+        self._by_key[q.key] = q
+        _log.debug("stream queue assigned", topic=q.topic, queue_id=q.queue_id, offset=q.offset,
+                   consumer_group=self._group, client_id=self._client_id)
+
+    def _drop(self, q: _Queue) -> None:
+        q.active = False
+        self._queues.pop(q.assign_id, None)
+        if self._by_key.get(q.key) is q:
+            del self._by_key[q.key]
+        if q.wake is not None:
+            self._ctx.hold.unfollow(q.topic, q.queue_id, q.wake)
+
+    # --- reading and pushing ---------------------------------------------------------------
+    async def _schedule(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            self._wake.clear()
+            now = loop.time()
+            next_retry = self._start_reads(now)
+            timeout = None if next_retry is None else max(next_retry - now, 0.0)
+            if not self._ctx.hold.connected and self._queues:
+                # No Watch stream: caught-up queues are read again after a short wait.
+                timeout = SHORT_WAIT if timeout is None else min(timeout, SHORT_WAIT)
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            except TimeoutError:
+                if not self._ctx.hold.connected:
+                    for q in self._queues.values():
+                        q.max_known = -1
+
+    def _start_reads(self, now: float) -> float | None:
+        """Start reads of queues with messages beyond their offset, round robin, while credit lasts;
+        answers when a queue waiting after a failed read may be read again (None: none waits)."""
+        queues = list(self._queues.values())
+        next_retry: float | None = None
+        if not queues:
+            return None
+        start = self._rotation % len(queues)
+        for q in queues[start:] + queues[:start]:
+            if len(self._reads) >= READS_IN_FLIGHT or self._credit_messages <= 0 or self._credit_bytes <= 0:
+                break
+            if q.reading or (0 <= q.max_known <= q.offset):
+                continue
+            if q.retry_at > now:
+                next_retry = q.retry_at if next_retry is None else min(next_retry, q.retry_at)
+                continue
+            messages = min(self._credit_messages, self._batch_messages)
+            size = min(self._credit_bytes, self._batch_bytes)
+            self._credit_messages -= messages
+            self._credit_bytes -= size
+            q.reading = True
+            task = asyncio.get_running_loop().create_task(self._read(q, messages, size))
+            self._reads.add(task)
+            task.add_done_callback(self._reads.discard)
+        self._rotation += 1
+        return next_retry
+
+    async def _read(self, q: _Queue, messages: int, size: int) -> None:
+        used_messages = used_bytes = 0
+        try:
+            advances, offset = q.advances, q.offset
+            published = self._ctx.hold.max_offset(q.topic, q.queue_id)
+            if self._local is not None and published < 0:
+                # Not heard of yet (the Watch stream reports queues as they advance): the topic's max
+                # offsets in one call, so that even the first batch is read from the files.
+                try:
+                    for info in await self._ctx.index.queue_offsets(q.topic):
+                        self._ctx.hold.observe(info.topic, info.queue_id, info.max_offset)
+                except BrokerError:
+                    pass  # the read below goes through the index and says what is wrong
+                published = self._ctx.hold.max_offset(q.topic, q.queue_id)
+            if self._local is not None and offset < published:
+                local = await asyncio.to_thread(self._local.read, q.topic, q.queue_id, offset, published, messages,
+                                                size, q.subscription)
+                if local is not None:
+                    if not q.active:
+                        return
+                    used_messages, used_bytes = len(local.queue_offsets), len(local.records)
+                    q.offset = local.next_offset
+                    q.max_known = max(q.max_known, published)
+                    if used_messages or local.next_offset != offset:
+                        self._ctx.stats.pulled(used_messages)
+                        self._outbox.put_nowait(pb.ConsumeBatch(
+                            assign_id=q.assign_id, topic=q.topic, queue_id=q.queue_id, records=local.records,
+                            queue_offsets=local.queue_offsets, sizes=local.sizes, next_offset=local.next_offset,
+                            max_offset=published))
+                    return
+            try:
+                r = await self._ctx.index.get_message(q.topic, q.queue_id, offset, messages,
+                                                      expression=q.expression, max_bytes=size)
+            except BrokerError as e:
+                _log.warning("stream read failed; reading again later", topic=q.topic, queue_id=q.queue_id,
+                             offset=offset, error=e.message, consumer_group=self._group)
+                q.retry_at = asyncio.get_running_loop().time() + READ_RETRY_SECONDS
+                return
+            if not q.active:
+                return  # unassigned meanwhile: nothing of it is sent
+            self._ctx.hold.observe(q.topic, q.queue_id, r.max_offset)
+            status, next_offset = pull_status(r, offset)
+            batch = pb.ConsumeBatch(assign_id=q.assign_id, topic=q.topic, queue_id=q.queue_id, next_offset=next_offset,
+                                    max_offset=r.max_offset)
+            if status == pb.PULL_FOUND:
+                found = None if q.subscription.all else matching(r, q.subscription)
+                if found is None or len(found) == len(r.queue_offsets):
+                    batch.records = r.records
+                    batch.queue_offsets.extend(r.queue_offsets)
+                    batch.sizes.extend(r.sizes)
+                else:
+                    records = r.records
+                    batch.records = b"".join(records[s:s + n] for _, s, n in found)
+                    batch.queue_offsets.extend(qo for qo, _, _ in found)
+                    batch.sizes.extend(n for _, _, n in found)
+                used_messages, used_bytes = len(batch.queue_offsets), len(batch.records)
+            elif status == pb.PULL_OFFSET_ILLEGAL:
+                batch.offset_reset = True
+                _log.info("stream offset illegal; the queue continues at the store's next offset", topic=q.topic,
+                          queue_id=q.queue_id, offset=offset, next_offset=next_offset, consumer_group=self._group)
+            # Caught up: wait for the hold service's word, unless an advance came while reading.
+            if next_offset >= r.max_offset and q.advances == advances:
+                q.max_known = r.max_offset
+            else:
+                q.max_known = max(q.max_known, r.max_offset)
+            q.offset = next_offset
+            if used_messages or next_offset != offset:
+                self._ctx.stats.pulled(used_messages)
+                self._outbox.put_nowait(batch)  # in queue order: the queue's next read starts after this
+        finally:
+            q.reading = False
+            self._credit_messages += messages - used_messages
+            self._credit_bytes += size - used_bytes
+            self._wake.set()
+
+    async def _write_batches(self) -> None:
+        while True:
+            batch = await self._outbox.get()
+            await self._write(batch)

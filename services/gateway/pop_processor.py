@@ -1,0 +1,634 @@
+"""Pop consumption (RocketMQ 5's PopMessageProcessor, AckMessageProcessor, ChangeInvisibleTimeProcessor and
+PopReviveService in one place): a receive takes the next messages of a group from a topic's queues (and the
+group's pop retry topic), hides them under a checkpoint stored in the revive topic, and answers only once the
+checkpoint is stored (flushed first under SYNC_FLUSH); an acknowledgement, a new invisible time or a move to
+the dead-letter queue is an ACK record there, stored before it is answered. Messages still open when their
+invisible time ends are revived: stored again in ``%RETRY%<group>_<topic>`` with the next delivery attempt,
+or in ``%DLQ%<group>`` once the group's attempts (retryMaxTimes + 1) are used up, together with the ACK that
+settles them, in one append, so a crash leaves both or neither.
+
+At start the open checkpoints are read back from the revive topic (from the revive group's committed offset,
+the first checkpoint that was still open), so after a kill -9 of any process nothing acknowledged comes back
+and nothing open is lost. Ordered (FIFO) pops read from the group's committed offset, give a queue's next
+messages only once its last ones are settled or their invisible time is over, and keep a message's
+attempts across redeliveries.
+
+A waiting receive is a coroutine held on the index's Watch stream (``PullRequestHoldService.hold_any``), or
+woken by an acknowledgement that unblocks an ordered queue: no thread waits."""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rocketstore.codec import decode_message
+from rocketstore.errors import BrokerError
+from rocketstore.log import get_logger
+from rocketstore.message import PROPERTY_RETRY_TOPIC, MessageExt, properties_to_string
+from rocketstore.settings import BrokerRole
+from rocketstore.subscription import Subscription
+from rocketstore.v1 import commitlog_pb2 as cl_pb
+from rocketstore.v1 import gateway_pb2 as pb
+from rocketstore.v1 import index_pb2 as ix_pb
+
+from .context import GatewayContext
+from .errors import GatewayError
+from .pop_checkpoints import SUPERSEDED, CheckpointTable
+from .pop_records import (
+    ACK_ACKED,
+    ACK_CHANGED,
+    ACK_DEAD,
+    ACK_REVIVED,
+    REVIVE_GROUP,
+    Ack,
+    Checkpoint,
+    ack_message,
+    ck_message,
+    decode_record,
+    pop_retry_topic,
+    revive_topic,
+)
+from .pull_processor import pull_status
+from .received import tags_of
+from .send_back_processor import DEFAULT_MAX_RECONSUME_TIMES, SendBackProcessor
+from .send_processor import SEND_TIMEOUT
+from .sender import EncodedSend, SendBatcher
+from .topics import PERM_READ, PERM_WRITE
+
+__all__ = ["MAX_POP_MESSAGES", "PopProcessor", "Popped", "ReceiptRefused"]
+
+_log = get_logger("rocketstore.gateway.pop")
+
+MAX_POP_MESSAGES = 32  # ProxyUtils.MAX_MSG_NUMS_FOR_POP_REQUEST
+POP_FROM_RETRY_PROBABILITY = 20  # BrokerConfig.popFromRetryProbability (%)
+CATCH_UP_TIMEOUT = 30.0
+REVIVE_TICK = 0.05  # seconds between looks at the checkpoints due
+_PUT_OK = 0
+_STORED = (0, 1, 2, 3)  # PUT_OK, or stored while a flush or slave wait failed
+_HOST_FLAGS = 0x30
+PROPERTY_FIRST_POP_TIME = "1ST_POP_TIME"
+QueueKey = tuple[str, str, int]
+
+
+class ReceiptRefused(Exception):
+    """A receipt handle that names no message this group holds invisible now."""
+
+    def __init__(self, message: str, acked: bool = False) -> None:
+        super().__init__(message)
+        self.message = message
+        self.acked = acked  # the message was acknowledged already (an acknowledgement again is answered OK)
+
+
+@dataclass(frozen=True)
+class Popped:
+    message: MessageExt
+    ck: Checkpoint
+    index: int
+
+    @property
+    def attempt(self) -> int:
+        return self.ck.attempts[self.index]
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class PopProcessor:
+    def __init__(self, context: GatewayContext, batcher: SendBatcher, send_back: SendBackProcessor) -> None:
+        self._ctx = context
+        self._batcher = batcher
+        self._send_back = send_back
+        self.table = CheckpointTable()
+        self.revive_topic = revive_topic(context.settings.broker_cluster_name)
+        self._locks: dict[QueueKey, asyncio.Lock] = {}
+        self._contended: set[QueueKey] = set()  # queues a receive skipped while another one read them
+        self._waiters: dict[str, set[asyncio.Future[bool]]] = {}
+        self._due: list[tuple[int, tuple[str, str, int, int, int]]] = []
+        self._loaded: asyncio.Future[None] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._last_pop_time = 0
+        self._revive_committed = -1
+        self._in_flight: dict[object, int] = {}  # appends of revive records under way -> the position then
+
+    # --- life cycle ----------------------------------------------------------------------------
+    def start(self) -> None:
+        if self._ctx.settings.broker_role is BrokerRole.SLAVE:
+            return  # a slave stores nothing: its master revives (PopReviveService runs on masters only)
+        self._task = asyncio.get_running_loop().create_task(self._revive_loop(), name="PopReviveService")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        if self._loaded is not None and self._loaded.done() and not self._loaded.exception():
+            self._commit_revive_position()
+        for waiters in self._waiters.values():
+            for future in waiters:
+                if not future.done():
+                    future.set_result(False)
+
+    async def ready(self) -> None:
+        """Read the open checkpoints back once (the first caller reads, the others wait for it)."""
+        if self._loaded is None:
+            self._loaded = asyncio.get_running_loop().create_future()
+            try:
+                await self._load()
+            except BaseException as e:
+                future, self._loaded = self._loaded, None
+                future.set_exception(e)
+                future.exception()
+                raise
+            self._loaded.set_result(None)
+        await asyncio.shield(self._loaded)
+
+    async def _load(self) -> None:
+        ctx = self._ctx
+        if ctx.settings.broker_role is not BrokerRole.SLAVE:  # a slave's topics are its master's
+            await asyncio.to_thread(ctx.topics.create_topic_in_send_message_back_method, self.revive_topic, 1,
+                                    PERM_READ | PERM_WRITE)
+        target = (await ctx.commitlog.offsets()).max_offset
+        deadline = time.monotonic() + CATCH_UP_TIMEOUT
+        while (await ctx.index.position()).position < target:  # what was stored before a crash is read whole
+            if time.monotonic() > deadline:
+                raise GatewayError("UNAVAILABLE", "the index has not caught up with the CommitLog yet; the "
+                                                  "checkpoints of pop consumption cannot be read, try again")
+            await asyncio.sleep(0.05)
+        start = max(ctx.offsets.query(REVIVE_GROUP, self.revive_topic, 0), 0)
+        self.table.seen(start - 1)
+        cks = acks = 0
+        async for batch in ctx.index.read_queue(self.revive_topic, 0, start, 0):
+            records, pos = batch.records, 0
+            while pos < len(records):
+                m = decode_message(records, pos)
+                pos += m.store_size
+                record = decode_record(m.properties.get("TAGS"), m.body)
+                self.table.seen(m.queue_offset)
+                if isinstance(record, Checkpoint):
+                    cks += 1
+                    record.revive_offset = m.queue_offset
+                    self.table.add(record)
+                    if not record.order and ctx.offsets.query(record.group, record.topic, record.queue_id) < \
+                            record.next_offset:
+                        ctx.offsets.commit(record.group, record.topic, record.queue_id, record.next_offset)
+                elif isinstance(record, Ack):
+                    acks += 1
+                    self.table.apply(record)
+        for ck in self.table.open_checkpoints():
+            heapq.heappush(self._due, (ck.revive_time, ck.key))
+        for queue in self.table.order_queues():
+            self._commit_order(queue)
+        self._revive_committed = start
+        _log.info("pop checkpoints loaded", revive_topic=self.revive_topic, from_offset=start, checkpoints=cks,
+                  acks=acks, open=len(self.table))
+
+    # --- storing records -----------------------------------------------------------------------
+    async def _append(self, messages: list[cl_pb.Message]) -> tuple[list[int], bool]:
+        """Store the records in one append; their queue offsets, and whether the store confirmed them durable
+        (PUT_OK). Raises when they were not stored."""
+        payload = cl_pb.AppendBatchRequest(columnar=True, messages=messages).SerializeToString()
+        encoded = EncodedSend(payload, [""] * len(messages), sum(len(m.body) for m in messages))
+        # Until it is answered, the revive position may not pass where this append can land (at or after the
+        # end now: the CommitLog answers appends in order).
+        token = object()
+        self._in_flight[token] = self.table.revive_end
+        try:
+            appended = await self._batcher.send(encoded, SEND_TIMEOUT)
+        finally:
+            del self._in_flight[token]
+        columns, start = appended.columns, appended.start
+        statuses = list(columns.statuses[start:start + len(messages)])
+        for i, status in enumerate(statuses):
+            if status not in _STORED:
+                reason = columns.reasons[start + i] if columns.reasons else ""
+                raise GatewayError("UNAVAILABLE", f"the CommitLog refused a record of pop consumption: {reason}")
+        self._ctx.stats.stored(len(messages), sum(columns.wrote_bytes[start:start + len(messages)]))
+        offsets = [int(o) for o in columns.queue_offsets[start:start + len(messages)]]
+        return offsets, all(s == _PUT_OK for s in statuses)
+
+    async def _store_ack(self, ck: Checkpoint, indexes: list[int], kind: str,
+                         more: Sequence[cl_pb.Message] = ()) -> bool:
+        """Settle ``indexes`` of ``ck`` with an ACK record (after ``more`` records, in the same append)."""
+        ack = Ack(ck.group, ck.topic, ck.queue_id, ck.start_offset, ck.pop_time,
+                  tuple(ck.offsets[i] for i in indexes), kind)
+        self.table.settle(ck, indexes, kind)  # at once: a revive running meanwhile leaves them alone
+        try:
+            offsets, durable = await self._append([*more, ack_message(self.revive_topic, ack)])
+        except BaseException:
+            self.table.unsettle(ck, indexes)
+            raise
+        self.table.seen(offsets[-1])
+        if ck.order:
+            self._commit_order((ck.group, ck.topic, ck.queue_id))
+            self._wake(ck.group)
+        return durable
+
+    def _next_pop_time(self) -> int:
+        self._last_pop_time = max(_now_ms(), self._last_pop_time + 1)  # one checkpoint key per pop
+        return self._last_pop_time
+
+    def max_attempts(self, group: str) -> int:
+        """The group's delivery attempts: retryMaxTimes + 1, as the proxy sets backoffPolicy.maxAttempts."""
+        config = self._ctx.subscription_groups.get(group)
+        return (config.retry_max_times if config is not None else DEFAULT_MAX_RECONSUME_TIMES) + 1
+
+    # --- receive -------------------------------------------------------------------------------
+    async def pop(self, group: str, topic: str, read_queue_nums: int, subscription: Subscription, batch: int,
+                  invisible_ms: int, fifo: bool, timeout: float) -> tuple[list[Popped], bool]:
+        """Up to ``batch`` messages hidden for ``invisible_ms``, waiting up to ``timeout`` seconds for the
+        first; also whether every checkpoint was confirmed durable."""
+        await self.ready()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            await asyncio.sleep(0)  # a receive woken at once (a queue moved meanwhile) still lets others run
+            popped, durable, positions, unblock_ms = await self._pop_once(
+                group, topic, read_queue_nums, subscription, batch, invisible_ms, fifo)
+            remaining = deadline - loop.time()
+            if popped or remaining <= 0:
+                return popped, durable
+            wait = remaining
+            if unblock_ms:
+                wait = min(wait, max(0.005, (unblock_ms - _now_ms()) / 1000))
+            future: asyncio.Future[bool] = loop.create_future()
+            waiters = self._waiters.setdefault(group, set())
+            waiters.add(future)
+            try:
+                if self._ctx.hold.connected:
+                    await self._ctx.hold.hold_any(positions, wait, future)
+                else:
+                    await asyncio.sleep(min(wait, 0.1))
+            finally:
+                waiters.discard(future)
+                if not waiters:
+                    self._waiters.pop(group, None)
+
+    def _wake(self, group: str) -> None:
+        for future in self._waiters.get(group, ()):
+            if not future.done():
+                future.set_result(True)
+
+    def _lock(self, key: QueueKey) -> asyncio.Lock:
+        lock = self._locks.get(key)
+        if lock is None:
+            lock = self._locks[key] = asyncio.Lock()
+        return lock
+
+    async def _pop_once(self, group: str, topic: str, read_queue_nums: int, subscription: Subscription,
+                        batch: int, invisible_ms: int, fifo: bool
+                        ) -> tuple[list[Popped], bool, list[tuple[str, int, int]], int]:
+        first = random.randrange(max(read_queue_nums, 1))
+        sources = [(topic, (first + i) % read_queue_nums) for i in range(read_queue_nums)]
+        retry = pop_retry_topic(group, topic)
+        if not fifo and self._ctx.topics.get(retry) is not None:  # FIFO pops never read a retry topic
+            if random.randrange(100) < POP_FROM_RETRY_PROBABILITY:
+                sources.insert(0, (retry, 0))
+            else:
+                sources.append((retry, 0))
+        out: list[Popped] = []
+        durable = True
+        positions: list[tuple[str, int, int]] = []
+        unblock = 0
+        for source, queue_id in sources:
+            if len(out) >= batch:
+                break
+            key = (group, source, queue_id)
+            lock = self._lock(key)
+            if lock.locked():
+                # Another receive of the group reads it now (queueLockManager.tryLock): skipped; a receive that
+                # waits is woken when that one is done with it.
+                self._contended.add(key)
+                continue
+            try:
+                async with lock:
+                    try:
+                        got, ok, position, blocked = await self._pop_source(key, subscription, batch - len(out),
+                                                                            invisible_ms, fifo, source != topic)
+                    except BrokerError:
+                        if not out:
+                            raise
+                        break  # what the other queues gave is hidden already: answer it
+                    if blocked:
+                        unblock = blocked if not unblock else min(unblock, blocked)
+            finally:
+                if key in self._contended:
+                    self._contended.discard(key)
+                    self._wake(group)
+            out += got
+            durable = durable and ok
+            if position is not None:
+                positions.append(position)
+        return out, durable, positions, unblock
+
+    async def _pop_source(self, key: QueueKey, subscription: Subscription, n: int, invisible_ms: int, fifo: bool,
+                          retry: bool) -> tuple[list[Popped], bool, tuple[str, int, int] | None, int]:
+        if fifo:
+            return await self._pop_ordered(key, subscription, n, invisible_ms)
+        got, ok, position = await self._pop_queue(key, subscription, n, invisible_ms, retry)
+        return got, ok, position, 0
+
+    async def _start_offset(self, key: QueueKey, retry: bool) -> int:
+        """The group's pop offset in the queue; a group new to it starts at its first message when nothing
+        was ever deleted from it (RocketMQ's initPopOffsetByCheckMsgInMem), else at its end (ConsumeInitMode
+        MAX, as the proxy asks)."""
+        offset = self._ctx.offsets.query(*key)
+        if offset >= 0:
+            return offset
+        group, topic, queue_id = key
+        offset = 0
+        if not retry:
+            r = await self._ctx.index.get_message(topic, queue_id, 0, 1, without_bodies=True)
+            offset = 0 if r.min_offset == 0 else r.max_offset
+        self._ctx.offsets.commit(group, topic, queue_id, offset)
+        return offset
+
+    async def _read(self, key: QueueKey, offset: int, n: int, subscription: Subscription, retry: bool
+                    ) -> tuple[int, int, list[MessageExt]]:
+        """(status, next offset, matching messages) of the queue from ``offset``."""
+        _, topic, queue_id = key
+        r = await self._ctx.index.get_message(topic, queue_id, offset, n,
+                                              expression="" if retry else subscription.expression)
+        self._ctx.hold.observe(topic, queue_id, r.max_offset)
+        status, next_offset = pull_status(r, offset)
+        found: list[MessageExt] = []
+        if r.status == ix_pb.GET_FOUND:
+            pos = 0
+            for size in r.sizes:
+                if retry or subscription.all or subscription.matches_tags(tags_of(r.records, pos)):
+                    found.append(decode_message(r.records, pos))
+                pos += size
+        return status, next_offset, found
+
+    async def _pop_queue(self, key: QueueKey, subscription: Subscription, n: int, invisible_ms: int, retry: bool
+                         ) -> tuple[list[Popped], bool, tuple[str, int, int] | None]:
+        group, topic, queue_id = key
+        offset = await self._start_offset(key, retry)
+        status, next_offset, found = await self._read(key, offset, n, subscription, retry)
+        if status == pb.PULL_NO_NEW_MSG:
+            return [], True, (topic, queue_id, offset)
+        out: list[Popped] = []
+        durable = True
+        if found:
+            ck = Checkpoint(group=group, topic=topic, queue_id=queue_id, start_offset=found[0].queue_offset,
+                            pop_time=self._next_pop_time(), invisible_ms=invisible_ms,
+                            offsets=[m.queue_offset for m in found],
+                            commitlog_offsets=[m.commitlog_offset for m in found],
+                            attempts=[m.reconsume_times + 1 for m in found], next_offset=next_offset,
+                            broker_name=self._ctx.settings.broker_name)
+            durable = await self._add_checkpoint(ck)
+            out = [Popped(m, ck, i) for i, m in enumerate(found)]
+        # Found, filtered out (the proxy acknowledges what the tag filter drops) or an offset corrected.
+        self._ctx.offsets.commit(group, topic, queue_id, next_offset)
+        return out, durable, (topic, queue_id, next_offset)
+
+    async def _add_checkpoint(self, ck: Checkpoint, more: Sequence[cl_pb.Message] = ()) -> bool:
+        offsets, durable = await self._append([ck_message(self.revive_topic, ck), *more])
+        ck.revive_offset = offsets[0]
+        self.table.add(ck)
+        self.table.seen(offsets[-1])
+        heapq.heappush(self._due, (ck.revive_time, ck.key))
+        return durable
+
+    async def _pop_ordered(self, key: QueueKey, subscription: Subscription, n: int, invisible_ms: int
+                           ) -> tuple[list[Popped], bool, tuple[str, int, int] | None, int]:
+        """ConsumerOrderInfoManager's rules: nothing while a message of the queue's last batch is still
+        invisible; then from the first message not yet settled, skipping those settled after it."""
+        group, topic, queue_id = key
+        state = self.table.order_state(key, _now_ms())
+        if state is not None and state.blocked_until:
+            return [], True, None, state.blocked_until
+        offset = state.committed if state is not None else await self._start_offset(key, False)
+        status, next_offset, found = await self._read(key, offset, n, subscription, False)
+        if status == pb.PULL_NO_NEW_MSG:
+            return [], True, (topic, queue_id, offset), 0
+        if state is not None:
+            found = [m for m in found if m.queue_offset not in state.done]
+        if not found:
+            if state is None:
+                self._ctx.offsets.commit(group, topic, queue_id, next_offset)
+            elif status == pb.PULL_OFFSET_ILLEGAL and next_offset > offset:
+                await self._forget_below(key, next_offset)  # deleted from the store: nothing left to deliver
+            return [], True, (topic, queue_id, next_offset), 0
+        limit = self.max_attempts(group)
+        attempts = [(state.attempts[m.queue_offset] + 1) if state is not None and m.queue_offset in state.attempts
+                    else m.reconsume_times + 1 for m in found]
+        ck = Checkpoint(group=group, topic=topic, queue_id=queue_id, start_offset=found[0].queue_offset,
+                        pop_time=self._next_pop_time(), invisible_ms=invisible_ms,
+                        offsets=[m.queue_offset for m in found], commitlog_offsets=[m.commitlog_offset for m in found],
+                        attempts=attempts, next_offset=next_offset, order=True,
+                        broker_name=self._ctx.settings.broker_name)
+        durable = await self._add_checkpoint(ck)
+        dead = [i for i, a in enumerate(attempts) if a > limit]
+        if dead:  # attempts used up: the proxy forwards such a message to the DLQ instead of delivering it
+            await self._to_dead_letters(ck, dead)
+        self._commit_order(key)
+        return [Popped(m, ck, i) for i, m in enumerate(found) if i not in dead], durable, None, 0
+
+    async def _forget_below(self, key: QueueKey, offset: int) -> None:
+        """Settle the ordered queue's live messages below ``offset``, which the store no longer holds (their
+        CommitLog files expired), so the queue moves on instead of waiting for them for ever."""
+        for ck in [ck for ck in self.table.open_checkpoints() if (ck.group, ck.topic, ck.queue_id) == key]:
+            gone = [i for i in ck.open_indexes if ck.offsets[i] < offset]
+            if gone:
+                _log.warning("ordered messages no longer in the store", group=key[0], topic=key[1],
+                             queue_id=key[2], offsets=[ck.offsets[i] for i in gone])
+                await self._store_ack(ck, gone, ACK_REVIVED)
+
+    def _commit_order(self, key: QueueKey) -> None:
+        committed = self.table.order_committed(key, _now_ms())
+        if committed >= 0:
+            self._ctx.offsets.commit(*key, committed)
+
+    # --- acknowledge, change, dead-letter --------------------------------------------------------
+    def find(self, group: str, topic: str, queue_id: int, start_offset: int, pop_time: int, invisible_ms: int,
+             offset: int, commitlog_offset: int) -> tuple[Checkpoint, int]:
+        """The open checkpoint and message a receipt handle names for ``group``; ReceiptRefused when none."""
+        ck = self.table.get((group, topic, queue_id, start_offset, pop_time))
+        now = _now_ms()
+        if ck is None:
+            if pop_time + invisible_ms <= now:
+                raise ReceiptRefused("the receipt handle is expired: its invisible time is over and the message "
+                                     "is delivered again; use the handle of the latest receive")
+            raise ReceiptRefused(f"the receipt handle names no message received by group {group!r} from topic "
+                                 f"{topic!r}: it was issued to another group or topic, or was never issued")
+        i = ck.index_of(offset)
+        if i < 0 or (commitlog_offset >= 0 and ck.commitlog_offsets[i] != commitlog_offset) or \
+                ck.invisible_ms != invisible_ms:
+            raise ReceiptRefused("the receipt handle does not name a message of the receive it claims to be from")
+        kind = ck.settled.get(i)
+        if kind == ACK_ACKED:
+            raise ReceiptRefused("the message was acknowledged already", acked=True)
+        if kind == ACK_CHANGED:
+            raise ReceiptRefused("the receipt handle was replaced by ChangeInvisibleDuration: use the handle it "
+                                 "returned")
+        if kind == ACK_DEAD:
+            raise ReceiptRefused("the message was moved to the dead-letter queue")
+        if kind in (ACK_REVIVED, SUPERSEDED) or ck.revive_time <= now:
+            raise ReceiptRefused("the receipt handle is expired: its invisible time is over and the message is "
+                                 "delivered again; use the handle of the latest receive")
+        return ck, i
+
+    async def ack(self, found: Sequence[tuple[Checkpoint, int]]) -> bool:
+        """Acknowledge messages, one ACK record per checkpoint (RocketMQ's batch ack), all in one append."""
+        by_ck: dict[tuple[str, str, int, int, int], tuple[Checkpoint, list[int]]] = {}
+        for ck, index in found:
+            indexes = by_ck.setdefault(ck.key, (ck, []))[1]
+            if index not in indexes:
+                indexes.append(index)
+        records = []
+        for ck, indexes in by_ck.values():
+            records.append(ack_message(self.revive_topic, Ack(ck.group, ck.topic, ck.queue_id, ck.start_offset,
+                                                              ck.pop_time, tuple(ck.offsets[i] for i in indexes),
+                                                              ACK_ACKED)))
+            self.table.settle(ck, indexes, ACK_ACKED)  # at once: a revive running meanwhile leaves them alone
+        try:
+            offsets, durable = await self._append(records)
+        except BaseException:
+            for ck, indexes in by_ck.values():
+                self.table.unsettle(ck, indexes)
+            raise
+        self.table.seen(offsets[-1])
+        for ck, _ in by_ck.values():
+            if ck.order:
+                self._commit_order((ck.group, ck.topic, ck.queue_id))
+                self._wake(ck.group)
+        return durable
+
+    async def change_invisible(self, ck: Checkpoint, index: int, invisible_ms: int) -> tuple[Checkpoint, bool]:
+        """A new checkpoint for the message (now + ``invisible_ms``) and the old one settled, in one append:
+        the old handle stops working as the new one starts."""
+        new = Checkpoint(group=ck.group, topic=ck.topic, queue_id=ck.queue_id, start_offset=ck.offsets[index],
+                         pop_time=self._next_pop_time(), invisible_ms=invisible_ms, offsets=[ck.offsets[index]],
+                         commitlog_offsets=[ck.commitlog_offsets[index]], attempts=[ck.attempts[index]],
+                         next_offset=ck.next_offset, order=ck.order, broker_name=ck.broker_name)
+        ack = Ack(ck.group, ck.topic, ck.queue_id, ck.start_offset, ck.pop_time, (ck.offsets[index],), ACK_CHANGED)
+        self.table.settle(ck, [index], ACK_CHANGED)
+        try:
+            offsets, durable = await self._append([ck_message(self.revive_topic, new),
+                                                   ack_message(self.revive_topic, ack)])
+        except BaseException:
+            self.table.unsettle(ck, [index])
+            raise
+        new.revive_offset = offsets[0]
+        self.table.add(new)
+        self.table.seen(offsets[-1])
+        heapq.heappush(self._due, (new.revive_time, new.key))
+        if ck.order:
+            self._wake(ck.group)
+        return new, durable
+
+    async def forward_to_dead_letters(self, ck: Checkpoint, index: int) -> bool:
+        return await self._to_dead_letters(ck, [index])
+
+    async def _to_dead_letters(self, ck: Checkpoint, indexes: list[int]) -> bool:
+        """Each message to ``%DLQ%<group>`` through the send-back path (RocketMQ's CONSUMER_SEND_MSG_BACK with
+        delay level -1, as the proxy forwards), then settled."""
+        for i in indexes:
+            try:
+                await self._send_back.send_back(pb.ConsumerSendBackRequest(
+                    consumer_group=ck.group, commit_log_offset=ck.commitlog_offsets[i], delay_level=-1))
+            except BrokerError as e:
+                if e.code != "NOT_FOUND":  # a message the CommitLog no longer holds has nothing to move
+                    raise
+        return await self._store_ack(ck, indexes, ACK_DEAD)
+
+    # --- revive --------------------------------------------------------------------------------
+    async def _revive_loop(self) -> None:
+        try:
+            await self.ready()
+        except BrokerError as e:
+            _log.error("pop checkpoints could not be read; revive waits for the first receive", error=e.message)
+        last_commit = 0.0
+        while True:
+            try:
+                await self._revive_due()
+                if time.monotonic() - last_commit >= 1.0:
+                    self._commit_revive_position()
+                    last_commit = time.monotonic()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - the loop outlives one failure; the CK is tried again
+                _log.error("revive failed; retrying", error=repr(e))
+                await asyncio.sleep(1.0)
+            await asyncio.sleep(REVIVE_TICK)
+
+    def _commit_revive_position(self) -> None:
+        position = min([self.table.revive_position(), *self._in_flight.values()])
+        if position != self._revive_committed:
+            self._ctx.offsets.commit(REVIVE_GROUP, self.revive_topic, 0, position)
+            self._revive_committed = position
+
+    async def _revive_due(self) -> None:
+        if self._loaded is None or not self._loaded.done():
+            return
+        now = _now_ms()
+        while self._due and self._due[0][0] <= now:
+            due, key = heapq.heappop(self._due)
+            ck = self.table.get(key)
+            if ck is None:
+                continue
+            if not ck.open_indexes:
+                self.table.remove(ck)
+                continue
+            if ck.order:
+                self._wake(ck.group)  # an ordered queue unblocks: its messages are read again from the queue
+                continue
+            try:
+                await self._revive(ck)
+            except BaseException:
+                heapq.heappush(self._due, (now + 1000, key))
+                raise
+            if not ck.open_indexes:
+                self.table.remove(ck)
+
+    async def _revive(self, ck: Checkpoint) -> None:
+        """PopReviveService.reviveRetry: each open message stored again in the group's pop retry topic with the
+        next attempt (immediately visible), or sent to the DLQ once the group's attempts are used up."""
+        indexes = ck.open_indexes
+        limit = self.max_attempts(ck.group)
+        records = await self._ctx.commitlog.read_records([(ck.commitlog_offsets[i], 0) for i in indexes])
+        again: list[tuple[int, MessageExt]] = []
+        gone: list[int] = []
+        dead: list[int] = []
+        for i, record in zip(indexes, records, strict=True):
+            if record is None:
+                gone.append(i)
+            elif ck.attempts[i] >= limit:
+                dead.append(i)
+            else:
+                again.append((i, decode_message(record)))
+        if gone:
+            _log.warning("revive: messages no longer in the CommitLog", group=ck.group, topic=ck.topic,
+                         offsets=[ck.offsets[i] for i in gone])
+            await self._store_ack(ck, gone, ACK_REVIVED)
+        if again:
+            copies = []
+            for i, m in again:
+                real = m.properties.get(PROPERTY_RETRY_TOPIC, m.topic) if ck.topic.startswith("%RETRY%") else ck.topic
+                retry = pop_retry_topic(ck.group, real)
+                await self._retry_topic(retry)
+                copies.append(_retry_copy(m, retry, real, ck.pop_time, ck.attempts[i]))
+            await self._store_ack(ck, [i for i, _ in again], ACK_REVIVED, copies)
+            self._wake(ck.group)  # a receive waiting since before the retry topic existed does not watch it yet
+        if dead:
+            await self._to_dead_letters(ck, dead)
+        _log.debug("revived", group=ck.group, topic=ck.topic, queue_id=ck.queue_id, retried=len(again),
+                   dead=len(dead))
+
+    async def _retry_topic(self, topic: str) -> None:
+        if self._ctx.topics.get(topic) is None:
+            await asyncio.to_thread(self._ctx.topics.create_topic_in_send_message_back_method, topic, 1,
+                                    PERM_READ | PERM_WRITE)
+
+
+def _retry_copy(m: MessageExt, retry: str, real_topic: str, pop_time: int, attempts: int) -> cl_pb.Message:
+    props = dict(m.properties)
+    props.setdefault(PROPERTY_RETRY_TOPIC, real_topic)
+    props.setdefault(PROPERTY_FIRST_POP_TIME, str(pop_time))
+    return cl_pb.Message(topic=retry, queue_id=0, flag=m.flag, body=m.body, properties_text=properties_to_string(props),
+                         sys_flag=m.sys_flag & ~_HOST_FLAGS, born_timestamp=m.born_timestamp, born_host=m.born_host,
+                         reconsume_times=attempts)

@@ -1,0 +1,53 @@
+"""Consume with the official RocketMQ 5 Python client's SimpleConsumer, step by step. Runs in the client's
+virtualenv.
+
+stdin: {"endpoint": "127.0.0.1:8081", "group": "G", "topic": "T", "expression": "TagA||TagB", "await": 1,
+"steps": [...]}, each step one of
+  {"op": "receive", "max": 32, "invisible": 2, "until": 3, "timeout": 10}: receive until ``until`` messages
+      came (one receive when absent) or ``timeout`` seconds passed; its result is the list of messages;
+  {"op": "ack", "bodies": ["a", ...]}: acknowledge the latest received message of each body;
+  {"op": "change", "body": "a", "invisible": 5}: change that message's invisible duration;
+stdout: one JSON line, one result per step."""
+
+import json
+import sys
+import time
+
+from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
+
+spec = json.load(sys.stdin)
+consumer = SimpleConsumer(ClientConfiguration(spec["endpoint"], Credentials(), request_timeout=10), spec["group"],
+                          {spec["topic"]: FilterExpression(spec.get("expression", "*"))},
+                          await_duration=spec.get("await", 1))
+consumer.startup()
+latest = {}
+results = []
+try:
+    for step in spec["steps"]:
+        if step["op"] == "receive":
+            got = []
+            deadline = time.monotonic() + step.get("timeout", 10)
+            while True:
+                for m in consumer.receive(step.get("max", 32), step["invisible"]):
+                    latest[m.body.decode()] = m
+                    got.append({"id": m.message_id, "body": m.body.decode(), "tag": m.tag, "keys": sorted(m.keys),
+                                "properties": dict(m.properties), "attempt": m.delivery_attempt,
+                                "group": m.message_group, "corrupted": m.corrupted,
+                                "handle": m.receipt_handle})
+                if "until" not in step or len(got) >= step["until"] or time.monotonic() > deadline:
+                    break
+            results.append(got)
+        elif step["op"] == "ack":
+            for body in step["bodies"]:
+                consumer.ack(latest[body])
+            results.append(None)
+        elif step["op"] == "change":
+            m = latest[step["body"]]
+            before = m.receipt_handle
+            consumer.change_invisible_duration(m, step["invisible"])
+            results.append({"old": before, "new": m.receipt_handle})
+        else:
+            raise ValueError(f"unknown step {step['op']!r}")
+finally:
+    consumer.shutdown()
+print(json.dumps(results))

@@ -197,3 +197,46 @@ def test_a_recall_marker_that_reaches_a_slot_after_it_was_read_ahead_still_cance
         time.sleep(0.05)
     assert [b for batch in commitlog.appended for b in batch] == ["m0"]
     assert service.recalled == 1 and service.delivered == 1
+
+
+def test_messages_of_one_slot_are_put_each_at_its_own_time_earliest_first(
+        tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slot is timerPrecisionMs wide; a message due inside it is put once its own time has passed (never
+    before), not at the slot's end, and two messages of a slot are put in the order of their times, whatever
+    their order in the slot's file. The clock is the service's own, set by the test."""
+    from rocketstore.services.schedule import timer_service
+    from rocketstore.services.schedule.timer_wheel import TimerUnit
+
+    from rocketstore.codec import encode_message
+    from rocketstore.message import Message
+
+    clock = [0]
+    monkeypatch.setattr(timer_service, "_now_ms", lambda: clock[0])
+    commitlog = _RecordingCommitLog()
+    slot = 1_800_000_000_000
+    clock[0] = slot - 500
+    service = timer_service.TimerMessageService(commitlog, None, str(tmp_path), 1000)  # type: ignore[arg-type]
+    assert service.check.last_read_time_ms == slot - 1000
+
+    def stored(n: int, body: bytes, **timer: str) -> tuple[int, TimerUnit]:
+        props = {"REAL_TOPIC": "Later", "REAL_QID": "0", "TIMER_OUT_MS": str(slot), **timer}
+        record = encode_message(Message(topic=TIMER_TOPIC, body=body, queue_id=0, properties=props),
+                                n, 1000 * n, slot - 2000)
+        commitlog.records[1000 * n] = record
+        return slot, TimerUnit(n, 1000 * n, len(record))
+
+    # In the slot's file: "late" (slot + 900) first, then "early" (slot + 300), then one with a relative
+    # delay from its store time (slot - 2000 + 2,600 ms = slot + 600).
+    service.wheel.append([stored(0, b"late", TIMER_DELIVER_MS=str(slot + 900)),
+                          stored(1, b"early", TIMER_DELIVER_MS=str(slot + 300)),
+                          stored(2, b"relative", TIMER_DELAY_MS="2600")])
+    put_at: dict[str, int] = {}
+    for now in range(slot - 500, slot + 1100, 50):
+        clock[0] = now
+        before = len(commitlog.appended)
+        service.dequeue()
+        for batch in commitlog.appended[before:]:
+            put_at.update({body: now for body in batch})
+    assert [b for batch in commitlog.appended for b in batch] == ["early", "relative", "late"]
+    assert put_at == {"early": slot + 300, "relative": slot + 600, "late": slot + 900}  # never early, none at the end
+    assert service.check.last_read_time_ms == slot + 1000 and not service.wheel.has(slot)

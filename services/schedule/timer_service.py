@@ -1,5 +1,5 @@
 """RocketMQ 5's TimerMessageStore, as far as delivery goes: timed messages put back in their real topic
-when their slot has passed.
+when their time has passed.
 
 The gateway stores a timed message in ``rmq_sys_wheel_timer`` queue 0 with TIMER_OUT_MS (its slot's start).
 One thread here does what RocketMQ's enqueue and dequeue services do:
@@ -7,32 +7,41 @@ One thread here does what RocketMQ's enqueue and dequeue services do:
 - enqueue: reads the timer queue from the checkpoint's offset through the index (one streamed read of up
   to ``ENQUEUE_BATCH`` messages), appends each message's unit (queue offset, CommitLog offset, size) to its
   slot's file in the wheel (``timer_wheel.py``, one synced write per slot), and moves the checkpoint once;
-  a message whose slot has already passed is put back at once. Gathering stops as soon as a slot is due.
-- dequeue: once a slot's whole width has passed (so never before the time asked for, and at most
-  timerPrecisionMs after it), reads its units in batches, reads their messages from the CommitLog (up
-  to ``PREFETCH`` of them already while waiting for the slot, so that only the appends are left when it is
-  due), puts them back with REAL_TOPIC / REAL_QID (every property kept, WAIT=false) in one append per
-  batch, and records the progress in the checkpoint; a finished slot's file is removed.
+  a message whose slot has already passed is put back at once. Gathering stops as soon as a message of
+  the wheel is due.
+- dequeue: the current slot's units are read ahead (up to ``PREFETCH`` not yet put, their messages
+  read from the CommitLog and rebuilt with REAL_TOPIC / REAL_QID, every property kept, WAIT=false), each
+  with its own due time: TIMER_DELIVER_MS, or TIMER_DELAY_MS / TIMER_DELAY_SEC counted from its store time
+  in the timer topic, kept inside the slot. A message is put once its own time has passed (never before
+  it), earliest first, one append per batch of those due; whatever is left of a slot is put once its
+  whole width has passed, as RocketMQ does, and the slot's file is removed. The slot (TIMER_OUT_MS, the
+  wheel's files) is RocketMQ's; only the release inside it is finer.
 
 Recall (RocketMQ 5.3's delete markers): a recalled message has a marker in the timer topic, a message of the
 same slot whose TIMER_DEL_UNIQKEY is ``<real topic>+<UNIQ_KEY>``. Its unit goes in the slot's file marked
 MAGIC_DELETE; as each batch of a slot is put, the slot's markers are read (again whenever its file has
 grown, so a marker that came after the batch was read ahead still counts), and the messages they name are
-not delivered, nor are the markers. A marker whose slot has already passed is dropped, and a message found due
+not delivered, nor are the markers. A marker that reaches the wheel after its message was put (its time
+had passed) is too late. A marker whose slot has already passed is dropped, and a message found due
 at enqueue (its slot passed while the service was behind) is delivered unless a marker follows it in the
 timer queue (the markers there are read once, by their tag, while the service catches up).
 Markers are in the CommitLog and the slot files, so a cancel holds across restarts.
 
-Durability: a batch is appended before the checkpoint records it. A crash between the two delivers that
-batch again after the restart (at most ``BATCH`` messages from the wheel, or the ``ENQUEUE_BATCH`` read
-last when their time had already passed as they were read): those, and only those, can repeat.
+Durability: a batch is appended before the checkpoint records it. The checkpoint records a slot's units
+up to the first one not yet put (``slotDelivered``), written at least every ``BATCH`` units and when the
+slot moves on. A crash delivers again what was put past that record: units of the current slot put since
+it was last written, at most ``BATCH`` + ``PREFETCH`` (a unit put ahead of an earlier one in the file,
+whose time came first, is within the read-ahead), or the ``ENQUEUE_BATCH`` read last when their time had
+already passed as they were read: those, and only those, can repeat.
 """
 
 from __future__ import annotations
 
+import heapq
 import os
 import threading
 import time
+from dataclasses import dataclass, field
 
 from rocketstore.services.commitlog.client import CommitLogClient
 from rocketstore.services.index.client import IndexClient
@@ -56,6 +65,9 @@ __all__ = ["BATCH", "TIMER_TOPIC", "TimerMessageService"]
 
 TIMER_TOPIC = "rmq_sys_wheel_timer"
 PROPERTY_TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"
+PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+PROPERTY_TIMER_DELAY_MS = "TIMER_DELAY_MS"
+PROPERTY_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
 RECALL_TAG = "_RECALL_TAG_"  # the tag of a recall's marker (RecallMessageProcessor.RECALL_MESSAGE_TAG)
 BATCH = 1024  # wheel units delivered per append and checkpoint
 ENQUEUE_BATCH = 2048  # timer-queue messages moved into the wheel per synced append and checkpoint
@@ -84,9 +96,8 @@ class TimerMessageService:
         self._deletes: tuple[int, int, frozenset[str]] = (-1, -1, frozenset())  # slot, file size, keys
         self._late_markers: set[str] = set()  # keys of the markers after the due messages being caught up
         self._late_scanned = -1  # the timer queue offset those markers were read up to
-        # The next slot's units read and rebuilt while waiting for it: (slot, first unit, units, for each the
-        # message to put or None, and its delete key). At most PREFETCH units are held: memory stays bounded.
-        self._ready: tuple[int, int, list[TimerUnit], list[_Prepared]] | None = None
+        self._window: _Window | None = None  # the current slot read ahead
+        self._recorded = self.check.slot_delivered  # the slotDelivered last written by dequeue
         self._deliver = deliver
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="timer", daemon=True)
@@ -106,9 +117,8 @@ class TimerMessageService:
             try:
                 busy = self.enqueue()
                 busy = self.dequeue() or busy
-                self.prefetch()
-                # Idle: look at the timer queue again soon, and wake when the next slot's width has passed.
-                wait = 0.0 if busy else min(idle, (self.check.last_read_time_ms + self.precision - _now_ms()) / 1000)
+                # Idle: look at the timer queue again soon, and wake when the next message is due.
+                wait = 0.0 if busy else min(idle, (self.next_release_ms() - _now_ms()) / 1000)
             except (BrokerError, ValueError, OSError) as e:
                 _log.warning("timer failed; retrying", error=str(e))
                 wait = RETRY_AFTER_ERROR
@@ -117,12 +127,12 @@ class TimerMessageService:
     def enqueue(self) -> bool:
         """Move what the timer queue holds (up to ``ENQUEUE_BATCH`` messages, one streamed read) into the
         wheel with one synced append per slot and one checkpoint; False when there was nothing to read.
-        Reading stops early once the next slot is due, so a busy queue never holds up a delivery."""
+        Reading stops early once a message of the wheel is due, so a busy queue never holds up a delivery."""
         c = self.check
         offset = next_offset = c.last_timer_queue_offset
         units: list[tuple[int, TimerUnit]] = []
         due: list[tuple[int, MessageExt]] = []
-        slot_due_ms = c.last_read_time_ms + self.precision
+        release_ms = self.next_release_ms()
         stream = self._index.read_queue(TIMER_TOPIC, 0, offset, offset + ENQUEUE_BATCH, batch_messages=READ_BATCH)
         for batch in stream:
             pos = 0
@@ -153,7 +163,7 @@ class TimerMessageService:
                 _log.warning("timer queue skipped to its min offset", offset=offset,
                              next_offset=batch.queue_offsets[0])
             next_offset = batch.next_offset
-            if _now_ms() >= slot_due_ms:
+            if _now_ms() >= release_ms:
                 stream.cancel()
                 break
         if next_offset == offset:
@@ -167,82 +177,129 @@ class TimerMessageService:
         return True
 
     def dequeue(self) -> bool:
-        """Deliver every slot whose width has passed; False when none had."""
+        """Put what is due: each read-ahead message of the current slot once its own time has passed
+        (earliest first, at most ``BATCH`` per append), and the rest of a slot once its whole width has
+        passed; a finished slot's file goes and the next slot is read ahead. False when nothing moved."""
         c, p = self.check, self.precision
-        moved = False
-        while c.last_read_time_ms + p <= _now_ms() and not self._stop.is_set():
-            ready, self._ready = self._ready, None
-            if ready is not None and ready[:2] == (c.last_read_time_ms, c.slot_delivered) and ready[2]:
-                units, prepared = ready[2][:BATCH], ready[3][:BATCH]
-                if len(ready[2]) > BATCH:
-                    self._ready = (ready[0], ready[1] + BATCH, ready[2][BATCH:], ready[3][BATCH:])
-            else:
-                units, prepared = self._prepare(c.last_read_time_ms, c.slot_delivered, BATCH)
-                ready = None
-            if units:
-                deletes = self._slot_deletes(c.last_read_time_ms)
+        moved = slot_moved = False
+        while not self._stop.is_set():
+            now = _now_ms()
+            slot = c.last_read_time_ms
+            over = slot + p <= now
+            w = self._fill()
+            take: list[int] = []
+            while w.due and len(take) < BATCH and (over or w.due[0][0] <= now):
+                take.append(heapq.heappop(w.due)[1])
+            if take:
+                deletes = self._slot_deletes(slot)
                 out = []
-                for m, key in prepared:
+                for i in take:
+                    m, key, _ = w.items[i]
                     if deletes and key in deletes:
                         self.recalled += 1
                     elif m is not None:
                         out.append(m)
                 if out:
-                    self._append(out)
+                    try:
+                        self._append(out)
+                    except BaseException:
+                        for i in take:  # not put: due again
+                            heapq.heappush(w.due, (w.items[i][2], i))
+                        raise
                     self.delivered += len(out)
+                for i in take:
+                    w.done[i] = True
+                self._advance(w)
                 moved = True
-                c.slot_delivered += len(units)
-                if len(units) == BATCH:
+                if c.slot_delivered - self._recorded >= BATCH:
                     c.persist(self.config_dir)
-                    continue
-                if ready is not None:
-                    continue  # read before the slot was due: units may have come since
+                    self._recorded = c.slot_delivered
+                continue
+            if not over:
+                break
+            if self.wheel.count(slot) > c.slot_delivered:
+                continue  # more units than the read-ahead held: read on
             # The slot's last units are stored: its file goes first, then the checkpoint moves on (written
             # once, below). A crash in between finds no file at the recorded slot and delivers nothing twice.
-            self.wheel.remove(c.last_read_time_ms)
+            self.wheel.remove(slot)
             c.last_read_time_ms += p
-            c.slot_delivered = 0
-            moved = True
-        if moved:
+            c.slot_delivered = self._recorded = 0
+            self._window = None
+            moved = slot_moved = True
+        if slot_moved:
             c.persist(self.config_dir)
         return moved
 
+    def next_release_ms(self) -> int:
+        """When the next read-ahead message is due, or else the current slot's end."""
+        end = self.check.last_read_time_ms + self.precision
+        w = self._window
+        if w is not None and w.slot == self.check.last_read_time_ms and w.due:
+            return min(w.due[0][0], end)
+        return end
+
     def prefetch(self) -> None:
-        """Before the next slot is due, read up to ``PREFETCH`` of its units and rebuild their messages, so
-        that when it is due only the appends are left (nothing is appended or recorded here). Units that
-        reach the slot's file later are added, up to that bound: memory stays bounded. Recall markers are
-        applied when the slot is delivered, not here: a marker may reach the slot's file after this read."""
+        """Read the current slot ahead (see ``_fill``); nothing is appended or recorded here."""
+        self._fill()
+
+    def _fill(self) -> _Window:
+        """The current slot's read-ahead: up to ``PREFETCH`` of its units not yet put, with their messages
+        rebuilt, so that when they are due only the appends are left. Units that reach the slot's file later
+        are added, up to that bound: memory stays bounded. Recall markers are applied when a message is
+        put, not here: a marker may reach the slot's file after this read."""
         c = self.check
-        slot, start = c.last_read_time_ms, c.slot_delivered
-        if self._ready is None or self._ready[:2] != (slot, start):
-            self._ready = (slot, start, [], [])
-        units, prepared = self._ready[2], self._ready[3]
-        have = start + len(units)
-        if len(units) < PREFETCH and self.wheel.count(slot) > have:
-            more, more_prepared = self._prepare(slot, have, PREFETCH - len(units))
-            units.extend(more)
-            prepared.extend(more_prepared)
+        w = self._window
+        if w is None or w.slot != c.last_read_time_ms:
+            w = self._window = _Window(c.last_read_time_ms, c.slot_delivered)
+        held = len(w.units) - w.head
+        end = w.start + len(w.units)
+        if held < PREFETCH and self.wheel.count(w.slot) > end:
+            if w.head >= BATCH:  # drop the units put from the front (heap order is kept by the shift)
+                h = w.head
+                del w.units[:h], w.items[:h], w.done[:h]
+                w.due = [(due, i - h) for due, i in w.due]
+                w.start += h
+                w.head = 0
+            units, items = self._prepare(w.slot, end, PREFETCH - held)
+            for u, item in zip(units, items, strict=True):
+                if item[0] is not None:
+                    heapq.heappush(w.due, (item[2], len(w.units)))
+                w.units.append(u)
+                w.items.append(item)
+                w.done.append(item[0] is None)  # a marker or an undeliverable message: nothing to put
+            self._advance(w)
+        return w
+
+    def _advance(self, w: _Window) -> None:
+        """Record in memory the slot's units up to the first not yet put (the checkpoint's slotDelivered)."""
+        while w.head < len(w.units) and w.done[w.head]:
+            w.head += 1
+        self.check.slot_delivered = w.start + w.head
 
     def _prepare(self, slot: int, start: int, count: int) -> tuple[list[TimerUnit], list[_Prepared]]:
         """Units ``start`` .. ``start + count`` of ``slot`` and, for each, the message to put (None when it
-        cannot be delivered, or the unit is a recall marker) and its delete key (empty for a marker)."""
+        cannot be delivered, or the unit is a recall marker), its delete key (empty for a marker) and when
+        it is due."""
         units = self.wheel.read(slot, start, count)
+        end = slot + self.precision
         timed = [u for u in units if not u.is_delete]
         if not timed:
-            return units, [(None, "")] * len(units)
+            return units, [(None, "", end)] * len(units)
         records = iter(self._commitlog.read_records([(u.commitlog_offset, u.size) for u in timed]))
         prepared: list[_Prepared] = []
         for u in units:
             if u.is_delete:
-                prepared.append((None, ""))
+                prepared.append((None, "", end))
                 continue
             record = next(records)
             decoded = decode_message(record) if record is not None else None
             m = delivery_message(decoded) if decoded is not None else None
-            if m is None:
+            if m is None or decoded is None:
                 _log.warning("timed message not deliverable (expired or no real topic)",
                              commit_log_offset=u.commitlog_offset, queue_offset=u.queue_offset)
-            prepared.append((m, _delete_key(decoded) if decoded is not None else ""))
+                prepared.append((None, "", end))
+            else:
+                prepared.append((m, _delete_key(decoded), _due_ms(decoded, slot, self.precision)))
         return units, prepared
 
     def _slot_deletes(self, slot_ms: int) -> frozenset[str]:
@@ -299,7 +356,21 @@ class TimerMessageService:
             raise _PutFailed(f"put of timed messages failed: {PutMessageStatus(failed[0]).name}")
 
 
-_Prepared = tuple[cl_pb.Message | None, str]  # the message to put (None: none) and its delete key
+_Prepared = tuple[cl_pb.Message | None, str, int]  # the message to put (None: none), its delete key, its due ms
+
+
+@dataclass(slots=True)
+class _Window:
+    """A slot's units read ahead, from unit ``start`` of its file: each with what ``_prepare`` made of it
+    and whether it is done (put, or nothing to put); ``due`` is a heap of (due ms, index) of those not yet
+    put; the units before ``head`` are all done."""
+    slot: int
+    start: int
+    head: int = 0
+    units: list[TimerUnit] = field(default_factory=list)
+    items: list[_Prepared] = field(default_factory=list)
+    done: list[bool] = field(default_factory=list)
+    due: list[tuple[int, int]] = field(default_factory=list)
 
 
 class _PutFailed(BrokerError):
@@ -311,6 +382,26 @@ def _delete_key(msg: MessageExt) -> str:
     """TimerMessageStore.buildDeleteKey of a timed message: its real topic and UNIQ_KEY."""
     props = msg.properties
     return f"{props.get(PROPERTY_REAL_TOPIC, '')}+{props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, '')}"
+
+
+def _due_ms(msg: MessageExt, slot: int, width: int) -> int:
+    """When a timed message asked to be delivered: TIMER_DELIVER_MS, or TIMER_DELAY_MS / TIMER_DELAY_SEC
+    from its store time in the timer topic (the gateway counts the delay from a moment before it), kept
+    within its slot (slot + 1 .. slot + width, where the asked time lies by RocketMQ's rounding); the
+    slot's end when it names no time."""
+    props = msg.properties
+    try:
+        if (deliver := props.get(PROPERTY_TIMER_DELIVER_MS)) is not None:
+            due = int(deliver)
+        elif (delay_ms := props.get(PROPERTY_TIMER_DELAY_MS)) is not None:
+            due = msg.store_timestamp + int(delay_ms)
+        elif (delay_sec := props.get(PROPERTY_TIMER_DELAY_SEC)) is not None:
+            due = msg.store_timestamp + int(delay_sec) * 1000
+        else:
+            return slot + width
+    except ValueError:
+        return slot + width
+    return min(max(due, slot + 1), slot + width)
 
 
 def _now_ms() -> int:

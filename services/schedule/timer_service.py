@@ -21,10 +21,12 @@ Recall (RocketMQ 5.3's delete markers): a recalled message has a marker in the t
 same slot whose TIMER_DEL_UNIQKEY is ``<real topic>+<UNIQ_KEY>``. Its unit goes in the slot's file marked
 MAGIC_DELETE; as each batch of a slot is put, the slot's markers are read (again whenever its file has
 grown, so a marker that came after the batch was read ahead still counts), and the messages they name are
-not delivered, nor are the markers. A marker that reaches the wheel after its message was put (its time
-had passed) is too late. A marker whose slot has already passed is dropped, and a message found due
-at enqueue (its slot passed while the service was behind) is delivered unless a marker follows it in the
-timer queue (the markers there are read once, by their tag, while the service catches up).
+not delivered, nor are the markers. A marker must reach the wheel before its message's time: one that
+comes later finds the message put (the gateway refuses a recall once the time has passed; one answered
+just before it can lose that race, as one just before a slot's end can in RocketMQ). A marker whose slot
+has already passed is dropped, and a message found due at enqueue (its slot passed while the service was
+behind) is delivered unless a marker follows it in the timer queue (the markers there are read once, by
+their tag, while the service catches up).
 Markers are in the CommitLog and the slot files, so a cancel holds across restarts.
 
 Durability: a batch is appended before the checkpoint records it. The checkpoint records a slot's units

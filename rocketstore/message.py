@@ -142,6 +142,7 @@ def parse_host(host: str) -> tuple[bytes, int, bool]:
     return addr.packed, port, addr.version == 6
 
 
+@functools.lru_cache(maxsize=4096)  # a store sees few hosts; formatting one costs more than decoding a record
 def format_host(addr: bytes, port: int) -> str:
     ip = ipaddress.ip_address(addr)
     return f"[{ip}]:{port}" if ip.version == 6 else f"{ip}:{port}"

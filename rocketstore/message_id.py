@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import itertools
 import os
@@ -14,6 +15,7 @@ from datetime import datetime
 from rocketstore.message import format_host, parse_host
 
 
+@functools.lru_cache(maxsize=256)  # one store host per store: parsing it costs more than the rest of a decode
 def message_id_prefix(store_host: str) -> str:
     """Upper-case hex of the store address and port: every offset msgId of a store starts with it."""
     addr, port, _ = parse_host(store_host)

@@ -9,8 +9,10 @@ person passes it by hand::
     grpcurl -plaintext -H "rocketstore-operator-token: $(cat STORE/config/operator.token)" \\
         -d '{"force": true}' 127.0.0.1:10911 rocketstore.v1.CommitLog/DeleteExpiredFiles
 
-The calls that need it: ``CommitLog.DeleteExpiredFiles`` with ``force`` and ``Index.Truncate``. A
-call without the token, or with another one, is refused with PERMISSION_DENIED.
+The calls that need it: ``CommitLog.DeleteExpiredFiles`` with ``force``, ``CommitLog.SetLogicsError``,
+``Index.Truncate``, and the gateway's ``EndTransaction`` with ``by_operator`` (``rocketstore transaction
+resolve --operator-token``, or ``--data-dir STORE`` to read the file). A call without the token, or with
+another one, is refused with PERMISSION_DENIED.
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ import hmac
 import os
 import secrets
 import threading
+from typing import Any
 
 import grpc
+import grpc.aio
 
 __all__ = ["METADATA_KEY", "TOKEN_FILE", "OperatorGuard", "call_metadata", "ensure_token", "read_token",
            "token_path"]
@@ -91,7 +95,7 @@ class OperatorGuard:
                 self._token = ensure_token(self._root)
             return self._token
 
-    def denial(self, context: grpc.ServicerContext, what: str) -> str | None:
+    def denial(self, context: grpc.ServicerContext | grpc.aio.ServicerContext[Any, Any], what: str) -> str | None:
         """Why the call may not do ``what`` (the detail of a PERMISSION_DENIED), or None when it may."""
         expected = self.token()  # generated here if no service of the store has done it yet
         sent = next((v for k, v in context.invocation_metadata() or () if k == METADATA_KEY), None)

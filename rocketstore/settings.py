@@ -600,8 +600,9 @@ KEYS: tuple[SettingKey, ...] = (
        check=_check_delay_levels),
     _k("timerMaxDelaySec", int, 259200, "The furthest ahead a timed message may be delivered (s); 3 days.",
        by="gateway", minimum=1),
-    _k("timerPrecisionMs", int, 1000, "Slot width of the timer wheel (ms): a timed message is delivered within "
-       "this much after its time. RocketMQ snaps it to 100, 200, 500 or 1000.", by="gateway schedule",
+    _k("timerPrecisionMs", int, 1000, "Slot width of the timer wheel (ms): a timed message is delivered at its "
+       "own time inside its slot, at the latest once the slot has passed. RocketMQ snaps it to 100, 200, 500 or "
+       "1000.", by="gateway schedule",
        minimum=100, maximum=1000),
     _k("flushDelayOffsetInterval", int, 10000, "Interval of persisting the delay queues' offsets (ms).",
        ignored="the schedule service writes config/delayOffset.json after every delivered batch, so a crash "

@@ -113,3 +113,130 @@ def test_many_pending_timers_across_a_restart(broker_factory: Callable[..., Brok
     time.sleep(1.0)
     assert queue_size(broker, "Many", 0) == total
     assert not list((broker.data_dir / "timerwheel").iterdir())  # delivered slots are removed
+
+
+class _RecordingCommitLog:
+    """The CommitLog client as the timer service uses it: records to read by offset, appends recorded."""
+
+    def __init__(self) -> None:
+        self.records: dict[int, bytes] = {}
+        self.appended: list[list[str]] = []
+
+    def read_records(self, ranges: list[tuple[int, int]]) -> list[bytes | None]:
+        return [self.records.get(offset) for offset, _ in ranges]
+
+    def append(self, messages: list[object], columnar: bool = False) -> object:
+        from types import SimpleNamespace
+
+        self.appended.append([m.body.decode() for m in messages])  # type: ignore[attr-defined]
+        return SimpleNamespace(columns=SimpleNamespace(statuses=[0] * len(messages)))
+
+
+def test_a_slot_read_before_it_is_due_delivers_what_reached_it_later_once(tmp_path: object) -> None:
+    """The timer service reads the next slot ahead of time; units added to that slot afterwards are
+    delivered too, every unit once, never before the slot has passed, and the slot's file goes."""
+    from pathlib import Path
+
+    from rocketstore.services.schedule import timer_service
+    from rocketstore.services.schedule.timer_wheel import TimerUnit
+
+    from rocketstore.codec import encode_message
+    from rocketstore.message import Message
+
+    commitlog = _RecordingCommitLog()
+    service = timer_service.TimerMessageService(commitlog, None, str(tmp_path), 1000)  # type: ignore[arg-type]
+    slot = service.check.last_read_time_ms + 1000  # the next slot: not due for up to 2 s
+
+    def stored(n: int) -> tuple[int, TimerUnit]:
+        props = {"REAL_TOPIC": "Later", "REAL_QID": "0", "TIMER_OUT_MS": str(slot)}
+        record = encode_message(Message(topic=TIMER_TOPIC, body=b"m%d" % n, queue_id=0, properties=props),
+                                n, 1000 * n, int(time.time() * 1000))
+        commitlog.records[1000 * n] = record
+        return slot, TimerUnit(n, 1000 * n, len(record))
+
+    service.wheel.append([stored(n) for n in range(3)])
+    service.check.last_read_time_ms = slot
+    service.prefetch()
+    assert commitlog.appended == [] and service.dequeue() is False  # read ahead, nothing put before its time
+    service.wheel.append([stored(n) for n in range(3, 5)])  # reach the slot after it was read ahead
+    service.prefetch()
+    service.wheel.append([stored(5)])
+    while not service.dequeue():
+        time.sleep(0.05)
+    assert commitlog.appended[0][:5] == ["m0", "m1", "m2", "m3", "m4"]
+    assert sorted(b for batch in commitlog.appended for b in batch) == [f"m{n}" for n in range(6)]
+    assert not (Path(str(tmp_path)) / "timerwheel" / str(slot)).exists()
+    assert service.check.last_read_time_ms > slot and service.check.slot_delivered == 0
+
+
+def test_a_recall_marker_that_reaches_a_slot_after_it_was_read_ahead_still_cancels(tmp_path: object) -> None:
+    """A slot's messages are read ahead of its time; a recall's marker that reaches the slot's file after
+    that read still keeps its message from being delivered, and the marker itself is never delivered."""
+    from rocketstore.services.schedule import timer_service
+    from rocketstore.services.schedule.timer_wheel import MAGIC_DELETE, TimerUnit
+
+    from rocketstore.codec import encode_message
+    from rocketstore.message import Message
+
+    commitlog = _RecordingCommitLog()
+    service = timer_service.TimerMessageService(commitlog, None, str(tmp_path), 1000)  # type: ignore[arg-type]
+    slot = service.check.last_read_time_ms + 1000
+
+    def stored(n: int, **extra: str) -> tuple[int, TimerUnit]:
+        props = {"REAL_TOPIC": "Later", "REAL_QID": "0", "TIMER_OUT_MS": str(slot), "UNIQ_KEY": f"U{n}", **extra}
+        record = encode_message(Message(topic=TIMER_TOPIC, body=b"m%d" % n, queue_id=0, properties=props),
+                                n, 1000 * n, int(time.time() * 1000))
+        commitlog.records[1000 * n] = record
+        return slot, TimerUnit(n, 1000 * n, len(record), MAGIC_DELETE if extra else 0)
+
+    service.wheel.append([stored(0), stored(1)])
+    service.check.last_read_time_ms = slot
+    service.prefetch()  # both messages read and rebuilt
+    service.wheel.append([stored(2, TIMER_DEL_UNIQKEY="Later+U1")])  # the recall of m1 comes after that
+    while not service.dequeue():
+        time.sleep(0.05)
+    assert [b for batch in commitlog.appended for b in batch] == ["m0"]
+    assert service.recalled == 1 and service.delivered == 1
+
+
+def test_messages_of_one_slot_are_put_each_at_its_own_time_earliest_first(
+        tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slot is timerPrecisionMs wide; a message due inside it is put once its own time has passed (never
+    before), not at the slot's end, and two messages of a slot are put in the order of their times, whatever
+    their order in the slot's file. The clock is the service's own, set by the test."""
+    from rocketstore.services.schedule import timer_service
+    from rocketstore.services.schedule.timer_wheel import TimerUnit
+
+    from rocketstore.codec import encode_message
+    from rocketstore.message import Message
+
+    clock = [0]
+    monkeypatch.setattr(timer_service, "_now_ms", lambda: clock[0])
+    commitlog = _RecordingCommitLog()
+    slot = 1_800_000_000_000
+    clock[0] = slot - 500
+    service = timer_service.TimerMessageService(commitlog, None, str(tmp_path), 1000)  # type: ignore[arg-type]
+    assert service.check.last_read_time_ms == slot - 1000
+
+    def stored(n: int, body: bytes, **timer: str) -> tuple[int, TimerUnit]:
+        props = {"REAL_TOPIC": "Later", "REAL_QID": "0", "TIMER_OUT_MS": str(slot), **timer}
+        record = encode_message(Message(topic=TIMER_TOPIC, body=body, queue_id=0, properties=props),
+                                n, 1000 * n, slot - 2000)
+        commitlog.records[1000 * n] = record
+        return slot, TimerUnit(n, 1000 * n, len(record))
+
+    # In the slot's file: "late" (slot + 900) first, then "early" (slot + 300), then one with a relative
+    # delay from its store time (slot - 2000 + 2,600 ms = slot + 600).
+    service.wheel.append([stored(0, b"late", TIMER_DELIVER_MS=str(slot + 900)),
+                          stored(1, b"early", TIMER_DELIVER_MS=str(slot + 300)),
+                          stored(2, b"relative", TIMER_DELAY_MS="2600")])
+    put_at: dict[str, int] = {}
+    for now in range(slot - 500, slot + 1100, 50):
+        clock[0] = now
+        before = len(commitlog.appended)
+        service.dequeue()
+        for batch in commitlog.appended[before:]:
+            put_at.update({body: now for body in batch})
+    assert [b for batch in commitlog.appended for b in batch] == ["early", "relative", "late"]
+    assert put_at == {"early": slot + 300, "relative": slot + 600, "late": slot + 900}  # never early, none at the end
+    assert service.check.last_read_time_ms == slot + 1000 and not service.wheel.has(slot)

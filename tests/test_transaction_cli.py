@@ -42,10 +42,12 @@ def test_send_in_transaction_then_list_and_resolve(gateway: Broker) -> None:
     assert "CHECKS" in human.stdout and results[0]["transactionId"] in human.stdout
 
     first, second = (r["transactionId"] for r in results)
-    committed = run("transaction", "resolve", "-e", ep, "--transaction-id", first, "--commit")
+    store = str(gateway.data_dir)
+    committed = run("transaction", "resolve", "-e", ep, "--transaction-id", first, "--commit", "--data-dir", store)
     assert committed.returncode == 0 and f"transaction {first} committed to CliTx#" in committed.stdout
-    assert run("transaction", "resolve", "-e", ep, "--transaction-id", second, "--rollback").returncode == 0
-    again = run("transaction", "resolve", "-e", ep, "--transaction-id", first, "--rollback")
+    assert run("transaction", "resolve", "-e", ep, "--transaction-id", second, "--rollback",
+               "--data-dir", store).returncode == 0
+    again = run("transaction", "resolve", "-e", ep, "--transaction-id", first, "--rollback", "--data-dir", store)
     assert again.returncode == 1 and "FAILED_PRECONDITION" in again.stderr and "already resolved" in again.stderr
     assert lines(run("transaction", "list", "-e", ep, "--json").stdout) == []
     wait_until(lambda: len(consume_all(ep, "CliTx")) == 1, "the committed message")
@@ -54,5 +56,31 @@ def test_send_in_transaction_then_list_and_resolve(gateway: Broker) -> None:
     direct = run("send", "-e", ep, "--topic", "CliTx", "--body", "now", "--transaction", "commit")
     assert direct.returncode == 0 and "state=COMMIT_MESSAGE" in direct.stdout
     wait_until(lambda: len(consume_all(ep, "CliTx")) == 2, "the message committed by send --transaction commit")
-    bad = run("transaction", "resolve", "-e", ep, "--transaction-id", "nope", "--commit", "--rollback")
+    bad = run("transaction", "resolve", "-e", ep, "--transaction-id", "nope", "--commit", "--rollback",
+              "--data-dir", store)
     assert bad.returncode == 2
+
+
+def test_resolve_needs_the_operator_token(gateway: Broker) -> None:
+    """An operator's resolution skips the producer group's checks, so it is refused without the store's
+    operator token (no token: a usage error; another token: PERMISSION_DENIED) and the transaction stays open."""
+    assert gateway.gateway is not None
+    ep = gateway.gateway.endpoint
+    sent = run("send", "-e", ep, "--topic", "CliTxToken", "--body", "b", "--transaction", "unknown",
+               "--producer-group", "cli_tx_token", "--json")
+    assert sent.returncode == 0, sent.stderr
+    txid = lines(sent.stdout)[0]["transactionId"]
+
+    missing = run("transaction", "resolve", "-e", ep, "--transaction-id", txid, "--commit")
+    assert missing.returncode == 2 and "needs the operator token" in missing.stderr
+    wrong = run("transaction", "resolve", "-e", ep, "--transaction-id", txid, "--commit", "--operator-token", "0" * 64)
+    assert wrong.returncode == 1 and "PERMISSION_DENIED" in wrong.stderr and "operator token" in wrong.stderr
+    nowhere = run("transaction", "resolve", "-e", ep, "--transaction-id", txid, "--commit",
+                  "--data-dir", str(gateway.data_dir / "absent"))
+    assert nowhere.returncode == 2 and "cannot read the operator token" in nowhere.stderr
+    assert [p["transactionId"] for p in lines(run("transaction", "list", "-e", ep, "--json").stdout)] == [txid]
+
+    token = (gateway.data_dir / "config" / "operator.token").read_text().strip()
+    ok = run("transaction", "resolve", "-e", ep, "--transaction-id", txid, "--rollback", "--operator-token", token)
+    assert ok.returncode == 0, ok.stderr
+    assert lines(run("transaction", "list", "-e", ep, "--json").stdout) == []

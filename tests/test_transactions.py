@@ -368,3 +368,75 @@ def test_gateway_stops_cleanly_with_a_producers_check_stream_open(gateway: Broke
         producer.shutdown()
     gateway.gateway.restart()
     assert [m.body for m in consume_all(gateway.gateway.endpoint, "TxStop", settle=0.3)] == [b"x"]
+
+
+class _CheckedTransactions:
+    """What the check service uses of the gateway's TransactionProcessor, recording each decision."""
+
+    def __init__(self, settings: Any) -> None:
+        from types import SimpleNamespace
+
+        from rocketstore.services.gateway.transaction_table import TransactionTable
+
+        self._ctx = SimpleNamespace(settings=settings, index=SimpleNamespace(queue_offsets=self._queue_offsets))
+        self.table = TransactionTable()
+        self.decisions: list[tuple[str, str]] = []
+
+    async def _queue_offsets(self, topic: str) -> list[Any]:
+        return []
+
+    async def ready(self) -> None:
+        return None
+
+    async def forget(self, half: Any) -> None:
+        self.decisions.append(("forgotten", half.transaction_id))
+        self.table.resolve(half.transaction_id, "expired")
+
+    async def discard(self, half: Any) -> None:
+        self.decisions.append(("moved", half.transaction_id))
+        self.table.resolve(half.transaction_id, "discarded")
+
+    async def put_back(self, half: Any) -> Any:
+        self.decisions.append(("checked", half.transaction_id))
+        raise AssertionError(f"transaction {half.transaction_id} was checked")
+
+    def save_progress(self, half_max_offset: int) -> None:
+        return None
+
+
+def test_half_message_older_than_file_reserved_time_is_neither_checked_nor_moved(tmp_path: Any) -> None:
+    """A half message stored longer than fileReservedTime ago may have lost its record: the check round
+    stops following it (an op message, logged) instead of checking it, even with a live producer of its
+    group, and instead of moving it to TRANS_CHECK_MAX_TIME_TOPIC when it has reached transactionCheckMax;
+    a younger one at the maximum is moved as before."""
+    import asyncio
+
+    from rocketstore.services.gateway.producer_channels import ProducerChannels
+    from rocketstore.services.gateway.transaction_check import TransactionCheckService
+    from rocketstore.services.gateway.transaction_table import HalfMessage
+
+    from rocketstore.settings import load_settings
+    from rocketstore.v1 import commitlog_pb2 as cl_pb
+
+    settings = load_settings(None, {"storePathRootDir": str(tmp_path), "fileReservedTime": "1",
+                                    "transactionTimeOut": "300", "transactionCheckMax": "3"}, {})
+    tx = _CheckedTransactions(settings)
+    producers = ProducerChannels()
+    producers.open(GROUP, "live-producer")  # a check would be sent: the group has a live producer
+    now = int(time.time() * 1000)
+    hour = 3600 * 1000
+
+    def half(txid: str, stored: int, check_times: int, offset: int) -> HalfMessage:
+        return HalfMessage(txid, GROUP, "TxOld", 0, cl_pb.Message(topic="RMQ_SYS_TRANS_HALF_TOPIC"), stored, offset,
+                           offset, check_times=check_times, copies=[offset], copy_store_timestamp=stored)
+
+    tx.table.add(half("old-unchecked", now - hour - 60_000, 0, 0))
+    tx.table.add(half("old-at-max", now - 2 * hour, 3, 1))
+    tx.table.add(half("young-at-max", now - 10_000, 3, 2))
+    service = TransactionCheckService(tx, producers)  # type: ignore[arg-type]
+    asyncio.run(service.check_round())
+
+    assert tx.decisions == [("forgotten", "old-unchecked"), ("forgotten", "old-at-max"), ("moved", "young-at-max")]
+    assert tx.table.open == {}
+    assert tx.table.resolved == {"old-unchecked": "expired", "old-at-max": "expired", "young-at-max": "discarded"}
+    assert service.checks_sent == 0

@@ -101,11 +101,11 @@ class Connection:
         return out
 
     def call(self, rpc: grpc.UnaryUnaryMultiCallable[_Request, _Response], request: _Request,
-             timeout: float | None = None) -> _Response:
+             timeout: float | None = None, metadata: tuple[tuple[str, str], ...] = ()) -> _Response:
         """``rpc(request)`` (e.g. ``conn.call(conn.gateway.Pull, request)``) with the connection's deadline;
         raises the ClientError subclass of the status on failure."""
         try:
-            return rpc(request, timeout=self.timeout if timeout is None else timeout)
+            return rpc(request, timeout=self.timeout if timeout is None else timeout, metadata=metadata or None)
         except grpc.RpcError as e:
             raise from_rpc_error(e, self.endpoint) from None
 

@@ -13,11 +13,12 @@ import grpc.aio
 
 from rocketstore.errors import BrokerError
 from rocketstore.log import get_logger
+from rocketstore.operator_token import OperatorGuard
 from rocketstore.servicing import rpc_errors
 from rocketstore.v1 import gateway_pb2 as pb
 from rocketstore.v1 import gateway_pb2_grpc as pb_grpc
 
-from .errors import client_facing
+from .errors import GatewayError, client_facing
 from .gateway import Gateway
 from .producer_channels import stream_checks
 from .send_stream import SendStreamCall
@@ -57,6 +58,7 @@ def peer_host(context: _Context) -> str:
 class GatewayServicer(pb_grpc.GatewayServicer):
     def __init__(self, gateway: Gateway) -> None:
         self._g = gateway
+        self._operator = OperatorGuard(gateway.context.settings.store_path_root_dir)
 
     @rpc_errors
     @_facing
@@ -159,6 +161,9 @@ class GatewayServicer(pb_grpc.GatewayServicer):
     @_facing
     async def EndTransaction(self, request: pb.EndTransactionRequest,
                              context: _Context) -> pb.EndTransactionResponse:
+        # An operator's resolution skips the producer group's checks: it needs the operator token.
+        if request.by_operator and (denied := self._operator.denial(context, "an operator's EndTransaction")):
+            raise GatewayError("PERMISSION_DENIED", denied)
         return await self._g.transactions.end(request)
 
     @rpc_errors

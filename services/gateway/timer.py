@@ -27,8 +27,8 @@ _FIELDS = (("timer_delay_sec", "TIMER_DELAY_SEC"), ("timer_delay_ms", "TIMER_DEL
 
 
 def slot_time(deliver_ms: int, precision: int) -> int:
-    """TIMER_OUT_MS: the slot below the requested time (RocketMQ's rounding); the slot is delivered once
-    its whole width has passed, so never before the requested time."""
+    """TIMER_OUT_MS: the slot below the requested time (RocketMQ's rounding), so the requested time lies
+    in the slot's width; the schedule service puts the message at that time, at the latest at the slot's end."""
     return deliver_ms - precision if deliver_ms % precision == 0 else deliver_ms // precision * precision
 
 

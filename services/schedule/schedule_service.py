@@ -1,8 +1,9 @@
 """RocketMQ's ScheduleMessageService: delayed messages put back in their real topic when due.
 
 A message sent with delay level L waits in SCHEDULE_TOPIC_XXXX, queue L - 1 (the gateway put it there).
-Every message of one level has the same delay, so each queue is in due order: the service reads a
-level's queue from its offset through the index client, delivers every message whose time has come
+Every message of one level has the same delay, so each queue is in due order: the service asks the index
+once per look for every level's max offset, reads a level's queue that holds more than it delivered from
+its offset through the index client, delivers every message whose time has come
 (rebuilt with REAL_TOPIC / REAL_QID, DELAY cleared, WAIT=false, as ``messageTimeup``) in one append
 through the CommitLog client, and stops at the first one not yet due, whose time it remembers so the
 queue is not read again before then (at most ``POLL_INTERVAL`` later, as RocketMQ's 100 ms).
@@ -110,11 +111,24 @@ class ScheduleMessageService:
     def _run(self) -> None:
         while not self._stop.is_set():
             wait = POLL_INTERVAL
+            stored = self._stored_up_to()
             for state in self.levels:
                 if self._stop.is_set():
                     return
+                if stored is not None and not state.head_due_ms and state.retry_at <= time.monotonic() \
+                        and stored.get(state.level - 1, 0) <= self.offsets.get(state.level):
+                    continue  # nothing stored at this level beyond what was delivered: no read
                 wait = min(wait, self.deliver_due(state))
             self._stop.wait(max(wait, 0.001))
+
+    def _stored_up_to(self) -> dict[int, int] | None:
+        """Queue id -> max offset of SCHEDULE_TOPIC_XXXX, in one call for every level (None when the index
+        cannot say: each level is then read as before)."""
+        try:
+            return {q.queue_id: q.max_offset for q in self._index.queue_offsets(SCHEDULE_TOPIC)}
+        except BrokerError as e:
+            _log.debug("schedule queue offsets unavailable", error=str(e))
+            return None
 
     def deliver_due(self, state: LevelState) -> float:
         """Deliver what is due at ``state``'s level; returns how long (s) the level can be left alone."""

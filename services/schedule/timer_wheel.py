@@ -131,6 +131,13 @@ class TimerWheel:
         whole = data[:len(data) - len(data) % UNIT.size]
         return [u for u in (TimerUnit(*fields) for fields in UNIT.iter_unpack(whole)) if u.is_delete]
 
+    def count(self, slot_ms: int) -> int:
+        """Whole units in a slot's file (0 when it has none)."""
+        try:
+            return os.path.getsize(self._path(slot_ms)) // UNIT.size
+        except FileNotFoundError:
+            return 0
+
     def remove(self, slot_ms: int) -> None:
         try:
             os.remove(self._path(slot_ms))

@@ -249,13 +249,13 @@ class _CountingSend:
     def __init__(self, inner: Any) -> None:
         self.inner, self.calls = inner, 0
 
-    def __call__(self, request: pb.SendRequest, timeout: float | None = None) -> pb.SendResponse:
+    def __call__(self, request: pb.SendRequest, timeout: float | None = None, **kw: Any) -> pb.SendResponse:
         self.calls += 1
-        return self.inner(request, timeout=timeout)  # type: ignore[no-any-return]
+        return self.inner(request, timeout=timeout, **kw)  # type: ignore[no-any-return]
 
-    def future(self, request: pb.SendRequest, timeout: float | None = None) -> Any:
+    def future(self, request: pb.SendRequest, timeout: float | None = None, **kw: Any) -> Any:
         self.calls += 1
-        return self.inner.future(request, timeout=timeout)
+        return self.inner.future(request, timeout=timeout, **kw)
 
 
 def test_a_send_too_large_for_the_stream_goes_alone_as_a_unary_send(endpoint: str,

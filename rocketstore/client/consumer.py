@@ -14,7 +14,10 @@ PushConsumer, piece by piece, as in RocketMQ's client:
   (``consume_stream.py``) carries the consumer's queues, assigned and unassigned as re-balances go; the
   gateway pushes their messages in large batches, never more than ``stream_credit_messages`` /
   ``stream_credit_bytes`` unconsumed at once (a message's credit returns when the listener consumed it,
-  it went back to the broker, or its queue was given up).
+  it went back to the broker, or its queue was given up). A queue follows suggestWhichBrokerId as the
+  pulls do: it moves to a stream on the gateway's slave when a batch suggests the slave or the gateway's
+  stream fails UNAVAILABLE, and back when the slave suggests the master or the gateway answers again
+  (each stream its own window).
 - pulling (``consume_stream=False``): one long-polling pull in flight per queue (``poll_timeout``: the
   gateway holds a pull that finds nothing until a message arrives), paused while
   ``pull_threshold_for_queue`` messages wait.

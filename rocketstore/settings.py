@@ -422,7 +422,9 @@ KEYS: tuple[SettingKey, ...] = (
        "answer the master, so the Python PullConsumer's and PushConsumer's next pulls of the queue go to the "
        "slave's gateway (learned from the master's status) and back; without it every answer suggests the "
        "master. A SLAVE without it still answers the pull (4.9.8 sets PULL_RETRY_IMMEDIATELY there, then its "
-       "status switch overwrites the code) and sends the consumer back to its master"),
+       "status switch overwrites the code) and sends the consumer back to its master. Consume streams carry the "
+       "same suggestion in each batch (and read through the index service while it is on), so a push "
+       "consumer's queues move to a stream on the slave's gateway and back"),
     _k("longPollingEnable", bool, True, "Hold pulls that find no message until one arrives (long polling).",
        ignored="each pull says how long it may be held (poll_timeout_ms; 0 answers at once), so the client, "
        "not the broker, chooses long or short polling"),

@@ -384,6 +384,36 @@ def test_orderly_take_put_back_and_commit() -> None:
     assert pq.commit() == 4
 
 
+def test_a_queue_moved_between_streams_returns_each_messages_credit_to_the_stream_it_came_from() -> None:
+    """A streamed queue read from one stream, then (suggestWhichBrokerId) from another: a batch of the old
+    assignment is refused, and each message's credit goes back to its own stream, whatever the order
+    the listener finishes them in."""
+    released: dict[str, list[int]] = {"master": [0, 0], "slave": [0, 0]}
+
+    def release(name: str) -> Callable[[int, int], None]:
+        def add(n: int, size: int) -> None:
+            released[name][0] += n
+            released[name][1] += size
+        return add
+
+    pq = _ProcessQueue(MessageQueue("T", "a:1", 0), 0)
+    pq.read_from(release("master"), 1)
+    first = [_received(o) for o in range(4)]
+    for m in first:
+        m.store_size = 10
+    assert pq.put(first, 4, 1)
+    assert pq.read_from(release("slave"), 2) == 4  # the slave's stream continues at the next offset
+    assert not pq.put([_received(4)], 5, 1)  # the old assignment's batch: not taken
+    second = [_received(o) for o in range(4, 7)]
+    for m in second:
+        m.store_size = 7
+    assert pq.put(second, 7, 2)
+    assert pq.remove([second[0], first[3]]) == 0
+    assert released == {"master": [1, 10], "slave": [1, 7]}
+    pq.drop()
+    assert released == {"master": [4, 40], "slave": [3, 21]}
+
+
 # --- end to end -------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,8 @@
 """Reads from the slave on real processes: with slaveReadEnable a master answering a pull from data no
 longer in memory (accessMessageInMemoryMaxRatio, 0 here: anything behind the head) suggests the slave;
 the Python client's next pulls of that queue go to the slave's gateway, which it learned from the
-master's status, and when the master cannot be reached it goes on pulling from the slave."""
+master's status, and when the master cannot be reached it goes on pulling from the slave. A push
+consumer's Consume stream follows the same suggestion, carried by each streamed batch."""
 
 from __future__ import annotations
 
@@ -161,7 +162,7 @@ def test_the_push_consumer_follows_the_suggested_broker_and_the_slave_when_the_m
 
     consumer = PushConsumer(m.endpoint, "ColdPushers", listener, consume_from_where="CONSUME_FROM_FIRST_OFFSET",
                             pull_batch_size=4, pull_threshold_for_queue=8, consume_thread_nums=1,
-                            poll_timeout=1.0)
+                            poll_timeout=1.0, consume_stream=False)
     consumer.subscribe(TOPIC)
     with consumer:
         # The first pull (the master) suggests the slave: the second goes there; then flow control
@@ -172,3 +173,76 @@ def test_the_push_consumer_follows_the_suggested_broker_and_the_slave_when_the_m
         gate.set()
         wait_for(lambda: len(got) >= N, 60, "every message consumed with the master gone")
     assert got == set(range(N))
+
+
+def _stream_consumer(m_endpoint: str, group: str, gate: threading.Event,
+                     got: list[tuple[int, int, bytes]]) -> PushConsumer:
+    """A push consumer on the default Consume stream with a window of 4 messages (each read is a small
+    batch, so the suggestion is acted on long before the queue is caught up); the listener records every
+    message in the order it is called, the first call waiting for ``gate``."""
+    lock = threading.Lock()
+
+    def listener(messages, context):  # noqa: ANN001, ANN202
+        with lock:
+            got.extend((msg.queue_id, msg.queue_offset, msg.body) for msg in messages)
+        gate.wait(30)
+
+    consumer = PushConsumer(m_endpoint, group, listener, consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+                            consume_thread_nums=1, stream_credit_messages=4)
+    consumer.subscribe(TOPIC)
+    return consumer
+
+
+def _get_messages(stub) -> int:  # noqa: ANN001
+    return int(stub.GetBrokerStatus(gw.GetBrokerStatusRequest()).get_messages)
+
+
+def test_the_consume_stream_moves_a_cold_queue_to_the_slave_and_stays_there_when_the_master_is_killed(
+        tmp_path, started) -> None:
+    """The master's streamed batch suggests the slave (every read is beyond the memory ratio): the
+    consumer reads the queue from a stream to the slave's gateway, from the next offset, and when the
+    master is killed it goes on there; every message reaches the listener once, in queue order."""
+    master, slave = _pair(tmp_path, "true")
+    started += [master, slave]
+    _load(master, slave)
+    m, s = master.broker.gateway, slave.broker.gateway
+    assert m is not None and s is not None and m.stub is not None and s.stub is not None
+    wait_for(lambda: list(m.stub.GetBrokerStatus(gw.GetBrokerStatusRequest()).slave_gateways) == [s.endpoint],
+             30, "the master's status to list its slave's gateway")
+    got: list[tuple[int, int, bytes]] = []
+    gate = threading.Event()
+    consumer = _stream_consumer(m.endpoint, "ColdStreamers", gate, got)
+    with consumer:
+        # The first batch (4 messages, from the master) waits in the listener; the next ones come from
+        # the slave, on its own credit.
+        wait_for(lambda: _get_messages(s.stub) > 0, 30, "a batch streamed from the slave")
+        master.kill9()
+        gate.set()
+        wait_for(lambda: len(got) >= N, 60, "every message consumed with the master gone")
+    assert got == [(0, i, f"m{i}".encode() * 50) for i in range(N)]
+
+
+def test_the_consume_stream_goes_back_to_the_master_when_the_slave_suggests_it(tmp_path, started) -> None:
+    """A slave without slaveReadEnable suggests the master: the queue moves to the slave's stream on the
+    master's suggestion and back on the slave's, batch after batch, and the listener still sees every
+    message once, in queue order; the offsets are committed to the master only."""
+    master, slave = _pair(tmp_path, "true", slave_read_on_slave="false")
+    started += [master, slave]
+    _load(master, slave)
+    m, s = master.broker.gateway, slave.broker.gateway
+    assert m is not None and s is not None and m.stub is not None and s.stub is not None
+    wait_for(lambda: list(m.stub.GetBrokerStatus(gw.GetBrokerStatusRequest()).slave_gateways) == [s.endpoint],
+             30, "the master's status to list its slave's gateway")
+    got: list[tuple[int, int, bytes]] = []
+    gate = threading.Event()
+    gate.set()
+    consumer = _stream_consumer(m.endpoint, "BouncingStreamers", gate, got)
+    with consumer:
+        wait_for(lambda: len(got) >= N, 60, "every message consumed")
+        from_slave, from_master = _get_messages(s.stub), _get_messages(m.stub)
+    assert got == [(0, i, f"m{i}".encode() * 50) for i in range(N)]
+    assert 0 < from_slave < N and from_master + from_slave >= N  # both served parts of the queue
+    offsets = m.stub.QueryOffsets(gw.QueryOffsetsRequest(consumer_group="BouncingStreamers", topic=TOPIC))
+    assert {o.queue_id: o.offset for o in offsets.offsets}[0] == N
+    on_slave = s.stub.QueryOffsets(gw.QueryOffsetsRequest(consumer_group="BouncingStreamers", topic=TOPIC))
+    assert {o.queue_id: o.offset for o in on_slave.offsets}.get(0, -1) in (-1, N)  # only copied from the master

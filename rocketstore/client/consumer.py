@@ -14,7 +14,10 @@ PushConsumer, piece by piece, as in RocketMQ's client:
   (``consume_stream.py``) carries the consumer's queues, assigned and unassigned as re-balances go; the
   gateway pushes their messages in large batches, never more than ``stream_credit_messages`` /
   ``stream_credit_bytes`` unconsumed at once (a message's credit returns when the listener consumed it,
-  it went back to the broker, or its queue was given up).
+  it went back to the broker, or its queue was given up). A queue follows suggestWhichBrokerId as the
+  pulls do: it moves to a stream on the gateway's slave when a batch suggests the slave or the gateway's
+  stream fails UNAVAILABLE, and back when the slave suggests the master or the gateway answers again
+  (each stream its own window).
 - pulling (``consume_stream=False``): one long-polling pull in flight per queue (``poll_timeout``: the
   gateway holds a pull that finds nothing until a message arrives), paused while
   ``pull_threshold_for_queue`` messages wait.
@@ -45,6 +48,7 @@ import socket
 import threading
 import time
 import uuid
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -307,10 +311,13 @@ class _ProcessQueue:
         self.dropped = False
         self.call: grpc.Future[pb.PullResponse] | None = None
         self.orderly_task_running = False
-        # A streamed queue: its assignment on the stream, and where the credit of messages that leave it goes.
+        # A streamed queue: its assignment on the stream, and where the credit of messages that leave it
+        # goes: (first queue offset, the releasing stream), one entry per stream the queue was read from
+        # (messages arrive in offset order, so a move between streams is an offset boundary).
         self.assign_id = 0
-        self.release: Callable[[int, int], None] | None = None
-        # RocketMQ's pullFromWhichNodeTable: the broker suggested the slave for the next pulls.
+        self._sources: list[tuple[int, Callable[[int, int], None]]] = []
+        # RocketMQ's pullFromWhichNodeTable: the broker suggested the slave for the next pulls (or the
+        # queue is streamed from the slave).
         self.pull_from_slave = False
 
     @property
@@ -324,13 +331,29 @@ class _ProcessQueue:
             return next(iter(self._msgs))
         return self._pulled_to
 
-    def put(self, messages: Sequence[ReceivedMessage], next_begin_offset: int) -> None:
+    def read_from(self, release: Callable[[int, int], None], assign_id: int = 0) -> int:
+        """The queue's messages from its next offset come from a stream releasing credit with ``release``
+        (under ``assign_id``); answers that offset."""
         with self.lock:
+            held = self._safe_offset()
+            while len(self._sources) > 1 and self._sources[1][0] <= held:
+                del self._sources[0]  # nothing held from it any more
+            self._sources.append((self.next_offset, release))
+            self.assign_id = assign_id
+            return self.next_offset
+
+    def put(self, messages: Sequence[ReceivedMessage], next_begin_offset: int, assign_id: int | None = None) -> bool:
+        """Messages read after what the queue holds; with ``assign_id``, only while the queue is read under
+        that assignment (False: a batch of an assignment the queue left, not taken)."""
+        with self.lock:
+            if assign_id is not None and (assign_id != self.assign_id or self.dropped):
+                return False
             for m in messages:
                 self._msgs[m.queue_offset] = m
             self._pulled_to = max(self._pulled_to, next_begin_offset)
             self.next_offset = next_begin_offset
             self.consumed_offset = max(self.consumed_offset, self._safe_offset())
+        return True
 
     def remove(self, messages: Iterable[ReceivedMessage]) -> int:
         """Messages consumed (concurrently): returns the offset now safe to commit."""
@@ -338,21 +361,39 @@ class _ProcessQueue:
             gone = [m for m in (self._msgs.pop(m.queue_offset, None) for m in messages) if m is not None]
             self.consumed_offset = max(self.consumed_offset, self._safe_offset())
             offset = self.consumed_offset
-        self._released(gone)
+            credit = self._credit(gone)
+        self._released(credit)
         return offset
 
-    def _released(self, gone: Sequence[ReceivedMessage]) -> None:
-        if gone and self.release is not None:
-            self.release(len(gone), sum(m.store_size for m in gone))
+    def _credit(self, gone: Sequence[ReceivedMessage]) -> list[tuple[Callable[[int, int], None], int, int]]:
+        """(stream's release, messages, bytes) of messages that left the queue: each one's credit goes back
+        to the stream it came from. Called under ``lock``; the releases are made after it."""
+        sources = self._sources
+        if not gone or not sources:
+            return []
+        if len(sources) == 1:
+            return [(sources[0][1], len(gone), sum(m.store_size for m in gone))]
+        starts = [start for start, _ in sources]
+        by_source: dict[int, list[int]] = {}
+        for m in gone:
+            counts = by_source.setdefault(max(bisect_right(starts, m.queue_offset) - 1, 0), [0, 0])
+            counts[0] += 1
+            counts[1] += m.store_size
+        return [(sources[i][1], n, size) for i, (n, size) in by_source.items()]
+
+    @staticmethod
+    def _released(credit: list[tuple[Callable[[int, int], None], int, int]]) -> None:
+        for release, n, size in credit:
+            release(n, size)
 
     def drop(self) -> None:
         """The queue is no longer this consumer's: what it holds is let go (its credit with it)."""
         with self.lock:
             self.dropped = True
-            gone = [*self._consuming.values(), *self._msgs.values()]
+            credit = self._credit([*self._consuming.values(), *self._msgs.values()])
             self._msgs.clear()
             self._consuming.clear()
-        self._released(gone)
+        self._released(credit)
 
     def take(self, n: int) -> list[ReceivedMessage]:
         """Orderly: the next ``n`` messages, moved aside until ``commit`` or ``put_back``."""
@@ -365,11 +406,11 @@ class _ProcessQueue:
 
     def commit(self) -> int:
         with self.lock:
-            gone = list(self._consuming.values())
+            credit = self._credit(list(self._consuming.values()))
             self._consuming.clear()
             self.consumed_offset = max(self.consumed_offset, self._safe_offset())
             offset = self.consumed_offset
-        self._released(gone)
+        self._released(credit)
         return offset
 
     def put_back(self) -> None:
@@ -380,11 +421,12 @@ class _ProcessQueue:
     def reset(self, offset: int) -> None:
         """OFFSET_ILLEGAL: continue from the offset the gateway suggests."""
         with self.lock:
-            gone = [*self._consuming.values(), *self._msgs.values()]
+            credit = self._credit([*self._consuming.values(), *self._msgs.values()])
             self._msgs.clear()
             self._consuming.clear()
             self.next_offset = self._pulled_to = self.consumed_offset = offset
-        self._released(gone)
+            del self._sources[:-1]  # nothing is held: what comes next is the current stream's
+        self._released(credit)
 
 
 class _Scheduler:
@@ -524,6 +566,12 @@ class PushConsumer:
         self.stream_credit_messages = stream_credit_messages
         self.stream_credit_bytes = stream_credit_bytes
         self._streams: dict[str, ConsumeStream] = {}
+        # Each gateway's slave stream (opened when a queue first moves there) and the gateways whose stream
+        # failed UNAVAILABLE (their queues are read from the slave until they answer again).
+        self._slave_streams: dict[str, ConsumeStream] = {}
+        self._masters_down: set[str] = set()
+        self._slave_topics: dict[str, set[str]] = {}  # topics each slave was found to hold
+        self._route_lock = threading.RLock()  # moves between streams, and re-opened streams, one at a time
         self._by_assign: dict[int, _ProcessQueue] = {}
         self._assign_ids = itertools.count(1)
 
@@ -600,7 +648,7 @@ class PushConsumer:
             self._rebalance()
         except BaseException:
             self._started = False
-            for stream in self._streams.values():
+            for stream in [*self._streams.values(), *self._slave_streams.values()]:
                 stream.close()
             self._scheduler.stop()
             self._executor.shutdown(wait=False)
@@ -621,7 +669,9 @@ class PushConsumer:
             pqs = list(self._pqs.values())
         for pq in pqs:
             self._cancel_pull(pq)
-        for stream in self._streams.values():
+        with self._route_lock:
+            streams = [*self._streams.values(), *self._slave_streams.values()]
+        for stream in streams:
             stream.close()
         assert self._executor is not None and self._scheduler is not None
         self._scheduler.stop()
@@ -697,6 +747,8 @@ class PushConsumer:
             found = status.slave_gateways[0] if status.slave_gateways else None
             known = self._slaves.get(endpoint)
             if known is not None and known.endpoint != found:
+                self._leave_slave_stream(endpoint)
+                self._slave_topics.pop(endpoint, None)
                 self._retired.append(self._slaves.pop(endpoint))  # its pulls in flight finish
             if found and endpoint not in self._slaves:
                 self._slaves[endpoint] = Connection(found, self._timeout)
@@ -730,7 +782,7 @@ class PushConsumer:
             added = [mq for mq in wanted if mq not in self._pqs]
         for pq in removed:
             self._cancel_pull(pq)
-            stream = self._streams.get(pq.mq.broker)
+            stream = self._stream_of(pq)
             if stream is not None:
                 stream.unassign([pq.assign_id])
             pq.drop()
@@ -750,8 +802,7 @@ class PushConsumer:
                     return
                 self._pqs[mq] = pq
                 if stream is not None:
-                    pq.assign_id = next(self._assign_ids)
-                    pq.release = stream.release
+                    pq.read_from(stream.release, next(self._assign_ids))
                     self._by_assign[pq.assign_id] = pq
             if stream is not None:
                 assigned.setdefault(mq.broker, []).append(
@@ -823,19 +874,100 @@ class PushConsumer:
     def _open_streams(self) -> None:
         for endpoint, conn in self._conns.items():
             stream = ConsumeStream(conn, self.group, self.client_id,
-                                   lambda batch, e=endpoint: self._on_batch(e, batch),  # type: ignore[misc]
+                                   lambda batch, e=endpoint: self._on_batch(self._streams[e], batch),  # type: ignore[misc]
                                    on_error=lambda error, e=endpoint: self._stream_failed(e, error),  # type: ignore[misc]
                                    credit_messages=self.stream_credit_messages,
                                    credit_bytes=self.stream_credit_bytes)
             self._streams[endpoint] = stream
             stream.open()
 
-    def _on_batch(self, endpoint: str, batch: pb.ConsumeBatch) -> None:
-        stream = self._streams[endpoint]
+    def _slave_stream(self, endpoint: str) -> ConsumeStream | None:
+        """The stream to the slave of gateway ``endpoint`` (opened at first use); None: no slave known."""
+        with self._route_lock:
+            stream = self._slave_streams.get(endpoint)
+            conn = self._slaves.get(endpoint)
+            if stream is not None or conn is None or self._stopping.is_set():
+                return stream
+            stream = ConsumeStream(conn, self.group, self.client_id,
+                                   lambda batch, e=endpoint: self._on_slave_batch(e, batch),  # type: ignore[misc]
+                                   on_error=lambda error, e=endpoint: self._slave_stream_failed(e, error),  # type: ignore[misc]
+                                   credit_messages=self.stream_credit_messages,
+                                   credit_bytes=self.stream_credit_bytes)
+            self._slave_streams[endpoint] = stream
+            stream.open()
+            _log.info("consume stream to the slave opened", endpoint=endpoint, slave=conn.endpoint, group=self.group)
+            return stream
+
+    def _slave_has(self, endpoint: str, topic: str) -> bool:
+        """Whether the slave of ``endpoint`` holds ``topic`` (a topic created on the master reaches its slave
+        at the next configuration copy; a stream assigned a topic its gateway lacks would fail)."""
+        known = self._slave_topics.setdefault(endpoint, set())
+        if topic in known:
+            return True
+        conn = self._slaves.get(endpoint)
+        if conn is None:
+            return False
+        try:
+            conn.call(conn.gateway.GetTopicStats, pb.GetTopicStatsRequest(topic=topic), timeout=min(self._timeout, 5.0))
+        except ClientError:
+            return False
+        known.add(topic)
+        return True
+
+    def _stream_of(self, pq: _ProcessQueue) -> ConsumeStream | None:
+        """The stream the queue is read from now."""
+        return (self._slave_streams if pq.pull_from_slave else self._streams).get(pq.mq.broker)
+
+    def _expression(self, pq: _ProcessQueue) -> str:
+        sub = self._subscriptions.get(pq.mq.topic)
+        return sub.expression if sub is not None else "*"
+
+    def _move(self, pq: _ProcessQueue, to_slave: bool) -> None:
+        """suggestWhichBrokerId for a streamed queue: read it from the slave's stream (or the master's) from
+        its next offset, under a new assignment. Batches the old stream still sends under the old one are
+        not taken (their credit goes back to it), so no message is delivered twice or out of order; the
+        messages the queue holds release their credit to the stream they came from."""
+        if to_slave and not self._slave_has(pq.mq.broker, pq.mq.topic):
+            return
+        with self._route_lock:
+            broker = pq.mq.broker
+            source = self._stream_of(pq)
+            target = self._slave_stream(broker) if to_slave else self._streams.get(broker)
+            if source is None or target is None:
+                return
+            with self._pqs_lock:
+                if pq.dropped or pq.pull_from_slave == to_slave or self._pqs.get(pq.mq) is not pq:
+                    return
+                old_id = pq.assign_id
+                self._by_assign.pop(old_id, None)
+                offset = pq.read_from(target.release, next(self._assign_ids))
+                pq.pull_from_slave = to_slave
+                self._by_assign[pq.assign_id] = pq
+            source.unassign([old_id])
+            target.assign([StreamQueue(pq.assign_id, pq.mq.topic, pq.mq.queue_id, offset, self._expression(pq))])
+        _log.info("queue read from the slave" if to_slave else "queue read from the master", queue=str(pq.mq),
+                  offset=offset, group=self.group)
+
+    def _queues_of(self, endpoint: str, on_slave: bool) -> list[_ProcessQueue]:
+        with self._pqs_lock:
+            return [pq for pq in self._pqs.values()
+                    if pq.mq.broker == endpoint and not pq.dropped and pq.pull_from_slave == on_slave]
+
+    def _stream_queues(self, pqs: Iterable[_ProcessQueue]) -> list[StreamQueue]:
+        return [StreamQueue(pq.assign_id, pq.mq.topic, pq.mq.queue_id, pq.next_offset, self._expression(pq))
+                for pq in pqs]
+
+    def _on_slave_batch(self, endpoint: str, batch: pb.ConsumeBatch) -> None:
+        stream = self._slave_streams.get(endpoint)
+        if stream is not None:
+            self._on_batch(stream, batch)
+
+    def _on_batch(self, stream: ConsumeStream, batch: pb.ConsumeBatch) -> None:
         with self._pqs_lock:
             pq = self._by_assign.get(batch.assign_id)
         if pq is None or pq.dropped or self._stopping.is_set():
-            stream.release(len(batch.queue_offsets), len(batch.records))  # a queue given up: its credit goes back
+            # A queue given up, or moved to the other stream: its credit goes back.
+            stream.release(len(batch.queue_offsets), len(batch.records))
             return
         if batch.offset_reset:
             _log.warning("offset illegal; continuing at the gateway's next offset", queue=str(pq.mq),
@@ -856,25 +988,82 @@ class PushConsumer:
         if pq.mq.topic == self.retry_topic:  # RocketMQ's resetRetryAndNamespace
             for m in kept:
                 m.topic = m.properties.get(PROPERTY_RETRY_TOPIC, m.topic)
-        pq.put(kept, batch.next_offset)
+        if not pq.put(kept, batch.next_offset, batch.assign_id):
+            stream.release(len(kept), sum(m.store_size for m in kept))  # moved meanwhile: not taken
+            return
         if kept:
             self._submit(pq, kept)
+        broker = pq.mq.broker
+        if batch.suggest_pulling_from_slave and not pq.pull_from_slave and broker in self._slaves:
+            self._move(pq, to_slave=True)
+        elif not batch.suggest_pulling_from_slave and pq.pull_from_slave and broker not in self._masters_down:
+            self._move(pq, to_slave=False)
 
     def _stream_failed(self, endpoint: str, error: ClientError) -> None:
-        if self._scheduler is not None and not self._stopping.is_set():
-            self._scheduler.call_later(PULL_DELAY_ON_ERROR, lambda: self._reopen(endpoint))
+        if self._scheduler is None or self._stopping.is_set():
+            return
+        if error.code == grpc.StatusCode.UNAVAILABLE and endpoint in self._slaves:
+            # The gateway cannot be reached: its queues are read from its slave until it answers again.
+            self._masters_down.add(endpoint)
+            for pq in self._queues_of(endpoint, on_slave=False):
+                self._move(pq, to_slave=True)
+        self._scheduler.call_later(PULL_DELAY_ON_ERROR, lambda: self._reopen(endpoint))
 
     def _reopen(self, endpoint: str) -> None:
-        """A new stream in place of a failed one: each queue continues after what it received."""
+        """A new stream in place of a failed one: each queue continues after what it received. A gateway
+        that was unreachable is asked first; once it answers, the queues read from its slave come back."""
         if self._stopping.is_set():
             return
-        with self._pqs_lock:
-            pqs = [pq for pq in self._pqs.values() if pq.mq.broker == endpoint and not pq.dropped]
-        queues = [StreamQueue(pq.assign_id, pq.mq.topic, pq.mq.queue_id, pq.next_offset,
-                              self._subscriptions[pq.mq.topic].expression if pq.mq.topic in self._subscriptions
-                              else "*") for pq in pqs]
-        _log.info("consume stream opened again", endpoint=endpoint, group=self.group, queues=len(queues))
-        self._streams[endpoint].reopen(queues)
+        back = endpoint in self._masters_down
+        if back:
+            conn = self._conns[endpoint]
+            try:
+                conn.call(conn.gateway.GetBrokerStatus, pb.GetBrokerStatusRequest(), timeout=min(self._timeout, 5.0))
+            except ClientError:
+                for pq in self._queues_of(endpoint, on_slave=False):  # topics the slave did not hold yet
+                    self._move(pq, to_slave=True)
+                if self._scheduler is not None:
+                    self._scheduler.call_later(PULL_DELAY_ON_ERROR, lambda: self._reopen(endpoint))
+                return
+        with self._route_lock:
+            self._masters_down.discard(endpoint)
+            queues = self._stream_queues(self._queues_of(endpoint, on_slave=False))
+            _log.info("consume stream opened again", endpoint=endpoint, group=self.group, queues=len(queues))
+            self._streams[endpoint].reopen(queues)
+            if back:
+                for pq in self._queues_of(endpoint, on_slave=True):
+                    self._move(pq, to_slave=False)
+
+    def _slave_stream_failed(self, endpoint: str, error: ClientError) -> None:
+        if self._scheduler is not None and not self._stopping.is_set():
+            self._scheduler.call_later(PULL_DELAY_ON_ERROR, lambda: self._reopen_slave(endpoint))
+
+    def _reopen_slave(self, endpoint: str) -> None:
+        """A slave stream failed: its queues go back to the master, or, while the master is unreachable,
+        continue on a new stream to the slave."""
+        if self._stopping.is_set():
+            return
+        with self._route_lock:
+            stream = self._slave_streams.get(endpoint)
+            if stream is None:
+                return
+            if endpoint in self._masters_down:
+                queues = self._stream_queues(self._queues_of(endpoint, on_slave=True))
+                _log.info("consume stream to the slave opened again", endpoint=endpoint, group=self.group,
+                          queues=len(queues))
+                stream.reopen(queues)
+            else:
+                self._leave_slave_stream(endpoint)
+
+    def _leave_slave_stream(self, endpoint: str) -> None:
+        """The queues read from the slave of ``endpoint`` go back to it; the slave stream is closed."""
+        with self._route_lock:
+            if endpoint not in self._slave_streams:
+                return
+            for pq in self._queues_of(endpoint, on_slave=True):
+                self._move(pq, to_slave=False)
+            stream = self._slave_streams.pop(endpoint)
+        stream.close()  # its reader may be waiting for the lock: closed outside it
 
     # --- pulling ---------------------------------------------------------------------------
     def _cancel_pull(self, pq: _ProcessQueue) -> None:

@@ -892,7 +892,7 @@ class ConsumeCredit(_message.Message):
     def __init__(self, messages: _Optional[int] = ..., bytes: _Optional[int] = ...) -> None: ...
 
 class ConsumeBatch(_message.Message):
-    __slots__ = ("assign_id", "topic", "queue_id", "records", "queue_offsets", "sizes", "next_offset", "offset_reset", "max_offset")
+    __slots__ = ("assign_id", "topic", "queue_id", "records", "queue_offsets", "sizes", "next_offset", "offset_reset", "max_offset", "suggest_pulling_from_slave")
     ASSIGN_ID_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -902,6 +902,7 @@ class ConsumeBatch(_message.Message):
     NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
     OFFSET_RESET_FIELD_NUMBER: _ClassVar[int]
     MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    SUGGEST_PULLING_FROM_SLAVE_FIELD_NUMBER: _ClassVar[int]
     assign_id: int
     topic: str
     queue_id: int
@@ -911,4 +912,5 @@ class ConsumeBatch(_message.Message):
     next_offset: int
     offset_reset: bool
     max_offset: int
-    def __init__(self, assign_id: _Optional[int] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., records: _Optional[bytes] = ..., queue_offsets: _Optional[_Iterable[int]] = ..., sizes: _Optional[_Iterable[int]] = ..., next_offset: _Optional[int] = ..., offset_reset: _Optional[bool] = ..., max_offset: _Optional[int] = ...) -> None: ...
+    suggest_pulling_from_slave: bool
+    def __init__(self, assign_id: _Optional[int] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., records: _Optional[bytes] = ..., queue_offsets: _Optional[_Iterable[int]] = ..., sizes: _Optional[_Iterable[int]] = ..., next_offset: _Optional[int] = ..., offset_reset: _Optional[bool] = ..., max_offset: _Optional[int] = ..., suggest_pulling_from_slave: _Optional[bool] = ...) -> None: ...

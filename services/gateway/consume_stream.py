@@ -16,6 +16,14 @@ queue is read from the files themselves (``local_reads.py``: read-only mappings 
 ConsumeQueue units and CommitLog records), without the two internal calls; anything unusual there
 is read through the index service instead.
 
+Master and slave, as a pull: every batch carries the read's ``suggest_pulling_from_slave``
+(``pull_processor.suggest_pulling_from_slave``, the rule a pull answer uses), so a consumer far behind
+moves the queue to the slave's stream and back. A queue whose suggestion changed since the last batch
+gets a batch without records when the read found nothing to send (a slave sending a caught-up consumer
+back to its master). With slaveReadEnable the reads go through the index service, which knows the
+CommitLog's max offset the suggestion is computed from; without it the suggestion is always the master
+and reads may stay local.
+
 A queue that is caught up costs no request and no thread: the stream follows the queue on the pull
 hold service (the index's ``Watch`` stream) and reads it again when its max offset moves. While that
 stream is down, caught-up queues are read again every ``SHORT_WAIT``, as held pulls are.
@@ -29,13 +37,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from rocketstore.errors import BrokerError
 from rocketstore.log import get_logger
+from rocketstore.settings import BrokerRole
 from rocketstore.subscription import Subscription
 from rocketstore.v1 import gateway_pb2 as pb
 
 from .context import GatewayContext, parse_subscription
 from .errors import GatewayError, check_group
 from .local_reads import LocalStoreReader
-from .pull_processor import SHORT_WAIT, matching, pull_status
+from .pull_processor import SHORT_WAIT, matching, pull_status, suggest_pulling_from_slave
 
 __all__ = ["READS_IN_FLIGHT", "STREAM_BATCH_BYTES", "STREAM_BATCH_MESSAGES", "ConsumeStreamProcessor"]
 
@@ -67,6 +76,9 @@ class _Queue:
     retry_at: float = 0.0
     active: bool = True
     wake: Callable[[int], None] | None = None
+    # The broker last suggested to the client for this queue (a client reads a slave because it was
+    # sent there: a slave's first answer is taken to have suggested itself).
+    suggested: bool = False
 
     @property
     def key(self) -> tuple[str, int]:
@@ -181,7 +193,8 @@ class _Stream:
         previous = self._by_key.get((sq.topic, sq.queue_id))
         if previous is not None:
             self._drop(previous)
-        q = _Queue(sq.assign_id, sq.topic, sq.queue_id, sq.offset, sq.expression, subscription)
+        q = _Queue(sq.assign_id, sq.topic, sq.queue_id, sq.offset, sq.expression, subscription,
+                   suggested=ctx.settings.broker_role is BrokerRole.SLAVE)
 
         def wake(max_offset: int, q: _Queue = q) -> None:
             q.advances += 1
@@ -263,7 +276,7 @@ class _Stream:
                 except BrokerError:
                     pass  # the read below goes through the index and says what is wrong
                 published = self._ctx.hold.max_offset(q.topic, q.queue_id)
-            if self._local is not None and offset < published:
+            if self._local is not None and offset < published and not self._ctx.settings.slave_read_enable:
                 local = await asyncio.to_thread(self._local.read, q.topic, q.queue_id, offset, published, messages,
                                                 size, q.subscription)
                 if local is not None:
@@ -272,7 +285,8 @@ class _Stream:
                     used_messages, used_bytes = len(local.queue_offsets), len(local.records)
                     q.offset = local.next_offset
                     q.max_known = max(q.max_known, published)
-                    if used_messages or local.next_offset != offset:
+                    if used_messages or local.next_offset != offset or q.suggested:
+                        q.suggested = False  # without slaveReadEnable: always the master
                         self._ctx.stats.pulled(used_messages)
                         self._outbox.put_nowait(pb.ConsumeBatch(
                             assign_id=q.assign_id, topic=q.topic, queue_id=q.queue_id, records=local.records,
@@ -291,8 +305,9 @@ class _Stream:
                 return  # unassigned meanwhile: nothing of it is sent
             self._ctx.hold.observe(q.topic, q.queue_id, r.max_offset)
             status, next_offset = pull_status(r, offset)
+            suggest = suggest_pulling_from_slave(r, self._ctx.settings)
             batch = pb.ConsumeBatch(assign_id=q.assign_id, topic=q.topic, queue_id=q.queue_id, next_offset=next_offset,
-                                    max_offset=r.max_offset)
+                                    max_offset=r.max_offset, suggest_pulling_from_slave=suggest)
             if status == pb.PULL_FOUND:
                 found = None if q.subscription.all else matching(r, q.subscription)
                 if found is None or len(found) == len(r.queue_offsets):
@@ -315,7 +330,8 @@ class _Stream:
             else:
                 q.max_known = max(q.max_known, r.max_offset)
             q.offset = next_offset
-            if used_messages or next_offset != offset:
+            if used_messages or next_offset != offset or suggest != q.suggested:
+                q.suggested = suggest
                 self._ctx.stats.pulled(used_messages)
                 self._outbox.put_nowait(batch)  # in queue order: the queue's next read starts after this
         finally:

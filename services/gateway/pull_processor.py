@@ -16,7 +16,7 @@ import asyncio
 
 from rocketstore.codec import decode_message
 from rocketstore.log import get_logger
-from rocketstore.settings import BrokerRole
+from rocketstore.settings import BrokerRole, Settings
 from rocketstore.subscription import Subscription
 from rocketstore.v1 import gateway_pb2 as pb
 from rocketstore.v1 import index_pb2 as ix_pb
@@ -25,7 +25,8 @@ from .context import GatewayContext, parse_subscription
 from .errors import GatewayError, check_group
 from .received import received, tags_of
 
-__all__ = ["MAX_POLL_MS", "MAX_PULL_MESSAGES", "PullMessageProcessor", "check_commit_offset", "matching", "pull_status"]
+__all__ = ["MAX_POLL_MS", "MAX_PULL_MESSAGES", "PullMessageProcessor", "check_commit_offset", "matching", "pull_status",
+           "suggest_pulling_from_slave"]
 
 _log = get_logger("rocketstore.gateway")
 
@@ -41,6 +42,13 @@ def check_commit_offset(topic: str, queue_id: int, offset: int, max_offset: int)
     if offset > max_offset:
         raise GatewayError("INVALID_ARGUMENT", f"offset {offset} of {topic}/{queue_id} is beyond the queue's max "
                                                f"offset {max_offset}; commit at most {max_offset}")
+
+
+def suggest_pulling_from_slave(r: ix_pb.GetMessageResponse, settings: Settings) -> bool:
+    """suggestWhichBrokerId of a read, for a pull answer and a streamed batch alike: the slave only with
+    slaveReadEnable and a read beyond accessMessageInMemoryMaxRatio (the index's word); otherwise the
+    master (which on a slave sends the consumer back)."""
+    return r.suggest_pulling_from_slave and settings.slave_read_enable
 
 
 class PullMessageProcessor:
@@ -103,9 +111,7 @@ class PullMessageProcessor:
                 return _nothing(pb.PULL_NO_NEW_MSG, offset, r, self._suggest(r))
 
     def _suggest(self, r: ix_pb.GetMessageResponse) -> bool:
-        """suggestWhichBrokerId: the slave only with slaveReadEnable and a read beyond the memory ratio;
-        otherwise the master (which on a slave sends the consumer back)."""
-        return r.suggest_pulling_from_slave and self._ctx.settings.slave_read_enable
+        return suggest_pulling_from_slave(r, self._ctx.settings)
 
     def _found(self, request: pb.PullRequest, r: ix_pb.GetMessageResponse, found: list[tuple[int, int, int]],
                next_offset: int) -> pb.PullResponse:

@@ -6,6 +6,7 @@ ack neither loses the open message nor brings back the acknowledged one."""
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import time
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
 
+from rocketstore.client.messages import ReceivedMessage
 from rocketstore.v1 import gateway_pb2 as pb
 from rocketstore.v2 import definition_pb2 as d
 from rocketstore.v2 import service_pb2 as s
@@ -242,6 +244,27 @@ def test_a_message_sent_through_v1_is_received_with_its_identity(broker: Broker)
     assert sp.queue_id == 0 and sp.queue_offset == 0 and sp.born_timestamp.seconds > 0
     assert sp.store_timestamp.seconds > 0 and sp.store_host and sp.born_host
     assert _ack(v2, "Identity", sp.receipt_handle, group="Ident").status.code == d.OK
+
+
+def test_a_gzip_body_is_stored_as_sent_flagged_compressed_and_received_so_by_both_apis(broker: Broker) -> None:
+    """GZIP as the proxy handles it: the body stored as sent with COMPRESSED_FLAG, received with body_encoding
+    GZIP (v2) and ``compressed`` set (v1), never decompressed or refused on the way."""
+    v2 = _v2(broker)
+    _create(broker, "Zipped", queues=1)
+    original = b"a body worth compressing " * 40
+    body = gzip.compress(original)
+    sent = v2.SendMessage(s.SendMessageRequest(messages=[d.Message(
+        topic=d.Resource(name="Zipped"), body=body, system_properties=d.SystemProperties(
+            message_id="GZ-1", message_type=d.NORMAL, body_encoding=d.GZIP))]), metadata=METADATA)
+    assert sent.status.code == d.OK, sent.status.message
+    [m] = _until(v2, "Zipped", 1, group=_group(broker, "Unzip"))
+    assert m.system_properties.body_encoding == d.GZIP and gzip.decompress(m.body) == original
+    assert m.system_properties.body_digest.checksum == hashlib.md5(body).hexdigest().upper()
+    assert _ack(v2, "Zipped", m.system_properties.receipt_handle, group="Unzip").status.code == d.OK
+    pulled = _v1(broker).Pull(pb.PullRequest(consumer_group=_group(broker, "UnzipV1"), topic="Zipped", queue_id=0,  # type: ignore[attr-defined]
+                                               offset=0, max_messages=1, poll_timeout_ms=3000))
+    [received] = [ReceivedMessage.from_proto(r) for r in pulled.messages]
+    assert received.compressed and received.body == body and received.msg_id == "GZ-1"
 
 
 def test_an_orderly_group_gets_the_next_message_only_after_the_previous_is_acked(broker: Broker) -> None:

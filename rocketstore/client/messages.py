@@ -193,6 +193,12 @@ class ReceivedMessage:
         return self.properties.get(PROPERTY_TAGS, "")
 
     @property
+    def compressed(self) -> bool:
+        """The producer compressed the body (RocketMQ's COMPRESSED_FLAG; a RocketMQ 5 GZIP body): ``body`` is
+        as stored, e.g. ``gzip.decompress(message.body)``."""
+        return bool(self.sys_flag & 0x1)
+
+    @property
     def keys(self) -> str:
         """The KEYS property as stored: keys separated by spaces."""
         return self.properties.get(PROPERTY_KEYS, "")

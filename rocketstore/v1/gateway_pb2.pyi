@@ -39,7 +39,7 @@ TRANSACTION_COMMIT: TransactionResolution
 TRANSACTION_ROLLBACK: TransactionResolution
 
 class OutgoingMessage(_message.Message):
-    __slots__ = ("body", "tags", "keys", "properties", "flag", "born_timestamp", "born_host", "uniq_key", "delay_time_level", "timer_deliver_ms", "timer_delay_sec", "timer_delay_ms")
+    __slots__ = ("body", "tags", "keys", "properties", "flag", "born_timestamp", "born_host", "uniq_key", "delay_time_level", "timer_deliver_ms", "timer_delay_sec", "timer_delay_ms", "compressed")
     class PropertiesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -59,6 +59,7 @@ class OutgoingMessage(_message.Message):
     TIMER_DELIVER_MS_FIELD_NUMBER: _ClassVar[int]
     TIMER_DELAY_SEC_FIELD_NUMBER: _ClassVar[int]
     TIMER_DELAY_MS_FIELD_NUMBER: _ClassVar[int]
+    COMPRESSED_FIELD_NUMBER: _ClassVar[int]
     body: bytes
     tags: str
     keys: str
@@ -71,7 +72,8 @@ class OutgoingMessage(_message.Message):
     timer_deliver_ms: int
     timer_delay_sec: int
     timer_delay_ms: int
-    def __init__(self, body: _Optional[bytes] = ..., tags: _Optional[str] = ..., keys: _Optional[str] = ..., properties: _Optional[_Mapping[str, str]] = ..., flag: _Optional[int] = ..., born_timestamp: _Optional[int] = ..., born_host: _Optional[str] = ..., uniq_key: _Optional[str] = ..., delay_time_level: _Optional[int] = ..., timer_deliver_ms: _Optional[int] = ..., timer_delay_sec: _Optional[int] = ..., timer_delay_ms: _Optional[int] = ...) -> None: ...
+    compressed: bool
+    def __init__(self, body: _Optional[bytes] = ..., tags: _Optional[str] = ..., keys: _Optional[str] = ..., properties: _Optional[_Mapping[str, str]] = ..., flag: _Optional[int] = ..., born_timestamp: _Optional[int] = ..., born_host: _Optional[str] = ..., uniq_key: _Optional[str] = ..., delay_time_level: _Optional[int] = ..., timer_deliver_ms: _Optional[int] = ..., timer_delay_sec: _Optional[int] = ..., timer_delay_ms: _Optional[int] = ..., compressed: _Optional[bool] = ...) -> None: ...
 
 class ReceivedMessage(_message.Message):
     __slots__ = ("topic", "queue_id", "queue_offset", "commit_log_offset", "msg_id", "offset_msg_id", "tags", "keys", "body", "properties", "born_timestamp", "born_host", "store_timestamp", "store_host", "reconsume_times", "sys_flag", "flag", "store_size", "body_crc")

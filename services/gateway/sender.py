@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from rocketstore.codec import END_FILE_MIN_BLANK_LENGTH, HOST_V6_EXTRA, MAX_PROPERTIES_LENGTH, MIN_RECORD_LENGTH
 from rocketstore.log import get_logger
 from rocketstore.message import (
+    COMPRESSED_FLAG,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
@@ -180,6 +181,8 @@ def encode_send(messages: Sequence[pb.OutgoingMessage], topic: str, queue_id: in
         out.properties_text = text
         if m.flag:
             out.flag = m.flag
+        if m.compressed:
+            out.sys_flag = COMPRESSED_FLAG
         if m.born_timestamp:
             out.born_timestamp = m.born_timestamp
         if born_host:

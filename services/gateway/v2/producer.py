@@ -76,7 +76,6 @@ class V2SendProcessor:
         delay_limit = min(MAX_DELAY_TIME_MS, settings.timer_max_delay_sec * 1000)
         for i, m in enumerate(messages):
             check_message(m, i, settings.max_message_size)
-            _check_supported(m, i)
             _check_delivery(m, i, now, delay_limit)
         transaction = any(m.system_properties.message_type == d.TRANSACTION for m in messages)
         if transaction and len(messages) != 1:
@@ -134,12 +133,6 @@ def _check_delivery(m: d.Message, index: int, now: int, limit_ms: int) -> None:
                                                "proxy's maxDelayTimeMills and timerMaxDelaySec)")
 
 
-def _check_supported(m: d.Message, index: int) -> None:
-    """What this broker does not do yet is refused as the proxy refuses what its broker cannot do."""
-    sp = m.system_properties
-    if sp.body_encoding == d.GZIP:
-        raise V2Error(d.UNSUPPORTED, f"messages[{index}]: body_encoding GZIP is not supported yet; send the body "
-                                     "uncompressed (IDENTITY)")
 
 
 def _outgoing(m: d.Message, index: int) -> v1.OutgoingMessage:
@@ -154,6 +147,8 @@ def _outgoing(m: d.Message, index: int) -> v1.OutgoingMessage:
     out = v1.OutgoingMessage(body=m.body, keys=" ".join(sp.keys), properties=properties, uniq_key=sp.message_id)
     if sp.HasField("tag"):
         out.tags = sp.tag
+    if sp.body_encoding == d.GZIP:  # stored as sent, flagged COMPRESSED (the proxy's buildSysFlag)
+        out.compressed = True
     if sp.HasField("born_timestamp"):
         out.born_timestamp = sp.born_timestamp.ToMilliseconds()
     if sp.HasField("delivery_timestamp") and sp.delivery_timestamp.ToMilliseconds() > 0:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import AsyncIterator
 
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -149,20 +148,19 @@ class V2ConsumerProcessor:
 
     # --- ReceiveMessage ------------------------------------------------------------------------
     async def receive(self, request: s.ReceiveMessageRequest, time_remaining: float | None
-                      ) -> AsyncIterator[s.ReceiveMessageResponse]:
+                      ) -> list[s.ReceiveMessageResponse]:
+        """The stream's responses, all built before the first is written: the writes then follow one another
+        (each is a write of its own on the socket, so nothing else may sit between them), and the servicer
+        yields them without another generator in between."""
         try:
             popped = await self._receive(request, time_remaining)
         except V2Error as e:
-            yield s.ReceiveMessageResponse(status=e.status())
-            return
+            return [s.ReceiveMessageResponse(status=e.status())]
         except BrokerError as e:
-            yield s.ReceiveMessageResponse(status=from_broker_error(e).status())
-            return
+            return [s.ReceiveMessageResponse(status=from_broker_error(e).status())]
         if not popped:
-            yield s.ReceiveMessageResponse(status=status(d.MESSAGE_NOT_FOUND, "no new message"))
-            return
-        # The proxy's order: the status, one message per response, then the delivery timestamp. All are built
-        # before the first is written, so the writes follow one another (gRPC sends them in fewer packets).
+            return [s.ReceiveMessageResponse(status=status(d.MESSAGE_NOT_FOUND, "no new message"))]
+        # The proxy's order: the status, one message per response, then the delivery timestamp.
         topic, namespace = request.message_queue.topic.name, request.message_queue.topic.resource_namespace
         responses = [s.ReceiveMessageResponse(status=status())]
         responses += [s.ReceiveMessageResponse(message=v2_message(p.message, topic, namespace,
@@ -170,8 +168,7 @@ class V2ConsumerProcessor:
                       for p in popped]
         responses.append(s.ReceiveMessageResponse(delivery_timestamp=_timestamp(int(time.time() * 1000))))
         self._ctx.stats.pulled(len(popped))
-        for response in responses:
-            yield response
+        return responses
 
     async def _receive(self, request: s.ReceiveMessageRequest, time_remaining: float | None) -> list[Popped]:
         orderly = self._group(request.group)

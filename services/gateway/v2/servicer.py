@@ -221,12 +221,14 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
             yield s.ReceiveMessageResponse(status=e.status())
             return
         try:
-            async for response in self._consumer.receive(request, context.time_remaining()):
-                yield response
+            responses = await self._consumer.receive(request, context.time_remaining())
         except Exception as e:  # noqa: BLE001 - every failure is answered
             _log.error("v2 rpc failed", method="ReceiveMessage", error=repr(e), exc_info=e)
             yield s.ReceiveMessageResponse(status=status(d.INTERNAL_SERVER_ERROR,
                                                          f"ReceiveMessage failed: {type(e).__name__}: {e}"))
+            return
+        for response in responses:
+            yield response
 
     @_answers(s.AckMessageResponse)
     async def AckMessage(self, request: s.AckMessageRequest, context: _Context) -> s.AckMessageResponse:

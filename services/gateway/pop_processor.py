@@ -37,6 +37,7 @@ from rocketstore.v1 import index_pb2 as ix_pb
 
 from .context import GatewayContext
 from .errors import GatewayError
+from .load_once import LoadOnce
 from .pop_checkpoints import SUPERSEDED, CheckpointTable
 from .pop_records import (
     ACK_ACKED,
@@ -109,7 +110,7 @@ class PopProcessor:
         self._contended: set[QueueKey] = set()  # queues a receive skipped while another one read them
         self._waiters: dict[str, set[asyncio.Future[bool]]] = {}
         self._due: list[tuple[int, tuple[str, str, int, int, int]]] = []
-        self._loaded: asyncio.Future[None] | None = None
+        self._loaded = LoadOnce(self._load)
         self._task: asyncio.Task[None] | None = None
         self._last_pop_time = 0
         self._revive_committed = -1
@@ -125,7 +126,7 @@ class PopProcessor:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        if self._loaded is not None and self._loaded.done() and not self._loaded.exception():
+        if self._loaded.done:
             self._commit_revive_position()
         for waiters in self._waiters.values():
             for future in waiters:
@@ -134,17 +135,7 @@ class PopProcessor:
 
     async def ready(self) -> None:
         """Read the open checkpoints back once (the first caller reads, the others wait for it)."""
-        if self._loaded is None:
-            self._loaded = asyncio.get_running_loop().create_future()
-            try:
-                await self._load()
-            except BaseException as e:
-                future, self._loaded = self._loaded, None
-                future.set_exception(e)
-                future.exception()
-                raise
-            self._loaded.set_result(None)
-        await asyncio.shield(self._loaded)
+        await self._loaded()
 
     async def _load(self) -> None:
         ctx = self._ctx
@@ -563,7 +554,7 @@ class PopProcessor:
             self._revive_committed = position
 
     async def _revive_due(self) -> None:
-        if self._loaded is None or not self._loaded.done():
+        if not self._loaded.done:
             return
         now = _now_ms()
         while self._due and self._due[0][0] <= now:

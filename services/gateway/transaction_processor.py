@@ -45,6 +45,7 @@ from rocketstore.v1 import gateway_pb2 as pb
 
 from .context import GatewayContext
 from .errors import GatewayError, check_group
+from .load_once import LoadOnce
 from .send_processor import SEND_TIMEOUT, _send_results
 from .sender import AppendedColumns, EncodedSend, SendBatcher, TagsCache, encode_send
 from .topics import RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC
@@ -118,23 +119,13 @@ class TransactionProcessor:
         self._tags = TagsCache()
         self.table = TransactionTable()
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
-        self._loaded: asyncio.Future[None] | None = None
+        self._loaded = LoadOnce(self._load)
         self.config_dir = f"{context.settings.store_path_root_dir}/config"
 
     # --- load ------------------------------------------------------------------------------
     async def ready(self) -> None:
         """Load the open transactions once (the first caller loads, the others wait)."""
-        if self._loaded is None:
-            self._loaded = asyncio.get_running_loop().create_future()
-            try:
-                await self._load()
-            except BaseException as e:
-                future, self._loaded = self._loaded, None
-                future.set_exception(e)
-                future.exception()  # retrieved: the next caller loads again
-                raise
-            self._loaded.set_result(None)
-        await asyncio.shield(self._loaded)
+        await self._loaded()
 
     async def _load(self) -> None:
         await self._index_caught_up()

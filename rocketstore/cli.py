@@ -1,5 +1,6 @@
 """The ``rocketstore`` command.
 
+    rocketstore serve broker [--internal-port N] [--ha-port N] [same options]   (local mode: all in one process)
     rocketstore serve commitlog [--config broker.properties] [--data-dir DIR] [--host H] [--port N]
                                 [--metrics-port N] [--metrics-host H] [--set KEY=VALUE ...] [--log-level LEVEL]
     rocketstore serve index --commitlog HOST:PORT [same options]
@@ -51,9 +52,19 @@ class ServiceEntry:
     peers: tuple[str, ...] = ()
     # Services it tells others about when given: each an optional ``--<peer> HOST:PORT``.
     optional_peers: tuple[str, ...] = ()
+    # More ports it listens on: each an optional ``--<name>-port N``, and ``--<name>-host`` when in ``hosts``.
+    ports: tuple[str, ...] = ()
+    hosts: tuple[str, ...] = ()
 
 
 SERVICES: dict[str, ServiceEntry] = {
+    "broker": ServiceEntry(
+        "rocketstore.services.broker.main",
+        "local mode: every service of one broker in one process (the gateway on --port, the ha service on "
+        "--ha-port, the CommitLog and index services on --internal-port)",
+        ports=("internal", "ha"),
+        hosts=("internal",),
+    ),
     "commitlog": ServiceEntry(
         "rocketstore.services.commitlog.main",
         "the CommitLog service: appends, flushes, raw reads and tailing of the CommitLog files",
@@ -145,6 +156,13 @@ def _add_serve(commands: SubParsers) -> None:
             p.add_argument(f"--{peer}", metavar="HOST:PORT", default=None, type=_endpoint,
                            help=f"endpoint of this broker's {peer} service (a slave reports it to its master, "
                                 "whose clients then read from it)")
+        for name in entry.ports:
+            p.add_argument(f"--{name}-port", type=_port, default=None,
+                           help=f"port of the {name} services (default: " +
+                                ("haListenPort" if name == "ha" else "a free one") + ")")
+        for name in entry.hosts:
+            p.add_argument(f"--{name}-host", default="127.0.0.1",
+                           help=f"address the {name} services listen on (default: 127.0.0.1)")
         p.set_defaults(handler=_run_serve)
 
 
@@ -216,6 +234,8 @@ def _run_serve(args: argparse.Namespace) -> int:
         serve: Callable[..., int] = importlib.import_module(SERVICES[args.service].module).serve
         entry = SERVICES[args.service]
         peers = {peer: getattr(args, peer) for peer in (*entry.peers, *entry.optional_peers)}
+        peers |= {f"{name}_port": getattr(args, f"{name}_port") for name in entry.ports}
+        peers |= {f"{name}_host": getattr(args, f"{name}_host") for name in entry.hosts}
         return serve(settings, host=args.host, port=args.port, metrics_port=args.metrics_port,
                      log_level=args.log_level, **peers)
     except SettingsError as e:

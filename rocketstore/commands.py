@@ -161,15 +161,19 @@ def _guard(command: str, fn: Callable[[argparse.Namespace], int]) -> Callable[[a
 
 def _add_up(commands: _SubParsers) -> None:
     p = commands.add_parser(
-        "up", help="run the whole broker on this machine: commitlog, index, dispatcher and gateway processes",
-        description="Start the CommitLog, index, dispatcher and gateway services as separate processes on "
-                    "loopback over one data directory, wait until each reports SERVING, print the endpoints, "
-                    "restart a service that dies, and stop them all in order on Ctrl-C or SIGTERM.")
+        "up", help="run the whole broker on this machine (local mode: one process; cluster mode: one per service)",
+        description="Start the broker over one data directory — in local mode (the default) every service in one "
+                    "process, in cluster mode the CommitLog, index, dispatcher, schedule, gateway and ha services "
+                    "as separate processes on loopback —, wait until each process reports SERVING, print the "
+                    "endpoints, restart a process that dies, and stop them all in order on Ctrl-C or SIGTERM.")
     p.add_argument("--data-dir", metavar="DIR", default=None,
                    help="store root directory (default: storePathRootDir of --config, else the settings default)")
     p.add_argument("--config", metavar="FILE", default=None, help="RocketMQ-style broker.properties for every service")
     p.add_argument("--port", type=_port, default=8081, help="the gateway's port (default: 8081; 0 picks a free one)")
     p.add_argument("--host", default="127.0.0.1", help="address the gateway listens on (default: 127.0.0.1)")
+    p.add_argument("--mode", choices=("local", "cluster"), default="local",
+                   help="local: every service in one process, calling each other in process (default); "
+                        "cluster: every service its own process over gRPC, as deployed on Kubernetes")
     p.add_argument("--internal-host", default="127.0.0.1",
                    help="address the commitlog, index and dispatcher listen on (default: 127.0.0.1: their peers "
                         "are on this machine)")
@@ -200,11 +204,11 @@ def _run_up(args: argparse.Namespace) -> int:
 
             return run_with_slave(args.data_dir, args.config, args.port, host=args.host,
                                   internal_host=args.internal_host, settings=args.settings,
-                                  log_dir=args.log_dir, log_level=args.log_level)
+                                  log_dir=args.log_dir, log_level=args.log_level, mode=args.mode)
         return run_up(args.data_dir, args.config, args.port, host=args.host, internal_host=args.internal_host,
                       settings=args.settings,
                       log_dir=args.log_dir, log_level=args.log_level,
-                      demo=args.demo_count if args.demo else 0, stop_after_demo=args.stop_after_demo)
+                      demo=args.demo_count if args.demo else 0, stop_after_demo=args.stop_after_demo, mode=args.mode)
     except SettingsError as e:
         print(f"rocketstore up: {e}", file=sys.stderr)
         return EXIT_USAGE

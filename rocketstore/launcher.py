@@ -1,4 +1,13 @@
-"""``rocketstore up``: the embedded broker. Every service as its own process, one data directory.
+"""``rocketstore up``: the embedded broker on one machine, one data directory, in one of two modes.
+
+* **local** (the default), as RocketMQ 5's proxy in local mode: one process (``rocketstore serve broker``)
+  holds every service — CommitLog, index, dispatcher, schedule, ha and the gateway — and they call each
+  other in process (``rocketstore.inprocess``); the gateway listens on ``--port``, the ha service on
+  haListenPort, the CommitLog and index services on a free internal port (printed) for tools and for
+  more gateways.
+* **cluster**: every service as its own process, talking gRPC over loopback, as in Kubernetes; what
+  follows describes it, and holds for local mode's one process too (started, checked, supervised and
+  stopped the same way).
 
 The internal services (commitlog, index, dispatcher) listen on loopback, where their peers are; the
 gateway and the ha service (replication, which a slave on another machine reaches) listen on ``--host``
@@ -38,10 +47,12 @@ from typing import TextIO
 from rocketstore.errors import DeadlineExceeded
 from rocketstore.health_client import wait_serving
 
-__all__ = ["HA_SERVICE_ORDER", "SERVICE_ORDER", "Launcher", "LaunchError", "ManagedService", "free_port", "ha_port",
-           "run_up", "run_with_slave"]
+__all__ = ["HA_SERVICE_ORDER", "LOCAL_SERVICE_ORDER", "MODES", "SERVICE_ORDER", "Launcher", "LaunchError",
+           "ManagedService", "free_port", "ha_port", "run_up", "run_with_slave", "services_of"]
 
 SERVICE_ORDER = ("commitlog", "index", "dispatcher", "schedule", "gateway")
+LOCAL_SERVICE_ORDER = ("broker",)  # local mode: the one process of every service
+MODES = ("local", "cluster")
 # What `rocketstore up` runs: the broker and its replication. On a SLAVE the schedule service only
 # answers health checks (the master's deliveries reach it replicated), ready for a promotion.
 HA_SERVICE_ORDER = (*SERVICE_ORDER, "ha")
@@ -52,6 +63,7 @@ PEERS: dict[str, tuple[str, ...]] = {
     "schedule": ("commitlog", "index"),
     "gateway": ("commitlog", "index"),
     "ha": ("commitlog", "gateway"),  # a slave reports its gateway to its master (reads from the slave)
+    "broker": (),
 }
 START_TIMEOUT = 60.0  # seconds for one service to report SERVING
 STOP_TIMEOUT = 30.0  # seconds for one service to exit after SIGTERM before SIGKILL
@@ -196,7 +208,9 @@ class Launcher:
         self.store_dir = Path(self._store_root())
         logs = Path(log_dir) if log_dir else self.store_dir / "logs"
         chosen = dict(ports or {})
-        chosen["gateway"] = port or chosen.get("gateway") or free_port(host)
+        # The client-facing service: the gateway, or in local mode the broker process that holds it.
+        self.front = "broker" if "broker" in self.order else "gateway"
+        chosen[self.front] = port or chosen.get(self.front) or free_port(host)
         # A preferred port (haListenPort at its default) is tried first, and moved like a picked one.
         self._preferred = {n: p for n, p in (preferred_ports or {}).items() if n in self.order and not chosen.get(n)}
         chosen.update(self._preferred)
@@ -205,7 +219,17 @@ class Launcher:
                 chosen[name] = free_port(self.host_of(name))
         # Ports the launcher picked itself may be taken by someone else between the pick and the bind:
         # such a service is started again on another port (the gateway's port is the user's to choose).
-        self._picked = {name for name in self.order if name != "gateway" and not (ports or {}).get(name)}
+        self._picked = {name for name in self.order if name != self.front and not (ports or {}).get(name)}
+        # Local mode: the ports the broker process listens on besides the gateway's (--ha-port, --internal-port).
+        self.extra_ports: dict[str, int] = {}
+        if self.front == "broker":
+            ha = (ports or {}).get("ha") or (preferred_ports or {}).get("ha")
+            moved = bool(ha) and "ha" not in (ports or {}) and self._port_taken(host, ha or 0)
+            self.extra_ports = {"ha": free_port(host) if moved or not ha else ha,
+                                "internal": (ports or {}).get("internal") or free_port(internal_host)}
+            if moved:  # haListenPort left at its default and someone else has it
+                self.say(f"  ha: port {ha} is taken; listening on {self.extra_ports['ha']} instead "
+                         "(set haListenPort to choose the port)")
         self._log_level = log_level
         self._settings = list(settings)
         self.services: dict[str, ManagedService] = {}
@@ -217,7 +241,7 @@ class Launcher:
     def host_of(self, name: str) -> str:
         """Where service ``name`` listens: the gateway and the ha service (which slaves reach) on ``host``,
         the others on ``internal_host``."""
-        return self.host if name in ("gateway", "ha") else self.internal_host
+        return self.host if name in ("gateway", "ha", "broker") else self.internal_host
 
     def _command(self, name: str) -> list[str]:
         """``rocketstore serve <name>`` with the services' current ports."""
@@ -231,6 +255,9 @@ class Launcher:
             cmd += ["--set", f"{key}={value}"]
         for peer in PEERS[name]:
             cmd += [f"--{peer}", self.services[peer].endpoint]
+        if name == "broker":
+            cmd += ["--ha-port", str(self.extra_ports["ha"]), "--internal-port", str(self.extra_ports["internal"]),
+                    "--internal-host", self.internal_host]
         return cmd
 
     def _port_taken(self, host: str, port: int) -> bool:
@@ -251,7 +278,18 @@ class Launcher:
 
     @property
     def gateway_endpoint(self) -> str:
-        return self.services["gateway"].endpoint
+        return self.services[self.front].endpoint
+
+    @property
+    def ha_endpoint(self) -> str:
+        """Where this broker's ha service listens (what its slaves name as haMasterAddress)."""
+        if self.front == "broker":
+            return f"{self.host}:{self.extra_ports['ha']}"
+        return self.services["ha"].endpoint
+
+    @property
+    def mode(self) -> str:
+        return "local" if self.front == "broker" else "cluster"
 
     def say(self, text: str) -> None:
         print(f"{self.label}{text}", file=self.out, flush=True)
@@ -268,7 +306,8 @@ class Launcher:
         """Start every service, then wait for each to report SERVING, in order; on failure stop what started and
         raise LaunchError."""
         t0 = time.monotonic()
-        self.say(f"rocketstore up: store {self.store_dir}, logs {self.services['gateway'].log_path.parent}")
+        self.say(f"rocketstore up ({self.mode} mode): store {self.store_dir}, "
+                 f"logs {self.services[self.front].log_path.parent}")
         try:
             # Every process is started at once: each spends most of its start importing and opening its
             # store, and needs its peers only once it serves (internal calls wait for a peer to be ready).
@@ -298,6 +337,10 @@ class Launcher:
                     for later in self.order[i:]:
                         self.services[later].start()
                 self.say(f"  {name:<11} {svc.endpoint:<21} pid {svc.pid:<8} SERVING")
+            if self.front == "broker":
+                self.say(f"  {'(ha)':<11} {self.ha_endpoint:<21} the ha service, in the broker process")
+                self.say(f"  {'(internal)':<11} {self.internal_host}:{self.extra_ports['internal']:<11} the "
+                         "CommitLog and index services, for tools and more gateways")
         except BaseException:
             self.stop()
             raise
@@ -386,6 +429,13 @@ class Launcher:
                 signal.signal(sig, handler)  # type: ignore[arg-type]
 
 
+def services_of(mode: str) -> tuple[str, ...]:
+    """What ``rocketstore up`` runs in ``mode``: one broker process, or every service (with ha) on its own."""
+    if mode not in MODES:
+        raise ValueError(f"mode {mode!r}: expected one of {', '.join(MODES)}")
+    return LOCAL_SERVICE_ORDER if mode == "local" else HA_SERVICE_ORDER
+
+
 def ha_port(config: str | None, settings: Sequence[tuple[str, str]],
             environ: dict[str, str] | None = None) -> tuple[int, bool]:
     """The ha service's port (haListenPort) and whether it was set (in the file, the environment or a
@@ -409,12 +459,12 @@ def ha_port(config: str | None, settings: Sequence[tuple[str, str]],
 
 def run_up(data_dir: str | None, config: str | None, port: int, *, host: str = "127.0.0.1",
            internal_host: str = "127.0.0.1", settings: Sequence[tuple[str, str]] = (), log_dir: str | None = None,
-           log_level: str = "info", demo: int = 0, stop_after_demo: bool = False) -> int:
+           log_level: str = "info", demo: int = 0, stop_after_demo: bool = False, mode: str = "local") -> int:
     """``rocketstore up``: the embedded broker in the foreground until Ctrl-C or SIGTERM; with ``demo``,
     a producer and a consumer exchange that many messages once it is up."""
     ha, explicit = ha_port(config, settings)
     launcher = Launcher(data_dir, config, port, host=host, internal_host=internal_host, settings=settings,
-                        log_dir=log_dir, log_level=log_level, services=HA_SERVICE_ORDER,
+                        log_dir=log_dir, log_level=log_level, services=services_of(mode),
                         ports={"ha": ha} if explicit else None, preferred_ports=None if explicit else {"ha": ha})
 
     def run_demo(up: Launcher) -> None:
@@ -434,7 +484,7 @@ def run_up(data_dir: str | None, config: str | None, port: int, *, host: str = "
 def run_with_slave(data_dir: str | None, config: str | None, port: int, *, host: str = "127.0.0.1",
                    internal_host: str = "127.0.0.1", settings: Sequence[tuple[str, str]] = (),
                    log_dir: str | None = None, log_level: str = "info", install_signals: bool = True,
-                   out: TextIO | None = None) -> int:
+                   out: TextIO | None = None, mode: str = "local") -> int:
     """``rocketstore up --with-slave``: the broker as a master (its role from the settings, ASYNC_MASTER by
     default) with its ha service, and a whole SLAVE broker beside it (data directory ``<store>-slave``,
     a gateway on a free port) replicating from it. Stops the slave first, then the master."""
@@ -442,7 +492,7 @@ def run_with_slave(data_dir: str | None, config: str | None, port: int, *, host:
     ha, explicit = ha_port(config, settings)
     master = Launcher(data_dir, config, port, host=host, internal_host=internal_host, settings=settings,
                       log_dir=log_dir, log_level=log_level,
-                      services=HA_SERVICE_ORDER, label="master: ", stop_event=stop, out=out,
+                      services=services_of(mode), label="master: ", stop_event=stop, out=out,
                       ports={"ha": ha} if explicit else None, preferred_ports=None if explicit else {"ha": ha})
     slave: Launcher | None = None
     previous: dict[int, object] = {}
@@ -455,11 +505,11 @@ def run_with_slave(data_dir: str | None, config: str | None, port: int, *, host:
         try:
             master.start()
             slave_settings = [*settings, ("brokerRole", "SLAVE"), ("brokerId", "1"),
-                              ("haMasterAddress", master.services["ha"].endpoint)]
+                              ("haMasterAddress", master.ha_endpoint)]
             slave_dir = f"{master.store_dir}-slave"
             slave = Launcher(slave_dir, config, 0, host=host, internal_host=internal_host, settings=slave_settings,
                              log_dir=os.path.join(log_dir, "slave") if log_dir else None, log_level=log_level,
-                             services=HA_SERVICE_ORDER, label="slave:  ", stop_event=stop, out=out)
+                             services=services_of(mode), label="slave:  ", stop_event=stop, out=out)
             slave.start()
         except LaunchError as e:
             master.stop()

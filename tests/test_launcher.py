@@ -1,5 +1,6 @@
-"""``rocketstore up``: the four services and the ha service start in order and report SERVING, a service
-that dies is started again, and SIGTERM or SIGINT stops them in reverse order with exit code 0.
+"""``rocketstore up``: in local mode the one broker process, in cluster mode the services and the ha service,
+start in order and report SERVING, a process that dies is started again, and SIGTERM or SIGINT stops them in
+reverse order with exit code 0.
 
 ``UpProcess`` (used by the client, CLI and grpcurl tests too) runs the installed ``rocketstore up`` on a
 fresh data directory and a free gateway port, and reads the endpoints and pids it prints.
@@ -23,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from rocketstore.health_client import HealthClient
-from rocketstore.launcher import HA_SERVICE_ORDER, SERVICE_ORDER, ManagedService
+from rocketstore.launcher import SERVICE_ORDER, ManagedService, services_of
 
 START_TIMEOUT = 240.0  # seconds for `rocketstore up` to print "ready" (4 services, a loaded CI machine)
 STOP_TIMEOUT = 60.0  # seconds for it to exit after SIGTERM / SIGINT
@@ -37,6 +38,7 @@ UP_SETTINGS: dict[str, str] = {
 }
 
 _SERVICE_LINE = re.compile(r"^\s+(\w+)\s+(\S+:\d+)\s+pid (\d+)\s+SERVING")
+_HA_LINE = re.compile(r"^\s+\(ha\)\s+(\S+:\d+)\s")  # local mode: the ha service inside the broker process
 
 
 def free_port() -> int:
@@ -60,8 +62,9 @@ class UpProcess:
     """One ``rocketstore up`` in the foreground of a child process; its output is collected line by line."""
 
     def __init__(self, data_dir: Path | None, settings: Mapping[str, str] | None = None, port: int | None = None,
-                 config: Path | None = None) -> None:
+                 config: Path | None = None, mode: str = "local") -> None:
         self.data_dir = data_dir
+        self.mode = mode
         self.config = config
         self.port = port or free_port()
         self.endpoint = f"127.0.0.1:{self.port}"
@@ -72,7 +75,7 @@ class UpProcess:
         self._reader: threading.Thread | None = None
 
     def command(self) -> list[str]:
-        cmd = [rocketstore_exe(), "up", "--port", str(self.port)]
+        cmd = [rocketstore_exe(), "up", "--port", str(self.port), "--mode", self.mode]
         if self.data_dir is not None:
             cmd += ["--data-dir", str(self.data_dir)]
         if self.config is not None:
@@ -129,6 +132,20 @@ class UpProcess:
                     out[m.group(1)] = (m.group(2), int(m.group(3)))
         return out
 
+    def ha_endpoint(self) -> str:
+        """Where the ha service listens: its own process in cluster mode, the broker's in local mode."""
+        if self.mode == "cluster":
+            return self.services()["ha"][0]
+        with self._cond:
+            found = [m.group(1) for line in self.lines if (m := _HA_LINE.match(line))]
+        assert found, self.output()
+        return found[-1]
+
+    @property
+    def front(self) -> str:
+        """The process clients talk to: the broker in local mode, the gateway in cluster mode."""
+        return "broker" if self.mode == "local" else "gateway"
+
     def send_signal(self, sig: int) -> None:
         assert self.proc is not None
         self.proc.send_signal(sig)
@@ -175,6 +192,19 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
+def processes_of(data_dir: Path) -> list[int]:
+    """The pids of processes whose command line names ``data_dir``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if str(data_dir).encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
 def wait_gone(pids: list[int], timeout: float) -> list[int]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -190,10 +220,10 @@ def health_status(endpoint: str) -> str:
         return health.status(timeout=RPC_TIMEOUT)
 
 
-@pytest.fixture
-def up(tmp_path: Path) -> Iterator[UpProcess]:
-    """A running ``rocketstore up`` for one test; stopped (and checked to exit 0) at teardown."""
-    proc = UpProcess(tmp_path / "store")
+@pytest.fixture(params=["local", "cluster"])
+def up(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[UpProcess]:
+    """A running ``rocketstore up`` for one test, in each mode; stopped (and checked to exit 0) at teardown."""
+    proc = UpProcess(tmp_path / "store", mode=request.param)
     try:
         yield proc.start()
     finally:
@@ -208,16 +238,18 @@ def up(tmp_path: Path) -> Iterator[UpProcess]:
 
 def test_up_starts_services_in_order_each_serving(up: UpProcess) -> None:
     services = up.services()
-    assert list(services) == list(HA_SERVICE_ORDER)  # the four and the ha service (replication)
-    assert services["gateway"][0] == up.endpoint
+    expected = services_of(up.mode)  # local: the one broker process; cluster: each service and ha
+    assert list(services) == list(expected)
+    assert services[up.front][0] == up.endpoint
     for name, (endpoint, pid) in services.items():
         assert pid_alive(pid), name
         assert health_status(endpoint) == "SERVING", name
     # Every service runs over the one data directory, and logs where the banner says.
     assert up.data_dir is not None and (up.data_dir / "commitlog").is_dir()
     assert (up.data_dir / "config").is_dir()
-    for name in HA_SERVICE_ORDER:
+    for name in expected:
         assert (up.data_dir / "logs" / f"{name}.log").stat().st_size > 0
+    assert health_status(up.ha_endpoint()) == "SERVING"
 
 
 def test_sigterm_stops_every_service_in_reverse_order_and_exits_zero(up: UpProcess) -> None:
@@ -225,7 +257,7 @@ def test_sigterm_stops_every_service_in_reverse_order_and_exits_zero(up: UpProce
     mark = len(up.lines)
     assert up.stop(signal.SIGTERM) == 0
     stopped = [m.group(1) for line in up.lines[mark:] if (m := re.match(r"\s+stopped (\w+) \(exit code 0\)", line))]
-    assert stopped == list(reversed(HA_SERVICE_ORDER)), up.output()
+    assert stopped == list(reversed(services_of(up.mode))), up.output()
     assert "stopped cleanly" in up.output()
     assert wait_gone(pids, 10) == []
     # A clean stop leaves no abort file: the next start does not need recovery.
@@ -239,7 +271,8 @@ def test_ctrl_c_stops_cleanly(up: UpProcess) -> None:
     assert wait_gone(pids, 10) == []
 
 
-@pytest.mark.parametrize("victim", ["index", "gateway"])
+@pytest.mark.parametrize(("up", "victim"), [("cluster", "index"), ("cluster", "gateway"), ("local", "broker")],
+                         indirect=["up"])
 def test_a_service_killed_is_restarted_and_serves_again(up: UpProcess, victim: str) -> None:
     from rocketstore.client import Admin, Message, Producer
 
@@ -285,7 +318,7 @@ def test_the_config_file_reaches_every_service(tmp_path: Path) -> None:
         with Admin(proc.endpoint) as admin:
             status = admin.broker_status()
         assert (status.broker_name, status.flush_disk_type) == ("broker-under-test", "SYNC_FLUSH")
-        assert (store / "commitlog").is_dir() and (store / "logs" / "gateway.log").is_file()
+        assert (store / "commitlog").is_dir() and (store / "logs" / "broker.log").is_file()
     finally:
         code = proc.stop()
         leftover = wait_gone([pid for _, pid in proc.services().values()], STOP_TIMEOUT)
@@ -305,9 +338,9 @@ def test_gateway_port_taken_fails_fast_and_leaves_nothing_running(tmp_path: Path
         finally:
             proc.kill_all()
     assert code == 1, proc.output()
-    assert "gateway exited with code" in proc.output() or "gateway did not report SERVING" in proc.output()
-    started = [pid for _, pid in proc.services().values()]
-    assert started and wait_gone(started, 10) == []
+    assert "broker exited with code" in proc.output() or "broker did not report SERVING" in proc.output()
+    # Nothing of this store is left running (in local mode nothing reported SERVING before the failure).
+    assert wait_gone(processes_of(tmp_path / "store"), 10) == []
 
 
 def test_the_default_ha_port_is_no_other_services_default_port() -> None:
@@ -347,7 +380,8 @@ def test_the_ha_port_is_ha_listen_port_and_moves_only_when_left_at_its_default(t
             code = proc.wait(START_TIMEOUT)
         finally:
             proc.kill_all()
-    assert code == 1 and "ha exited with code" in proc.output(), proc.output()
+    assert code == 1 and "broker exited with code" in proc.output(), proc.output()
+    assert f"{taken}" in proc.output()  # the broker's log tail names the port it could not take
 
 
 def test_the_default_ha_port_taken_moves_the_ha_service(tmp_path: Path) -> None:
@@ -361,7 +395,7 @@ def test_the_default_ha_port_taken_moves_the_ha_service(tmp_path: Path) -> None:
         proc = UpProcess(tmp_path / "store")
         try:
             proc.start()
-            endpoint, _ = proc.services()["ha"]
+            endpoint = proc.ha_endpoint()
             assert not endpoint.endswith(":10915")
             assert "ha: port 10915 is taken; listening on" in proc.output()
             assert health_status(endpoint) == "SERVING"

@@ -79,7 +79,7 @@ def serve(
         store.shutdown()
         _log.error("cannot create the operator token", error=str(e), path=token_path(settings.store_path_root_dir))
         return 1
-    metrics = _Metrics(store) if metrics_port is not None else None
+    metrics = CommitLogMetrics(store) if metrics_port is not None else None
     servicer = CommitLogServicer(
         store,
         max_record_size=settings.max_message_size + RECORD_SIZE_SLACK,
@@ -126,7 +126,7 @@ class _ClosingServer:
         self._server.stop(grace)
 
 
-class _Metrics:
+class CommitLogMetrics:
     """The service's Prometheus metrics: puts (count by status, bytes, batch latency) observed on every
     AppendBatch, and the store's own counters and offsets read at scrape time."""
 

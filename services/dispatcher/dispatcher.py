@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import grpc
 from rocketstore.services.commitlog.client import CommitLogClient, Offsets
 from rocketstore.services.index.client import IndexClient, Position
 
@@ -64,8 +65,12 @@ class Dispatcher:
     def __init__(self, commitlog_endpoint: str, index_endpoint: str, delay_levels: tuple[int, ...],
                  *, flushed_only: bool, check_crc: bool = False, force_prop_crc: bool = False,
                  retry_seconds: float = 0.5,
-                 chunk_bytes: int = CHUNK_BYTES, store_root: str = "") -> None:
+                 chunk_bytes: int = CHUNK_BYTES, store_root: str = "",
+                 channels: tuple[grpc.Channel, grpc.Channel] | None = None) -> None:
+        """``channels`` (the CommitLog's, the index's): in-process channels in local mode, where the tail and
+        the dispatch run in this process (``rocketstore.inprocess``); None dials the endpoints."""
         self._commitlog_endpoint = commitlog_endpoint
+        self._channels = channels
         self._store_root = store_root  # where the operator token that Index.Truncate needs is read
         self._index_endpoint = index_endpoint
         self._delay_levels = delay_levels
@@ -146,8 +151,9 @@ class Dispatcher:
 
     # --- one connected session -----------------------------------------------------------------
     def _session(self) -> None:
-        with CommitLogClient(self._commitlog_endpoint, timeout=SESSION_TIMEOUT) as commitlog, \
-                IndexClient(self._index_endpoint, timeout=SESSION_TIMEOUT) as index:
+        to_commitlog, to_index = self._channels or (None, None)
+        with CommitLogClient(self._commitlog_endpoint, timeout=SESSION_TIMEOUT, channel=to_commitlog) as commitlog, \
+                IndexClient(self._index_endpoint, timeout=SESSION_TIMEOUT, channel=to_index) as index:
             with self._lock:
                 self._clients = [commitlog, index]
             if self._stopped.is_set():

@@ -38,7 +38,7 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int | None = None, 
     server.start()
     bound_metrics = start_metrics_server(metrics_port, host) if metrics_port is not None else None
     if bound_metrics is not None:
-        _register_metrics(dispatcher)
+        register_dispatcher_metrics(dispatcher)
     dispatcher.start()
     _log.info("dispatcher serving", endpoint=server.endpoint, commitlog=commitlog, index=index,
               metrics_port=bound_metrics)
@@ -46,7 +46,7 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int | None = None, 
     return 0
 
 
-def _register_metrics(dispatcher: Dispatcher) -> None:
+def register_dispatcher_metrics(dispatcher: Dispatcher) -> None:
     from prometheus_client import REGISTRY
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 

@@ -47,7 +47,7 @@ async def _serve(settings: Settings, host: str, port: int, metrics_port: int | N
         return 1
     gateway.start()
     try:
-        metrics = _Metrics(gateway) if metrics_port is not None else None
+        metrics = GatewayMetrics(gateway) if metrics_port is not None else None
         server = AioGrpcServer(host, port, interceptors=[metrics] if metrics is not None else [])
         server.add(gateway_pb2_grpc.add_GatewayServicer_to_server, GatewayServicer(gateway), GATEWAY_SERVICE)
         server.add(gateway_pb2_grpc.add_BatchReadServicer_to_server, BatchReadServicer(gateway), BATCH_READ_SERVICE)
@@ -66,7 +66,7 @@ async def _serve(settings: Settings, host: str, port: int, metrics_port: int | N
     return 0
 
 
-class _Metrics(AioRpcLatencyInterceptor):
+class GatewayMetrics(AioRpcLatencyInterceptor):
     """Prometheus metrics of the gateway: the latency and outcome of every RPC (send, pull, ...), and the
     gateway's counters and queue depths read at scrape time."""
 

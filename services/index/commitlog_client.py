@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import grpc
 from rocketstore.services.commitlog.client import CommitLogClient
 
 __all__ = ["RemoteCommitLog"]
@@ -12,9 +13,10 @@ __all__ = ["RemoteCommitLog"]
 class RemoteCommitLog:
     """Batched record reads and the CommitLog's offsets; failures are ``rocketstore.errors.BrokerError``."""
 
-    def __init__(self, endpoint: str) -> None:
+    def __init__(self, endpoint: str, channel: grpc.Channel | None = None) -> None:
+        """``channel``: an in-process channel in local mode (``rocketstore.inprocess``)."""
         self.endpoint = endpoint
-        self.client = CommitLogClient(endpoint)
+        self.client = CommitLogClient(endpoint, channel=channel)
 
     def read_records(self, ranges: Sequence[tuple[int, int]]) -> list[bytes | None]:
         """One ReadRecords call; None for a record the CommitLog no longer (or not yet) holds, or

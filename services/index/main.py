@@ -52,7 +52,7 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int | None = None, 
         server.start()
         bound_metrics = start_metrics_server(metrics_port, host) if metrics_port is not None else None
         if bound_metrics is not None:
-            _register_metrics(store)
+            register_index_metrics(store)
     except BaseException:
         store.shutdown()
         raise
@@ -76,7 +76,7 @@ class _ClosingServer:
         self._server.stop(grace)
 
 
-def _register_metrics(store: IndexStore) -> None:
+def register_index_metrics(store: IndexStore) -> None:
     from prometheus_client import REGISTRY
     from prometheus_client.core import GaugeMetricFamily, Metric
 

@@ -1,0 +1,277 @@
+"""Entry point of local mode: ``rocketstore serve broker`` — every service of one broker in one process.
+
+RocketMQ 5's proxy has two modes: in local mode it runs inside the broker's JVM and calls the broker's
+processors directly; in cluster mode it is its own process and reaches brokers over the network. This
+is local mode for rocketstore: the CommitLog, the index, the dispatcher (a thread walking the CommitLog,
+as ReputMessageService), the schedule service, the ha service and the gateway share one process and one
+data directory, and every call between them goes through the services' own typed clients over
+``rocketstore.inprocess`` channels — the same contracts, servicers and error statuses as in cluster mode,
+without serialization or a network hop on a message's path.
+
+What listens:
+
+* the gateway on ``--host``/``--port`` (v1, Spark's batch reads, RocketMQ 5's v2), as ``serve gateway``;
+* the ha service on ``--ha-port`` (default haListenPort), where slaves and masters reach it;
+* the CommitLog and index services on ``--internal-host``/``--internal-port`` (default: loopback, a free
+  port), for what reaches them from outside the process: more gateways in front of this store
+  (``serve gateway --commitlog … --index …``), tools and tests.
+
+One file owner each, as before: this process is the only writer of the CommitLog, the ConsumeQueues and
+IndexFiles, the config files and the timer's files. SIGTERM stops it in the reverse of the data flow:
+the gateway (held calls answered, offsets persisted), then ha, schedule, dispatcher, the index (flushed,
+position saved) and last the CommitLog (flushed, checkpoint written, abort file removed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import grpc.aio
+from rocketstore.services.commitlog.client import AsyncCommitLogClient, CommitLogClient
+from rocketstore.services.commitlog.servicer import SERVICE_NAME as COMMITLOG_SERVICE
+from rocketstore.services.commitlog.servicer import CommitLogServicer
+from rocketstore.services.commitlog.store import CommitLogStore, StoreStartError
+from rocketstore.services.dispatcher.dispatcher import Dispatcher
+from rocketstore.services.gateway.gateway import Gateway
+from rocketstore.services.gateway.servicer import (
+    BATCH_READ_SERVICE,
+    GATEWAY_SERVICE,
+    BatchReadServicer,
+    GatewayServicer,
+)
+from rocketstore.services.gateway.v2.servicer import MESSAGING_SERVICE, MessagingServicer
+from rocketstore.services.ha.client import HAClient
+from rocketstore.services.ha.config_sync import ConfigSync, config_dir_of
+from rocketstore.services.ha.master import HAMaster
+from rocketstore.services.ha.servicer import SERVICE_NAME as HA_SERVICE
+from rocketstore.services.ha.servicer import HAServicer
+from rocketstore.services.ha.slave import HASlave
+from rocketstore.services.index.client import AsyncIndexClient, IndexClient
+from rocketstore.services.index.commitlog_client import RemoteCommitLog
+from rocketstore.services.index.servicer import SERVICE_NAME as INDEX_SERVICE
+from rocketstore.services.index.servicer import IndexServicer
+from rocketstore.services.index.store import IndexStore
+from rocketstore.services.schedule.delay_offsets import DelayOffsetTable
+from rocketstore.services.schedule.schedule_service import ScheduleMessageService
+from rocketstore.services.schedule.timer_service import TimerMessageService
+
+from rocketstore.aio_server import AioGrpcServer, serve_until_signal
+from rocketstore.codec import RECORD_SIZE_SLACK
+from rocketstore.inprocess import InProcessServer, aio_channel_to, channel_to
+from rocketstore.log import configure_logging, get_logger
+from rocketstore.malloc_tuning import keep_freed_buffers
+from rocketstore.operator_token import ensure_token, token_path
+from rocketstore.server import GrpcServer, start_metrics_server
+from rocketstore.settings import BrokerRole, FlushDiskType, snap_timer_precision
+from rocketstore.v1 import commitlog_pb2_grpc, gateway_pb2_grpc, ha_pb2_grpc, index_pb2_grpc
+from rocketstore.v2 import service_pb2_grpc as v2_grpc
+
+if TYPE_CHECKING:
+    from rocketstore.settings import Settings
+
+__all__ = ["INPROCESS", "serve"]
+
+SERVICE = "broker"
+DEFAULT_PORT = 8081
+INPROCESS = "inprocess"  # the endpoint the in-process clients name in their errors and logs
+INTERNAL_WORKERS = 64  # Tail, Watch and ReadQueue streams of other gateways and tools hold a worker each
+STOP_GRACE_SECONDS = 5.0
+
+_log = get_logger("rocketstore.broker")
+
+
+def serve(settings: Settings, host: str = "127.0.0.1", port: int | None = None, metrics_port: int | None = None,
+          *, log_level: str = "info", internal_host: str = "127.0.0.1", internal_port: int | None = None,
+          ha_port: int | None = None) -> int:
+    """Run the whole broker until SIGTERM/SIGINT; returns the process exit code. Main thread only."""
+    configure_logging(json=True, level=log_level, service=SERVICE)
+    keep_freed_buffers()  # batches, tail reads and replicated appends of a MiB or more
+    broker = LocalBroker(settings)
+    try:
+        broker.open(internal_host, internal_port or 0, host, settings.ha_listen_port if ha_port is None else ha_port)
+    except (StoreStartError, OSError, ValueError) as e:  # locked or inconsistent store, port taken, bad config
+        _log.error("broker cannot start", error=str(e), store_path_root_dir=settings.store_path_root_dir)
+        broker.close()
+        return 1
+    try:
+        return asyncio.run(_serve_gateway(broker, host, DEFAULT_PORT if port is None else port, metrics_port))
+    finally:
+        broker.close()
+
+
+async def _serve_gateway(broker: LocalBroker, host: str, port: int, metrics_port: int | None) -> int:
+    settings = broker.settings
+    channel = aio_channel_to(broker.local)
+    try:
+        gateway = Gateway(settings, AsyncCommitLogClient(INPROCESS, channel=channel),
+                          AsyncIndexClient(INPROCESS, channel=channel))
+    except (OSError, ValueError) as e:  # unreadable config/, corrupt topics.json with no usable backup
+        _log.error("gateway cannot start", error=str(e), store_path_root_dir=settings.store_path_root_dir)
+        await channel.close()
+        return 1
+    gateway.start()
+    try:
+        interceptors: list[grpc.aio.ServerInterceptor] = []
+        if metrics_port is not None:
+            from rocketstore.services.gateway.main import GatewayMetrics
+
+            interceptors.append(GatewayMetrics(gateway))
+        server = AioGrpcServer(host, port, interceptors=interceptors)
+        server.add(gateway_pb2_grpc.add_GatewayServicer_to_server, GatewayServicer(gateway), GATEWAY_SERVICE)
+        server.add(gateway_pb2_grpc.add_BatchReadServicer_to_server, BatchReadServicer(gateway), BATCH_READ_SERVICE)
+        server.add(v2_grpc.add_MessagingServiceServicer_to_server, MessagingServicer(gateway, server.endpoint),
+                   MESSAGING_SERVICE)
+        await server.start()
+        bound_metrics = start_metrics_server(metrics_port) if metrics_port is not None else None
+        if bound_metrics is not None:
+            broker.register_metrics()
+    except BaseException:
+        await gateway.shutdown()
+        await channel.close()
+        raise
+    broker.start_ha(server.endpoint)
+    _log.info("broker serving", mode="local", gateway=server.endpoint, internal=broker.internal_endpoint,
+              ha=broker.ha_endpoint, metrics_port=bound_metrics, store_path_root_dir=settings.store_path_root_dir,
+              broker_role=settings.broker_role.name, flush_disk_type=settings.flush_disk_type.name,
+              min_offset=broker.commitlog.min_offset, max_offset=broker.commitlog.max_offset)
+
+    async def stop() -> None:
+        await gateway.shutdown()
+        await channel.close()
+
+    await serve_until_signal(server, stop, STOP_GRACE_SECONDS, on_signal=gateway.send_streams.stop)
+    return 0
+
+
+class LocalBroker:
+    """The store services of one broker, wired to each other through in-process channels.
+
+    ``open`` starts them in the order of the data flow; ``close`` stops whatever was started, in reverse.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.local = InProcessServer()
+        self.channel = channel_to(self.local)
+        self.commitlog = CommitLogStore(settings)
+        self.internal_endpoint = ""
+        self.ha_endpoint = ""
+        self._stops: list[Callable[[], None]] = []
+        self._ha_host = "127.0.0.1"
+        self._ha_port = 0
+        self._index: IndexStore | None = None
+        self._dispatcher: Dispatcher | None = None
+        self._on_append: Callable[..., None] | None = None
+
+    def _client(self) -> CommitLogClient:
+        return CommitLogClient(INPROCESS, channel=self.channel)
+
+    def open(self, internal_host: str, internal_port: int, ha_host: str, ha_port: int) -> None:
+        settings, channel = self.settings, self.channel
+        if settings.broker_role is BrokerRole.SLAVE and not settings.ha_master_address:
+            raise ValueError("a SLAVE needs haMasterAddress (its master's HA host:port)")
+        self.commitlog.start()
+        self._stops.append(self.commitlog.shutdown)
+        try:
+            ensure_token(settings.store_path_root_dir)  # the credential of destructive admin calls
+        except OSError as e:
+            raise OSError(f"cannot create the operator token {token_path(settings.store_path_root_dir)}: {e}") from e
+        commitlog_servicer = CommitLogServicer(self.commitlog,
+                                               max_record_size=settings.max_message_size + RECORD_SIZE_SLACK,
+                                               on_append=self._observe_append)
+        self.local.add(commitlog_pb2_grpc.add_CommitLogServicer_to_server, commitlog_servicer)
+        self._stops.append(commitlog_servicer.close)  # before the store stops: calls end UNAVAILABLE
+
+        reader = RemoteCommitLog(INPROCESS, channel=channel)
+        self._index = index = IndexStore(settings, reader)
+        index.start()
+        self._stops.append(index.shutdown)
+        index_servicer = IndexServicer(index)
+        self.local.add(index_pb2_grpc.add_IndexServicer_to_server, index_servicer)
+
+        internal = GrpcServer(internal_host, internal_port, max_workers=INTERNAL_WORKERS)
+        internal.add(commitlog_pb2_grpc.add_CommitLogServicer_to_server, commitlog_servicer, COMMITLOG_SERVICE)
+        internal.add(index_pb2_grpc.add_IndexServicer_to_server, index_servicer, INDEX_SERVICE)
+        internal.start()
+        self.internal_endpoint = internal.endpoint
+        self._stops.append(lambda: internal.stop(STOP_GRACE_SECONDS))
+        self._stops.append(index_servicer.close)  # open Watch and ReadQueue streams end first
+
+        # With SYNC_FLUSH a message becomes visible only once it is on disk (ReputMessageService's
+        # "dispatch up to the flushed offset"), so a consumer never sees what a crash could take back.
+        self._dispatcher = dispatcher = Dispatcher(
+            INPROCESS, INPROCESS, settings.delay_level_millis,
+            flushed_only=settings.flush_disk_type == FlushDiskType.SYNC_FLUSH,
+            check_crc=settings.check_crc_on_dispatch, force_prop_crc=settings.force_verify_prop_crc,
+            store_root=settings.store_path_root_dir, channels=(channel, channel))
+        dispatcher.start()
+        self._stops.append(dispatcher.stop)
+
+        deliver = settings.broker_role != BrokerRole.SLAVE
+        index_client = IndexClient(INPROCESS, channel=channel)
+        schedule = ScheduleMessageService(self._client(), index_client, settings.delay_level_millis,
+                                          DelayOffsetTable(os.path.join(settings.store_path_root_dir, "config")),
+                                          deliver=deliver)
+        timer = TimerMessageService(self._client(), index_client, settings.store_path_root_dir,
+                                    snap_timer_precision(settings.timer_precision_ms), deliver=deliver)
+        schedule.start()
+        self._stops.append(schedule.stop)
+        timer.start()
+        self._stops.append(timer.stop)
+        self._ha_host, self._ha_port = ha_host, ha_port
+
+    def start_ha(self, gateway_endpoint: str) -> None:
+        """The ha service, once the gateway's endpoint (which a slave reports to its master) is known."""
+        settings = self.settings
+        link = self._client()
+        master: HAMaster | None = None
+        slave: HASlave | None = None
+        config_sync: ConfigSync | None = None
+        to_master: HAClient | None = None
+        config_dir = config_dir_of(settings.store_path_root_dir)
+        if settings.broker_role is BrokerRole.SLAVE:
+            to_master = HAClient(settings.ha_master_address)
+            slave = HASlave(settings, link, to_master.replicate, gateway_endpoint=gateway_endpoint)
+            config_sync = ConfigSync(config_dir, to_master.config_files)
+        else:
+            master = HAMaster(settings, link)
+        server = GrpcServer(self._ha_host, self._ha_port, max_workers=32)
+        server.add(ha_pb2_grpc.add_HAServicer_to_server, HAServicer(settings, master, slave, link.max_offset_now,
+                                                                    config_dir), HA_SERVICE)
+        server.start()
+        self.ha_endpoint = server.endpoint
+        self._stops.append(lambda: server.stop(2.0))
+        for part in (master, slave, config_sync):
+            if part is not None:
+                part.start()
+                self._stops.append(part.stop)
+        if to_master is not None:
+            self._stops.append(to_master.close)
+
+    def _observe_append(self, results: object, seconds: float) -> None:
+        if self._on_append is not None:
+            self._on_append(results, seconds)
+
+    def register_metrics(self) -> None:
+        """The Prometheus collectors of every service of the process, on the one metrics endpoint."""
+        from rocketstore.services.commitlog.main import CommitLogMetrics
+        from rocketstore.services.dispatcher.main import register_dispatcher_metrics
+        from rocketstore.services.index.main import register_index_metrics
+
+        self._on_append = CommitLogMetrics(self.commitlog).observe_append
+        if self._index is not None:
+            register_index_metrics(self._index)
+        if self._dispatcher is not None:
+            register_dispatcher_metrics(self._dispatcher)
+
+    def close(self) -> None:
+        """Stop what was started, last first; every step runs even if one before it failed."""
+        while self._stops:
+            stop = self._stops.pop()
+            try:
+                stop()
+            except Exception:  # noqa: BLE001 - the later steps (the CommitLog's flush) must still run
+                _log.exception("stopping a part of the broker failed", part=getattr(stop, "__qualname__", repr(stop)))

@@ -222,14 +222,15 @@ class Launcher:
         self._picked = {name for name in self.order if name != self.front and not (ports or {}).get(name)}
         # Local mode: the ports the broker process listens on besides the gateway's (--ha-port, --internal-port).
         self.extra_ports: dict[str, int] = {}
+        self._notes: list[str] = []
         if self.front == "broker":
             ha = (ports or {}).get("ha") or (preferred_ports or {}).get("ha")
             moved = bool(ha) and "ha" not in (ports or {}) and self._port_taken(host, ha or 0)
             self.extra_ports = {"ha": free_port(host) if moved or not ha else ha,
                                 "internal": (ports or {}).get("internal") or free_port(internal_host)}
-            if moved:  # haListenPort left at its default and someone else has it
-                self.say(f"  ha: port {ha} is taken; listening on {self.extra_ports['ha']} instead "
-                         "(set haListenPort to choose the port)")
+            if moved:  # haListenPort left at its default and someone else has it: said once started
+                self._notes.append(f"  ha: port {ha} is taken; listening on {self.extra_ports['ha']} instead "
+                                   "(set haListenPort to choose the port)")
         self._log_level = log_level
         self._settings = list(settings)
         self.services: dict[str, ManagedService] = {}
@@ -308,6 +309,8 @@ class Launcher:
         t0 = time.monotonic()
         self.say(f"rocketstore up ({self.mode} mode): store {self.store_dir}, "
                  f"logs {self.services[self.front].log_path.parent}")
+        for note in self._notes:
+            self.say(note)
         try:
             # Every process is started at once: each spends most of its start importing and opening its
             # store, and needs its peers only once it serves (internal calls wait for a peer to be ready).

@@ -12,17 +12,22 @@ import time
 from pathlib import Path
 
 import grpc
+import pytest
 from test_launcher import UP_SETTINGS, clean_environ, free_port, rocketstore_exe
 
 from rocketstore.v1 import commitlog_pb2 as cl_pb
 from rocketstore.v1 import commitlog_pb2_grpc as cl_grpc
 
 _LINE = re.compile(r"^(master|slave):\s+(\w+)\s+(\S+:\d+)\s+pid (\d+)\s+SERVING")
+# Local mode: the ha service and the internal (CommitLog, index) port of the broker process.
+_PART = re.compile(r"^(master|slave):\s+\((ha|internal)\)\s+(\S+:\d+)\s")
 
 
-def test_up_with_slave_replicates_and_stops_cleanly(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["local", "cluster"])
+def test_up_with_slave_replicates_and_stops_cleanly(tmp_path: Path, mode: str) -> None:
     port = free_port()
-    cmd = [rocketstore_exe(), "up", "--with-slave", "--data-dir", str(tmp_path / "store"), "--port", str(port),
+    cmd = [rocketstore_exe(), "up", "--with-slave", "--mode", mode, "--data-dir", str(tmp_path / "store"),
+           "--port", str(port),
            "--set", "brokerRole=SYNC_MASTER", "--set", "syncFlushTimeout=5000"]
     for key, value in UP_SETTINGS.items():
         cmd += ["--set", f"{key}={value}"]
@@ -42,8 +47,14 @@ def test_up_with_slave_replicates_and_stops_cleanly(tmp_path: Path) -> None:
     try:
         assert ready.wait(240), "\n".join(lines)
         endpoints = {(m.group(1), m.group(2)): m.group(3) for m in map(_LINE.match, lines) if m}
-        assert {name for side, name in endpoints if side == "slave"} == \
-            {"commitlog", "index", "dispatcher", "schedule", "gateway", "ha"}, lines
+        expected = {"broker"} if mode == "local" else {"commitlog", "index", "dispatcher", "schedule", "gateway", "ha"}
+        assert {name for side, name in endpoints if side == "slave"} == expected, lines
+        if mode == "local":  # the same parts, inside one process each
+            parts = {(m.group(1), m.group(2)): m.group(3) for m in map(_PART.match, lines) if m}
+            for side in ("master", "slave"):
+                endpoints[(side, "gateway")] = endpoints[(side, "broker")]
+                endpoints[(side, "commitlog")] = parts[(side, "internal")]
+                endpoints[(side, "ha")] = parts[(side, "ha")]
         assert (tmp_path / "store-slave" / "commitlog").is_dir()
         master = cl_grpc.CommitLogStub(grpc.insecure_channel(endpoints[("master", "commitlog")]))
         slave = cl_grpc.CommitLogStub(grpc.insecure_channel(endpoints[("slave", "commitlog")]))
@@ -66,7 +77,7 @@ def test_up_with_slave_replicates_and_stops_cleanly(tmp_path: Path) -> None:
         code = proc.wait(120)
     assert code == 0, "\n".join(lines)
     stopped = [line for line in lines if "stopped " in line and "exit code 0" in line]
-    assert len(stopped) == 12, "\n".join(lines)
+    assert len(stopped) == (2 if mode == "local" else 12), "\n".join(lines)
 
 
 def _status(endpoint: str) -> dict:
@@ -96,7 +107,7 @@ def test_a_slave_started_with_up_replicates_from_a_master_started_with_up(tmp_pa
     master, slave = UpProcess(None, config=master_conf), UpProcess(None, config=slave_conf)
     try:
         master.start()
-        assert master.services()["ha"][0] == f"127.0.0.1:{master_ha}"
+        assert master.ha_endpoint() == f"127.0.0.1:{master_ha}"
         slave.start()
         deadline = time.monotonic() + 30
         while _status(master.endpoint)["ha"]["connection"].startswith("master, no slave"):

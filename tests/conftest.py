@@ -15,6 +15,13 @@ Settings are overridden per test by indirect parametrisation::
 and ``commitlog_factory(overrides)`` starts more processes when one test needs several.
 
 Every wait is bounded: process start, health, RPCs (``RPC_TIMEOUT``) and process exit.
+
+**Modes.** ``ROCKETSTORE_TEST_MODE=local`` (what CI runs first) makes every ``Broker`` one
+``rocketstore serve broker`` process — local mode, where the services call each other in process — whose
+parts (``broker.commitlog``, ``.index``, ``.dispatcher``, ``.schedule``, ``.gateway``) are views with their
+own endpoints and stubs; killing or restarting any part kills or restarts that one process.
+``ROCKETSTORE_TEST_MODE=cluster`` (the default) runs each service as its own process. A test that needs
+one service to die while the others live is marked ``@pytest.mark.cluster`` and always runs in cluster mode.
 """
 
 from __future__ import annotations
@@ -43,6 +50,9 @@ START_TIMEOUT = 30.0  # seconds for a process to report SERVING
 STOP_TIMEOUT = 30.0  # seconds for a process to exit after SIGTERM / SIGKILL
 RPC_TIMEOUT = 20.0  # deadline of every RPC a test makes
 SMALL_COMMITLOG_FILE = 64 * 1024  # small files so tests cross file ends
+TEST_MODE = os.environ.get("ROCKETSTORE_TEST_MODE", "cluster")
+if TEST_MODE not in ("local", "cluster"):
+    raise RuntimeError(f"ROCKETSTORE_TEST_MODE={TEST_MODE!r}: expected local or cluster")
 
 # What the broker fixture runs with: small files everywhere so tests cross file ends and stay light.
 DEFAULT_BROKER_SETTINGS: dict[str, str] = {
@@ -265,12 +275,117 @@ class GatewayProcess(ServiceProcess):
         self.batch_read = gateway_pb2_grpc.BatchReadStub(channel)
 
 
+class BrokerProcess(ServiceProcess):
+    """Local mode's one process (``rocketstore serve broker``), on fixed ports so a restart keeps every endpoint."""
+
+    service = "broker"
+    health_service = "rocketstore.v1.Gateway"
+
+    def __init__(self, data_dir: Path, overrides: Mapping[str, str], log_dir: Path) -> None:
+        super().__init__(data_dir, overrides, log_dir)
+        self.internal_port, self.ha_port = free_port(), free_port()
+        self.extra_args = ["--internal-port", str(self.internal_port), "--ha-port", str(self.ha_port)]
+
+    def launch(self) -> None:
+        if not self.running:  # every part launches it; the first one does
+            super().launch()
+
+    def wait_serving(self, timeout: float = START_TIMEOUT) -> None:
+        super().wait_serving(timeout)
+        # The internal port serves the CommitLog and index services the parts' stubs reach.
+        try:
+            wait_serving(f"127.0.0.1:{self.internal_port}", timeout, service=COMMITLOG_SERVICE, name="internal")
+        except DeadlineExceeded as e:
+            pytest.fail(f"broker's internal services not SERVING ({e}):\n{self.log_tail()}")
+
+
+class PartOfBroker(ServiceProcess):
+    """A service inside local mode's broker process, seen as its own process: its endpoint and stubs are its own,
+    its life cycle is the broker process's."""
+
+    owner: BrokerProcess
+
+    def join(self, owner: BrokerProcess, endpoint: str) -> PartOfBroker:
+        self.owner = owner
+        self.endpoint = endpoint
+        self.port = int(endpoint.rsplit(":", 1)[1])
+        self._connect()
+        return self
+
+    @property  # type: ignore[override]
+    def proc(self) -> subprocess.Popen[bytes] | None:
+        return getattr(self, "owner", None) and self.owner.proc  # type: ignore[return-value]
+
+    @proc.setter
+    def proc(self, value: object) -> None:
+        pass  # the owner's
+
+    @property  # type: ignore[override]
+    def log_path(self) -> Path | None:
+        return getattr(self, "owner", None) and self.owner.log_path  # type: ignore[return-value]
+
+    @log_path.setter
+    def log_path(self, value: object) -> None:
+        pass
+
+    def launch(self) -> None:
+        self.owner.launch()
+
+    def wait_serving(self, timeout: float = START_TIMEOUT) -> None:
+        self.owner.wait_serving(timeout)
+
+    @property
+    def running(self) -> bool:
+        return self.owner.running
+
+    def kill9(self, timeout: float = STOP_TIMEOUT) -> int:
+        return self.owner.kill9(timeout) if self.owner.running else -9
+
+    def terminate(self, timeout: float = STOP_TIMEOUT) -> int:
+        return self.owner.terminate(timeout)
+
+    def restart(self, timeout: float = START_TIMEOUT):  # type: ignore[no-untyped-def]
+        if not self.owner.running:  # several parts of one killed broker may each restart "theirs"
+            self.owner.start(timeout)
+        return self
+
+    def close(self) -> int | None:
+        self._close_channel()
+        return self.owner.close()
+
+
+class LocalCommitLog(PartOfBroker, CommitLogProcess):
+    pass
+
+
+class LocalIndex(PartOfBroker, IndexProcess):
+    pass
+
+
+class LocalDispatcher(PartOfBroker, DispatcherProcess):
+    pass
+
+
+class LocalSchedule(PartOfBroker, ScheduleProcess):
+    pass
+
+
+class LocalGateway(PartOfBroker, GatewayProcess):
+    pass
+
+
 class Broker:
-    """CommitLog, index and dispatcher processes over one data directory, and optionally the gateway."""
+    """CommitLog, index and dispatcher processes over one data directory, and optionally the gateway; in
+    local mode one broker process holding all of them (see the module's docstring)."""
 
     def __init__(self, data_dir: Path, overrides: Mapping[str, str], log_dir: Path, with_gateway: bool = False,
-                 with_schedule: bool = False) -> None:
+                 with_schedule: bool = False, mode: str = TEST_MODE) -> None:
         self.data_dir = data_dir
+        self.mode = mode
+        if mode == "local":
+            self._local(data_dir, overrides, log_dir, with_gateway, with_schedule)
+            return
+        self.process: BrokerProcess | None = None
         self.commitlog = CommitLogProcess(data_dir, overrides, log_dir)
         self.index = IndexProcess(data_dir, overrides, log_dir, peers={"commitlog": self.commitlog.endpoint})
         self.dispatcher = DispatcherProcess(data_dir, overrides, log_dir, peers={
@@ -279,6 +394,19 @@ class Broker:
             "commitlog": self.commitlog.endpoint, "index": self.index.endpoint}) if with_gateway else None
         self.schedule = ScheduleProcess(data_dir, overrides, log_dir, peers={
             "commitlog": self.commitlog.endpoint, "index": self.index.endpoint}) if with_schedule else None
+
+    def _local(self, data_dir: Path, overrides: Mapping[str, str], log_dir: Path, with_gateway: bool,
+                with_schedule: bool) -> None:
+        self.process = owner = BrokerProcess(data_dir, overrides, log_dir)
+        internal = f"127.0.0.1:{owner.internal_port}"
+        # Each part is a view on the one process (its own port: the internal one, or the gateway's).
+        self.commitlog = LocalCommitLog(data_dir, overrides, log_dir, port=1).join(owner, internal)
+        self.index = LocalIndex(data_dir, overrides, log_dir, port=1).join(owner, internal)
+        self.dispatcher = LocalDispatcher(data_dir, overrides, log_dir, port=1).join(owner, internal)
+        self.gateway = LocalGateway(data_dir, overrides, log_dir, port=1).join(owner, owner.endpoint) \
+            if with_gateway else None
+        self.schedule = LocalSchedule(data_dir, overrides, log_dir, port=1).join(owner, internal) \
+            if with_schedule else None
 
     @property
     def processes(self) -> list[ServiceProcess]:
@@ -296,7 +424,7 @@ class Broker:
 
     def close(self) -> list[str]:
         failures = []
-        for proc in reversed(self.processes):  # dispatcher first, CommitLog last
+        for proc in reversed(self.processes):  # dispatcher first, CommitLog last (local mode: the one process)
             code = proc.close()
             if code not in (None, 0):
                 failures.append(f"{proc.service} exited with {code} on SIGTERM:\n{proc.log_tail()}")
@@ -350,15 +478,17 @@ def commitlog_stub(commitlog_service: CommitLogProcess) -> commitlog_pb2_grpc.Co
 
 
 @pytest.fixture
-def broker_factory(tmp_path: Path) -> Iterator[Callable[..., Broker]]:
+def broker_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[..., Broker]]:
     """Start brokers (CommitLog + index + dispatcher processes): ``factory(overrides=None)``; all are
-    stopped at teardown, and each process still running must exit 0 on SIGTERM."""
+    stopped at teardown, and each process still running must exit 0 on SIGTERM. In local mode (see the
+    module's docstring) each broker is one process, unless the test is marked ``cluster``."""
     started: list[Broker] = []
+    mode = "cluster" if request.node.get_closest_marker("cluster") else TEST_MODE
 
     def factory(overrides: Mapping[str, str] | None = None, start: bool = True, gateway: bool = False,
-                schedule: bool = False) -> Broker:
+                schedule: bool = False, mode: str = mode) -> Broker:
         broker = Broker(tmp_path / f"broker{len(started)}", {**DEFAULT_BROKER_SETTINGS, **(overrides or {})},
-                        tmp_path, with_gateway=gateway, with_schedule=schedule)
+                        tmp_path, with_gateway=gateway, with_schedule=schedule, mode=mode)
         started.append(broker)
         return broker.start() if start else broker
 
@@ -379,6 +509,14 @@ def gateway(request: pytest.FixtureRequest, broker_factory: Callable[..., Broker
     """A running broker with its gateway (``broker.gateway.stub`` / ``.batch_read``); indirect
     parametrisation passes a dict of settings overrides."""
     return broker_factory(getattr(request, "param", None) or {}, gateway=True)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "cluster: needs each service in its own process (one dies, the others live)")
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"rocketstore test mode: {TEST_MODE} (ROCKETSTORE_TEST_MODE)"
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

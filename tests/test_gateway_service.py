@@ -398,6 +398,29 @@ def test_batch_read_lists_queues_and_streams_ranges(gateway: Broker) -> None:
     assert tagged == list(range(120))
 
 
+def test_the_local_broker_exports_every_services_metrics_on_one_endpoint(broker_factory) -> None:
+    import urllib.request
+
+    from conftest import free_port
+
+    broker = broker_factory(gateway=True, start=False, mode="local")
+    port = free_port()
+    broker.process.extra_args += ["--metrics-port", str(port)]
+    broker.start()
+    send(broker, "Metered", 3, queue_id=0)
+    wait_visible(broker, "Metered", 0, 3)
+    pull(broker, "Metered", 0)
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    assert 'rocketstore_gateway_rpc_seconds_count{code="OK",method="Send"} 3.0' in text
+    assert "rocketstore_gateway_put_messages_total 3.0" in text
+    assert 'rocketstore_commitlog_put_messages_total{status="PUT_OK"} 3.0' in text
+    assert "rocketstore_commitlog_store_flush_seconds" in text
+    assert "rocketstore_index_dispatch_behind_bytes 0.0" in text
+    assert "rocketstore_dispatch_lag_bytes" in text
+
+
+@pytest.mark.cluster
 def test_every_service_exports_prometheus_metrics(broker_factory) -> None:
     import urllib.request
 

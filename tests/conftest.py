@@ -31,6 +31,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
@@ -284,13 +285,20 @@ class BrokerProcess(ServiceProcess):
     def __init__(self, data_dir: Path, overrides: Mapping[str, str], log_dir: Path) -> None:
         super().__init__(data_dir, overrides, log_dir)
         self.internal_port, self.ha_port = free_port(), free_port()
-        self.extra_args = ["--internal-port", str(self.internal_port), "--ha-port", str(self.ha_port)]
+        self.ha_port_fixed = False  # a port the test chose (its slaves are told it): never moved
+        self.parts: list[PartOfBroker] = []
+
+    def command(self) -> list[str]:
+        return [*super().command(), "--internal-port", str(self.internal_port), "--ha-port", str(self.ha_port)]
 
     def launch(self) -> None:
         if not self.running:  # every part launches it; the first one does
             super().launch()
 
     def wait_serving(self, timeout: float = START_TIMEOUT) -> None:
+        for _ in range(3):
+            if not self._lost_a_port():
+                break
         super().wait_serving(timeout)
         # The internal port serves the CommitLog and index services the parts' stubs reach.
         try:
@@ -299,18 +307,46 @@ class BrokerProcess(ServiceProcess):
             pytest.fail(f"broker's internal services not SERVING ({e}):\n{self.log_tail()}")
 
 
+    def _lost_a_port(self) -> bool:
+        """A first start that found a picked port taken meanwhile (another test's process got it first)
+        starts again on new ones: True when it did."""
+        proc = self.proc
+        assert proc is not None
+        deadline = time.monotonic() + START_TIMEOUT
+        while proc.poll() is None and time.monotonic() < deadline:
+            if "broker serving" in self.log_text():
+                return False
+            time.sleep(0.05)
+        if proc.poll() is None or self._runs > 3 or "cannot listen on" not in self.log_text():
+            return False
+        self.internal_port, self.port = free_port(), free_port()
+        self.endpoint = f"127.0.0.1:{self.port}"
+        if not self.ha_port_fixed:
+            self.ha_port = free_port()
+        for part in self.parts:
+            part.moved()
+        super().launch()
+        return True
+
+
 class PartOfBroker(ServiceProcess):
     """A service inside local mode's broker process, seen as its own process: its endpoint and stubs are its own,
     its life cycle is the broker process's."""
 
     owner: BrokerProcess
 
-    def join(self, owner: BrokerProcess, endpoint: str) -> PartOfBroker:
+    def join(self, owner: BrokerProcess, where: Callable[[BrokerProcess], str]) -> PartOfBroker:
+        """Be the part of ``owner`` reached at ``where(owner)`` (its port may move before the first start)."""
         self.owner = owner
-        self.endpoint = endpoint
-        self.port = int(endpoint.rsplit(":", 1)[1])
-        self._connect()
+        self._where = where
+        owner.parts.append(self)
+        self.moved()
         return self
+
+    def moved(self) -> None:
+        self.endpoint = self._where(self.owner)
+        self.port = int(self.endpoint.rsplit(":", 1)[1])
+        self._connect()
 
     @property  # type: ignore[override]
     def proc(self) -> subprocess.Popen[bytes] | None:
@@ -319,6 +355,14 @@ class PartOfBroker(ServiceProcess):
     @proc.setter
     def proc(self, value: object) -> None:
         pass  # the owner's
+
+    @property  # type: ignore[override]
+    def overrides(self) -> dict[str, str]:
+        return self.owner.overrides if hasattr(self, "owner") else {}
+
+    @overrides.setter
+    def overrides(self, value: object) -> None:
+        pass  # the owner's: a part restarts with what the broker process restarts with
 
     @property  # type: ignore[override]
     def log_path(self) -> Path | None:
@@ -398,12 +442,15 @@ class Broker:
     def _local(self, data_dir: Path, overrides: Mapping[str, str], log_dir: Path, with_gateway: bool,
                 with_schedule: bool) -> None:
         self.process = owner = BrokerProcess(data_dir, overrides, log_dir)
-        internal = f"127.0.0.1:{owner.internal_port}"
+
+        def internal(p: BrokerProcess) -> str:
+            return f"127.0.0.1:{p.internal_port}"
+
         # Each part is a view on the one process (its own port: the internal one, or the gateway's).
         self.commitlog = LocalCommitLog(data_dir, overrides, log_dir, port=1).join(owner, internal)
         self.index = LocalIndex(data_dir, overrides, log_dir, port=1).join(owner, internal)
         self.dispatcher = LocalDispatcher(data_dir, overrides, log_dir, port=1).join(owner, internal)
-        self.gateway = LocalGateway(data_dir, overrides, log_dir, port=1).join(owner, owner.endpoint) \
+        self.gateway = LocalGateway(data_dir, overrides, log_dir, port=1).join(owner, lambda p: p.endpoint) \
             if with_gateway else None
         self.schedule = LocalSchedule(data_dir, overrides, log_dir, port=1).join(owner, internal) \
             if with_schedule else None

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from conftest import DEFAULT_BROKER_SETTINGS, RPC_TIMEOUT, Broker, ServiceProcess
+from conftest import DEFAULT_BROKER_SETTINGS, RPC_TIMEOUT, Broker, PartOfBroker, ServiceProcess
 from rocketstore.services.ha.client import HAClient, HAStatus
 
 from rocketstore.codec import decode_message
@@ -30,6 +30,10 @@ class HAProcess(ServiceProcess):
         self.client = HAClient(self.endpoint, channel=channel)
 
 
+class LocalHA(PartOfBroker, HAProcess):
+    """Local mode: the ha service inside the broker process."""
+
+
 class HABroker:
     """A Broker and its ha process; ``set(...)`` changes the settings every process restarts with."""
 
@@ -38,6 +42,13 @@ class HABroker:
         self.data_dir = data_dir
         self.broker = Broker(data_dir, overrides, log_dir, with_gateway=with_gateway)
         gateway = self.broker.gateway
+        owner = self.broker.process
+        if owner is not None:  # local mode: the broker process serves its ha service itself
+            if ha_port:
+                owner.ha_port, owner.ha_port_fixed = ha_port, True
+            self.ha: HAProcess = LocalHA(data_dir, overrides, log_dir, port=1).join(
+                owner, lambda p: f"127.0.0.1:{p.ha_port}")
+            return
         self.ha = HAProcess(data_dir, overrides, log_dir, port=ha_port,
                             peers={"commitlog": self.broker.commitlog.endpoint,
                                    **({"gateway": gateway.endpoint} if gateway is not None else {})})

@@ -405,7 +405,7 @@ def test_the_local_broker_exports_every_services_metrics_on_one_endpoint(broker_
 
     broker = broker_factory(gateway=True, start=False, mode="local")
     port = free_port()
-    broker.process.extra_args += ["--metrics-port", str(port)]
+    broker.process.extra_args = ["--metrics-port", str(port)]
     broker.start()
     send(broker, "Metered", 3, queue_id=0)
     wait_visible(broker, "Metered", 0, 3)

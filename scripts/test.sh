@@ -11,4 +11,14 @@ python3 -m pip install --quiet --disable-pip-version-check -e '.[test]'
 python3 -m rocketstore.protogen --check
 ruff check .
 python3 -m mypy
-python3 -m pytest -q "$@"
+if [ "$#" -gt 0 ]; then  # a chosen subset: once, in the mode of ROCKETSTORE_TEST_MODE (default: local)
+    ROCKETSTORE_TEST_MODE="${ROCKETSTORE_TEST_MODE:-local}" exec python3 -m pytest -q "$@"
+fi
+# The whole suite in local mode (each test broker is one process, as `rocketstore up` runs it), then the
+# tests that cross a service boundary (integration, kill -9, HA) again with a process per service.
+ROCKETSTORE_TEST_MODE=local python3 -m pytest -q
+ROCKETSTORE_TEST_MODE=cluster python3 -m pytest -q -m "not cluster" \
+    tests/test_gateway_service.py tests/test_send_stream.py tests/test_consume_stream.py \
+    tests/test_rmq5_consumer.py tests/test_rmq5_producer_kinds.py tests/test_transactions.py \
+    tests/test_delay_levels.py tests/test_timer_delivery.py tests/test_ha_brokers.py tests/test_ha_failover.py \
+    tests/test_ha_slave_reads.py tests/test_push_consumer_retry.py

@@ -16,11 +16,11 @@ and ``commitlog_factory(overrides)`` starts more processes when one test needs s
 
 Every wait is bounded: process start, health, RPCs (``RPC_TIMEOUT``) and process exit.
 
-**Modes.** ``ROCKETSTORE_TEST_MODE=local`` (what CI runs first) makes every ``Broker`` one
+**Modes.** ``ROCKETSTORE_TEST_MODE=local`` (the default, and what CI runs first) makes every ``Broker`` one
 ``rocketstore serve broker`` process — local mode, where the services call each other in process — whose
 parts (``broker.commitlog``, ``.index``, ``.dispatcher``, ``.schedule``, ``.gateway``) are views with their
 own endpoints and stubs; killing or restarting any part kills or restarts that one process.
-``ROCKETSTORE_TEST_MODE=cluster`` (the default) runs each service as its own process. A test that needs
+``ROCKETSTORE_TEST_MODE=cluster`` runs each service as its own process. A test that needs
 one service to die while the others live is marked ``@pytest.mark.cluster`` and always runs in cluster mode.
 """
 
@@ -51,7 +51,7 @@ START_TIMEOUT = 30.0  # seconds for a process to report SERVING
 STOP_TIMEOUT = 30.0  # seconds for a process to exit after SIGTERM / SIGKILL
 RPC_TIMEOUT = 20.0  # deadline of every RPC a test makes
 SMALL_COMMITLOG_FILE = 64 * 1024  # small files so tests cross file ends
-TEST_MODE = os.environ.get("ROCKETSTORE_TEST_MODE", "cluster")
+TEST_MODE = os.environ.get("ROCKETSTORE_TEST_MODE", "local")
 if TEST_MODE not in ("local", "cluster"):
     raise RuntimeError(f"ROCKETSTORE_TEST_MODE={TEST_MODE!r}: expected local or cluster")
 
@@ -355,6 +355,15 @@ class PartOfBroker(ServiceProcess):
     @proc.setter
     def proc(self, value: object) -> None:
         pass  # the owner's
+
+    @property  # type: ignore[override]
+    def extra_args(self) -> list[str]:
+        return self.owner.extra_args if hasattr(self, "owner") else []
+
+    @extra_args.setter
+    def extra_args(self, value: list[str]) -> None:
+        if hasattr(self, "owner"):  # e.g. --metrics-port: the process's one endpoint has every part's metrics
+            self.owner.extra_args = value
 
     @property  # type: ignore[override]
     def overrides(self) -> dict[str, str]:

@@ -393,6 +393,7 @@ def test_transaction_records_and_delayed_messages(broker: Broker) -> None:
 
 
 # --- the lag GetStats reports ---------------------------------------------------------------------------
+@pytest.mark.cluster  # stops one service while the others run
 def test_dispatch_lag_is_reported_and_goes_to_zero(broker: Broker) -> None:
     with Load(broker.commitlog.endpoint, "lag", pause=0) as load:
         wait_for("100 messages", lambda: len(load.acked) >= 100)

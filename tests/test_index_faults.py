@@ -331,6 +331,7 @@ def _batch_of(broker: Broker, start: int) -> ix_pb.DispatchBatch:
         uniq_key=c.uniq_key, from_offset=c.from_offset, next_offset=c.next_offset, commitlog_max_offset=end)
 
 
+@pytest.mark.cluster  # stops one service while the others run
 def test_forged_dispatch_batches_are_refused(broker_factory) -> None:
     broker = broker_factory()
     _append(broker, _messages(10, "a"))
@@ -377,6 +378,7 @@ def _metric(port: int, name: str) -> float:
     raise AssertionError(f"no metric {name}")
 
 
+@pytest.mark.cluster  # stops one service while the others run
 def test_stalled_dispatch_is_reported_in_status_metrics_and_log(broker_factory) -> None:
     broker = broker_factory(start=False, gateway=True)
     metrics_port = free_port()

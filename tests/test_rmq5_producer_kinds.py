@@ -97,6 +97,7 @@ def test_delay_messages_arrive_not_before_their_time_and_recalled_ones_never(
         assert m.tags == "Later" and m.properties["TIMER_DELIVER_MS"] == str(receipt["at"] * 1000)
 
 
+@pytest.mark.cluster  # stops one service while the others run
 def test_a_recalled_message_found_overdue_is_not_delivered(broker_factory: Callable[..., Broker]) -> None:
     """The wheel has moved past a recalled message's slot before the message reached it (the schedule
     service was behind): the message is delivered at once, unless a marker follows it in the timer queue."""

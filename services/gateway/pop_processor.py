@@ -13,8 +13,9 @@ and nothing open is lost. Ordered (FIFO) pops read from the group's committed of
 messages only once its last ones are settled or their invisible time is over, and keep a message's
 attempts across redeliveries.
 
-A waiting receive is a coroutine held on the index's Watch stream (``PullRequestHoldService.hold_any``), or
-woken by an acknowledgement that unblocks an ordered queue: no thread waits."""
+A waiting receive is a coroutine held in ``PopLongPolling``: woken alone, when a queue it waits on advances, a
+queue lock it found taken is released with something left to take, or an ordered queue unblocks; no thread
+waits and an idle held receive costs nothing."""
 
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ from .context import GatewayContext
 from .errors import GatewayError
 from .load_once import LoadOnce
 from .pop_checkpoints import SUPERSEDED, CheckpointTable
+from .pop_polling import PopLongPolling, Ticket
 from .pop_records import (
     ACK_ACKED,
     ACK_CHANGED,
@@ -107,8 +109,7 @@ class PopProcessor:
         self.table = CheckpointTable()
         self.revive_topic = revive_topic(context.settings.broker_cluster_name)
         self._locks: dict[QueueKey, asyncio.Lock] = {}
-        self._contended: set[QueueKey] = set()  # queues a receive skipped while another one read them
-        self._waiters: dict[str, set[asyncio.Future[bool]]] = {}
+        self._polling = PopLongPolling(context.hold)
         self._due: list[tuple[int, tuple[str, str, int, int, int]]] = []
         self._loaded = LoadOnce(self._load)
         self._task: asyncio.Task[None] | None = None
@@ -128,10 +129,7 @@ class PopProcessor:
             await asyncio.gather(self._task, return_exceptions=True)
         if self._loaded.done:
             self._commit_revive_position()
-        for waiters in self._waiters.values():
-            for future in waiters:
-                if not future.done():
-                    future.set_result(False)
+        self._polling.stop()
 
     async def ready(self) -> None:
         """Read the open checkpoints back once (the first caller reads, the others wait for it)."""
@@ -215,7 +213,7 @@ class PopProcessor:
         self.table.seen(offsets[-1])
         if ck.order:
             self._commit_order((ck.group, ck.topic, ck.queue_id))
-            self._wake(ck.group)
+            self._polling.wake((ck.group, ck.topic, ck.queue_id))
         return durable
 
     def _next_pop_time(self) -> int:
@@ -236,32 +234,28 @@ class PopProcessor:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
-            await asyncio.sleep(0)  # a receive woken at once (a queue moved meanwhile) still lets others run
-            popped, durable, positions, unblock_ms = await self._pop_once(
-                group, topic, read_queue_nums, subscription, batch, invisible_ms, fifo)
-            remaining = deadline - loop.time()
-            if popped or remaining <= 0:
-                return popped, durable
-            wait = remaining
-            if unblock_ms:
-                wait = min(wait, max(0.005, (unblock_ms - _now_ms()) / 1000))
-            future: asyncio.Future[bool] = loop.create_future()
-            waiters = self._waiters.setdefault(group, set())
-            waiters.add(future)
+            ticket = self._polling.ticket(group)
+            again = False
             try:
-                if self._ctx.hold.connected:
-                    await self._ctx.hold.hold_any(positions, wait, future)
-                else:
-                    await asyncio.sleep(min(wait, 0.1))
+                await asyncio.sleep(0)  # a receive woken at once (a queue moved meanwhile) still lets others run
+                popped, durable, unblock_ms = await self._pop_once(
+                    group, topic, read_queue_nums, subscription, batch, invisible_ms, fifo, ticket)
+                remaining = deadline - loop.time()
+                if popped or remaining <= 0:
+                    return popped, durable
+                wait = remaining
+                if unblock_ms:
+                    wait = min(wait, max(0.005, (unblock_ms - _now_ms()) / 1000))
+                if not self._ctx.hold.connected:  # no advances are heard: look again soon
+                    wait = min(wait, 0.1)
+                timer = loop.call_later(wait, _expire, ticket.future)
+                try:
+                    await ticket.future
+                finally:
+                    timer.cancel()
+                again = True
             finally:
-                waiters.discard(future)
-                if not waiters:
-                    self._waiters.pop(group, None)
-
-    def _wake(self, group: str) -> None:
-        for future in self._waiters.get(group, ()):
-            if not future.done():
-                future.set_result(True)
+                self._polling.done(ticket, pass_on=not again)
 
     def _lock(self, key: QueueKey) -> asyncio.Lock:
         lock = self._locks.get(key)
@@ -270,8 +264,9 @@ class PopProcessor:
         return lock
 
     async def _pop_once(self, group: str, topic: str, read_queue_nums: int, subscription: Subscription,
-                        batch: int, invisible_ms: int, fifo: bool
-                        ) -> tuple[list[Popped], bool, list[tuple[str, int, int]], int]:
+                        batch: int, invisible_ms: int, fifo: bool, ticket: Ticket
+                        ) -> tuple[list[Popped], bool, int]:
+        """One pass over the queues; each queue that gave nothing is waited on through ``ticket``."""
         first = random.randrange(max(read_queue_nums, 1))
         sources = [(topic, (first + i) % read_queue_nums) for i in range(read_queue_nums)]
         retry = pop_retry_topic(group, topic)
@@ -282,7 +277,6 @@ class PopProcessor:
                 sources.append((retry, 0))
         out: list[Popped] = []
         durable = True
-        positions: list[tuple[str, int, int]] = []
         unblock = 0
         for source, queue_id in sources:
             if len(out) >= batch:
@@ -290,10 +284,12 @@ class PopProcessor:
             key = (group, source, queue_id)
             lock = self._lock(key)
             if lock.locked():
-                # Another receive of the group reads it now (queueLockManager.tryLock): skipped; a receive that
-                # waits is woken when that one is done with it.
-                self._contended.add(key)
+                # Another receive of the group reads it now (queueLockManager.tryLock): skipped, and waited on
+                # until that one is done with it.
+                self._polling.wait_event(ticket, key)
                 continue
+            position: tuple[str, int, int] | None = None
+            blocked = 0
             try:
                 async with lock:
                     try:
@@ -303,17 +299,16 @@ class PopProcessor:
                         if not out:
                             raise
                         break  # what the other queues gave is hidden already: answer it
-                    if blocked:
-                        unblock = blocked if not unblock else min(unblock, blocked)
             finally:
-                if key in self._contended:
-                    self._contended.discard(key)
-                    self._wake(group)
+                self._polling.released(key, position[2] if position is not None else None, bool(blocked))
+            if blocked:
+                unblock = blocked if not unblock else min(unblock, blocked)
+                self._polling.wait_event(ticket, key)
             out += got
             durable = durable and ok
             if position is not None:
-                positions.append(position)
-        return out, durable, positions, unblock
+                self._polling.wait_at(ticket, key, position[2])
+        return out, durable, unblock
 
     async def _pop_source(self, key: QueueKey, subscription: Subscription, n: int, invisible_ms: int, fifo: bool,
                           retry: bool) -> tuple[list[Popped], bool, tuple[str, int, int] | None, int]:
@@ -486,7 +481,7 @@ class PopProcessor:
         for ck, _ in by_ck.values():
             if ck.order:
                 self._commit_order((ck.group, ck.topic, ck.queue_id))
-                self._wake(ck.group)
+                self._polling.wake((ck.group, ck.topic, ck.queue_id))
         return durable
 
     async def change_invisible(self, ck: Checkpoint, index: int, invisible_ms: int) -> tuple[Checkpoint, bool]:
@@ -509,7 +504,7 @@ class PopProcessor:
         self.table.seen(offsets[-1])
         heapq.heappush(self._due, (new.revive_time, new.key))
         if ck.order:
-            self._wake(ck.group)
+            self._polling.wake((ck.group, ck.topic, ck.queue_id))
         return new, durable
 
     async def forward_to_dead_letters(self, ck: Checkpoint, index: int) -> bool:
@@ -566,7 +561,8 @@ class PopProcessor:
                 self.table.remove(ck)
                 continue
             if ck.order:
-                self._wake(ck.group)  # an ordered queue unblocks: its messages are read again from the queue
+                # An ordered queue unblocks: its messages are read again from the queue.
+                self._polling.wake((ck.group, ck.topic, ck.queue_id))
                 continue
             try:
                 await self._revive(ck)
@@ -604,7 +600,9 @@ class PopProcessor:
                 await self._retry_topic(retry)
                 copies.append(_retry_copy(m, retry, real, ck.pop_time, ck.attempts[i]))
             await self._store_ack(ck, [i for i, _ in again], ACK_REVIVED, copies)
-            self._wake(ck.group)  # a receive waiting since before the retry topic existed does not watch it yet
+            # A receive waiting since before the retry topic existed does not watch it yet; the others are woken
+            # by its advance.
+            self._polling.wake_group(ck.group)
         if dead:
             await self._to_dead_letters(ck, dead)
         _log.debug("revived", group=ck.group, topic=ck.topic, queue_id=ck.queue_id, retried=len(again),
@@ -614,6 +612,11 @@ class PopProcessor:
         if self._ctx.topics.get(topic) is None:
             await asyncio.to_thread(self._ctx.topics.create_topic_in_send_message_back_method, topic, 1,
                                     PERM_READ | PERM_WRITE)
+
+
+def _expire(future: asyncio.Future[QueueKey | None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def _retry_copy(m: MessageExt, retry: str, real_topic: str, pop_time: int, attempts: int) -> cl_pb.Message:

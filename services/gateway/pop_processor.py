@@ -26,7 +26,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rocketstore.codec import decode_message
+from rocketstore.codec import MAX_TOPIC_LENGTH, decode_message
 from rocketstore.errors import BrokerError
 from rocketstore.log import get_logger
 from rocketstore.message import PROPERTY_RETRY_TOPIC, MessageExt, properties_to_string
@@ -58,7 +58,7 @@ from .pop_records import (
 from .pull_processor import pull_status
 from .received import tags_of
 from .send_back_processor import DEFAULT_MAX_RECONSUME_TIMES, SendBackProcessor
-from .send_processor import SEND_TIMEOUT
+from .send_processor import SEND_TIMEOUT, _check_stored
 from .sender import EncodedSend, SendBatcher
 from .topics import PERM_READ, PERM_WRITE
 
@@ -191,10 +191,10 @@ class PopProcessor:
             del self._in_flight[token]
         columns, start = appended.columns, appended.start
         statuses = list(columns.statuses[start:start + len(messages)])
-        for i, status in enumerate(statuses):
-            if status not in _STORED:
-                reason = columns.reasons[start + i] if columns.reasons else ""
-                raise GatewayError("UNAVAILABLE", f"the CommitLog refused a record of pop consumption: {reason}")
+        if any(status not in _STORED for status in statuses):
+            # The send path's codes: INVALID_ARGUMENT for what can never be stored, RESOURCE_EXHAUSTED for a
+            # full disk, UNAVAILABLE for a store going away.
+            _check_stored(statuses, columns.reasons[start:start + len(messages)] if columns.reasons else [])
         self._ctx.stats.stored(len(messages), sum(columns.wrote_bytes[start:start + len(messages)]))
         offsets = [int(o) for o in columns.queue_offsets[start:start + len(messages)]]
         return offsets, all(s == _PUT_OK for s in statuses)
@@ -510,17 +510,28 @@ class PopProcessor:
     async def forward_to_dead_letters(self, ck: Checkpoint, index: int) -> bool:
         return await self._to_dead_letters(ck, [index])
 
-    async def _to_dead_letters(self, ck: Checkpoint, indexes: list[int]) -> bool:
+    async def _to_dead_letters(self, ck: Checkpoint, indexes: list[int], reviving: bool = False) -> bool:
         """Each message to ``%DLQ%<group>`` through the send-back path (RocketMQ's CONSUMER_SEND_MSG_BACK with
-        delay level -1, as the proxy forwards), then settled."""
+        delay level -1, as the proxy forwards), then settled. ``reviving``: a message the dead-letter queue can
+        never take either is reported and settled, not tried again for ever (a client's forward is answered
+        with the refusal instead)."""
+        refused: list[int] = []
         for i in indexes:
             try:
                 await self._send_back.send_back(pb.ConsumerSendBackRequest(
                     consumer_group=ck.group, commit_log_offset=ck.commitlog_offsets[i], delay_level=-1))
             except BrokerError as e:
-                if e.code != "NOT_FOUND":  # a message the CommitLog no longer holds has nothing to move
+                if e.code == "NOT_FOUND":  # a message the CommitLog no longer holds has nothing to move
+                    continue
+                if not reviving or e.code != "INVALID_ARGUMENT":
                     raise
-        return await self._store_ack(ck, indexes, ACK_DEAD)
+                _log.error("revive: the dead-letter queue refused the message; it stays only in its topic",
+                           group=ck.group, topic=ck.topic, offset=ck.offsets[i], error=e.message)
+                refused.append(i)
+        if refused:
+            await self._store_ack(ck, refused, ACK_REVIVED)
+        moved = [i for i in indexes if i not in refused]
+        return await self._store_ack(ck, moved, ACK_DEAD) if moved else True
 
     # --- revive --------------------------------------------------------------------------------
     async def _revive_loop(self) -> None:
@@ -594,17 +605,40 @@ class PopProcessor:
             await self._store_ack(ck, gone, ACK_REVIVED)
         if again:
             copies = []
+            too_long: list[int] = []
             for i, m in again:
                 real = m.properties.get(PROPERTY_RETRY_TOPIC, m.topic) if ck.topic.startswith("%RETRY%") else ck.topic
                 retry = pop_retry_topic(ck.group, real)
+                if len(retry.encode()) > MAX_TOPIC_LENGTH:
+                    too_long.append(i)  # the receive refuses such names; a checkpoint from before still has one
+                    continue
                 await self._retry_topic(retry)
                 copies.append(_retry_copy(m, retry, real, ck.pop_time, ck.attempts[i]))
-            await self._store_ack(ck, [i for i, _ in again], ACK_REVIVED, copies)
-            # A receive waiting since before the retry topic existed does not watch it yet; the others are woken
-            # by its advance.
-            self._polling.wake_group(ck.group)
+            if too_long:
+                _log.error("revive: the retry topic name would be longer than 127 characters; the messages go to "
+                           "the dead-letter queue instead", group=ck.group, topic=ck.topic,
+                           retry_topic=pop_retry_topic(ck.group, ck.topic),
+                           offsets=[ck.offsets[i] for i in too_long])
+                dead += too_long
+            retried = [i for i, _ in again if i not in too_long]
+            if retried:
+                try:
+                    await self._store_ack(ck, retried, ACK_REVIVED, copies)
+                except BrokerError as e:
+                    if e.code != "INVALID_ARGUMENT":
+                        raise  # the store is unavailable or full now: tried again
+                    # The copies can never be stored (e.g. properties over the limit once the retry topic is
+                    # added): reported once, dead-lettered instead of retried for ever.
+                    _log.error("revive: the retry copies were refused; the messages go to the dead-letter queue "
+                               "instead", group=ck.group, topic=ck.topic,
+                               offsets=[ck.offsets[i] for i in retried], error=e.message)
+                    dead += retried
+                else:
+                    # A receive waiting since before the retry topic existed does not watch it yet; the others
+                    # are woken by its advance.
+                    self._polling.wake_group(ck.group)
         if dead:
-            await self._to_dead_letters(ck, dead)
+            await self._to_dead_letters(ck, dead, reviving=True)
         _log.debug("revived", group=ck.group, topic=ck.topic, queue_id=ck.queue_id, retried=len(again),
                    dead=len(dead))
 

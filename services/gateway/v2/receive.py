@@ -24,7 +24,7 @@ from ..pop_records import Checkpoint, pop_retry_topic
 from .errors import V2Error, from_broker_error, status
 from .producer import PROPERTY_SHARDING_KEY, PROPERTY_TRACE_CONTEXT
 from .receipt_handle import ORDER_REVIVE_QID, ReceiptHandle
-from .validation import check_group, check_topic
+from .validation import MAX_TOPIC_LENGTH, check_group, check_topic
 
 __all__ = ["V2ConsumerProcessor", "v2_message"]
 
@@ -106,6 +106,20 @@ def _subscription(expression: d.FilterExpression) -> Subscription:
         raise V2Error(d.ILLEGAL_FILTER_EXPRESSION, f"filter expression {expression.expression!r}: {e}") from None
 
 
+def _check_retry_topic(group: str, topic: str) -> None:
+    """Redelivery goes through ``%RETRY%<group>_<topic>``; a name over 127 bytes cannot be stored here (RocketMQ
+    5.3 writes such a topic in V2 records, with a two-byte topic length, which this store does not write), so
+    the receive is refused rather than leaving its unacknowledged messages undeliverable."""
+    retry = pop_retry_topic(group, topic)
+    if len(retry.encode()) > MAX_TOPIC_LENGTH:
+        raise V2Error(d.ILLEGAL_TOPIC, f"the retry topic of group {group!r} and topic {topic!r} would be "
+                                       f"{retry!r}, {len(retry.encode())} characters; this broker stores topic "
+                                       f"names of at most {MAX_TOPIC_LENGTH}: use a group and topic whose names "
+                                       f"together have at most {MAX_TOPIC_LENGTH - len(pop_retry_topic('', ''))} "
+                                       "characters (FIFO groups, which redeliver from the queue itself, may "
+                                       "use longer ones)")
+
+
 class V2ConsumerProcessor:
     def __init__(self, context: GatewayContext, pop: PopProcessor) -> None:
         self._ctx = context
@@ -174,6 +188,8 @@ class V2ConsumerProcessor:
         orderly = self._group(request.group)
         queues, ordered = self._topic(request.message_queue.topic)
         ordered = ordered or orderly
+        if not ordered:
+            _check_retry_topic(request.group.name, request.message_queue.topic.name)
         subscription = _subscription(request.filter_expression)
         if request.batch_size <= 0:
             raise V2Error(d.BAD_REQUEST, f"batch_size is {request.batch_size}; ask for 1..{MAX_POP_MESSAGES} "

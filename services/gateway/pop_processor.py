@@ -176,7 +176,7 @@ class PopProcessor:
                   acks=acks, open=len(self.table))
 
     # --- storing records -----------------------------------------------------------------------
-    async def _append(self, messages: list[cl_pb.Message]) -> tuple[list[int], bool]:
+    async def _append(self, messages: list[cl_pb.Message], timeout: float = SEND_TIMEOUT) -> tuple[list[int], bool]:
         """Store the records in one append; their queue offsets, and whether the store confirmed them durable
         (PUT_OK). Raises when they were not stored."""
         payload = cl_pb.AppendBatchRequest(columnar=True, messages=messages).SerializeToString()
@@ -186,7 +186,7 @@ class PopProcessor:
         token = object()
         self._in_flight[token] = self.table.revive_end
         try:
-            appended = await self._batcher.send(encoded, SEND_TIMEOUT)
+            appended = await self._batcher.send(encoded, timeout)
         finally:
             del self._in_flight[token]
         columns, start = appended.columns, appended.start
@@ -458,7 +458,7 @@ class PopProcessor:
                                  "delivered again; use the handle of the latest receive")
         return ck, i
 
-    async def ack(self, found: Sequence[tuple[Checkpoint, int]]) -> bool:
+    async def ack(self, found: Sequence[tuple[Checkpoint, int]], timeout: float = SEND_TIMEOUT) -> bool:
         """Acknowledge messages, one ACK record per checkpoint (RocketMQ's batch ack), all in one append."""
         by_ck: dict[tuple[str, str, int, int, int], tuple[Checkpoint, list[int]]] = {}
         for ck, index in found:
@@ -472,7 +472,7 @@ class PopProcessor:
                                                               ACK_ACKED)))
             self.table.settle(ck, indexes, ACK_ACKED)  # at once: a revive running meanwhile leaves them alone
         try:
-            offsets, durable = await self._append(records)
+            offsets, durable = await self._append(records, timeout)
         except BaseException:
             for ck, indexes in by_ck.values():
                 self.table.unsettle(ck, indexes)
@@ -484,7 +484,8 @@ class PopProcessor:
                 self._polling.wake((ck.group, ck.topic, ck.queue_id))
         return durable
 
-    async def change_invisible(self, ck: Checkpoint, index: int, invisible_ms: int) -> tuple[Checkpoint, bool]:
+    async def change_invisible(self, ck: Checkpoint, index: int, invisible_ms: int, timeout: float = SEND_TIMEOUT
+                               ) -> tuple[Checkpoint, bool]:
         """A new checkpoint for the message (now + ``invisible_ms``) and the old one settled, in one append:
         the old handle stops working as the new one starts."""
         new = Checkpoint(group=ck.group, topic=ck.topic, queue_id=ck.queue_id, start_offset=ck.offsets[index],
@@ -495,7 +496,7 @@ class PopProcessor:
         self.table.settle(ck, [index], ACK_CHANGED)
         try:
             offsets, durable = await self._append([ck_message(self.revive_topic, new),
-                                                   ack_message(self.revive_topic, ack)])
+                                                   ack_message(self.revive_topic, ack)], timeout)
         except BaseException:
             self.table.unsettle(ck, [index])
             raise

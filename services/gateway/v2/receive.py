@@ -21,6 +21,7 @@ from rocketstore.v2 import service_pb2 as s
 from ..context import GatewayContext
 from ..pop_processor import MAX_POP_MESSAGES, Popped, PopProcessor, ReceiptRefused
 from ..pop_records import Checkpoint, pop_retry_topic
+from ..send_processor import SEND_TIMEOUT
 from .errors import V2Error, from_broker_error, status
 from .producer import PROPERTY_SHARDING_KEY, PROPERTY_TRACE_CONTEXT
 from .receipt_handle import ORDER_REVIVE_QID, ReceiptHandle
@@ -104,6 +105,15 @@ def _subscription(expression: d.FilterExpression) -> Subscription:
         return parse_expression(expression.expression or "*")
     except SubscriptionError as e:
         raise V2Error(d.ILLEGAL_FILTER_EXPRESSION, f"filter expression {expression.expression!r}: {e}") from None
+
+
+def _store_timeout(time_remaining: float | None) -> float:
+    """How long an acknowledgement or change waits for its record to be stored: until just before the call's
+    deadline (the proxy's broker calls take the request's remaining time), so a CommitLog that does not answer
+    (restarting) is reported PROXY_TIMEOUT, a code the client retries, rather than the call dying unanswered."""
+    if time_remaining is None:
+        return SEND_TIMEOUT
+    return max(0.05, min(SEND_TIMEOUT, time_remaining - _DEADLINE_MARGIN_S))
 
 
 def _check_retry_topic(group: str, topic: str) -> None:
@@ -223,7 +233,7 @@ class V2ConsumerProcessor:
         return popped
 
     # --- AckMessage ----------------------------------------------------------------------------
-    async def ack(self, request: s.AckMessageRequest) -> s.AckMessageResponse:
+    async def ack(self, request: s.AckMessageRequest, time_remaining: float | None = None) -> s.AckMessageResponse:
         self._group(request.group)
         self._topic(request.topic)
         if not request.entries:
@@ -241,7 +251,7 @@ class V2ConsumerProcessor:
                 results.append(e.status())
         if found:
             try:
-                durable = await self._pop.ack(found)
+                durable = await self._pop.ack(found, _store_timeout(time_remaining))
                 stored = status() if durable else status(d.MASTER_PERSISTENCE_TIMEOUT,
                                                          "acknowledged, but not flushed to disk in time")
             except BrokerError as e:
@@ -256,8 +266,8 @@ class V2ConsumerProcessor:
         return s.AckMessageResponse(status=overall, entries=entries)
 
     # --- ChangeInvisibleDuration ---------------------------------------------------------------
-    async def change_invisible_duration(self, request: s.ChangeInvisibleDurationRequest
-                                        ) -> s.ChangeInvisibleDurationResponse:
+    async def change_invisible_duration(self, request: s.ChangeInvisibleDurationRequest,
+                                        time_remaining: float | None = None) -> s.ChangeInvisibleDurationResponse:
         try:
             self._group(request.group)
             self._topic(request.topic)
@@ -270,7 +280,7 @@ class V2ConsumerProcessor:
                 ck, index = self._find(request.group.name, request.topic.name, request.receipt_handle)
             except ReceiptRefused as e:
                 raise V2Error(d.INVALID_RECEIPT_HANDLE, e.message) from None
-            new, durable = await self._pop.change_invisible(ck, index, invisible)
+            new, durable = await self._pop.change_invisible(ck, index, invisible, _store_timeout(time_remaining))
         except V2Error as e:
             # The client takes the answer's handle before it looks at the status: it keeps the one it had.
             return s.ChangeInvisibleDurationResponse(status=e.status(), receipt_handle=request.receipt_handle)

@@ -23,7 +23,8 @@ from tests.conftest import DEFAULT_BROKER_SETTINGS, Broker
 
 QUEUES = 8
 HELD = 50
-POLL_S = 8  # each receive's long polling time, and its gRPC deadline
+POLL_S = 8  # each receive's long polling time
+DEADLINE_S = POLL_S + 3  # and its gRPC deadline, as the official clients set it (+ their request timeout)
 METADATA = (("x-mq-client-id", "held-receives"),)
 
 
@@ -52,13 +53,13 @@ def _setup(broker: Broker, topic: str, group: str) -> s_grpc.MessagingServiceStu
 
 def _hold(v2: s_grpc.MessagingServiceStub, topic: str, group: str, started: threading.Semaphore
           ) -> tuple[int, list[bytes]]:
-    """One receive of up to 32 messages, long polling ``POLL_S`` with ``POLL_S`` as its deadline: the gateway
-    must answer before the deadline (a DEADLINE_EXCEEDED error fails the test)."""
+    """One receive of up to 32 messages, long polling ``POLL_S``: the gateway must answer before its deadline
+    (a DEADLINE_EXCEEDED error fails the test)."""
     request = s.ReceiveMessageRequest(
         group=d.Resource(name=group), message_queue=d.MessageQueue(topic=d.Resource(name=topic), id=-1),
         filter_expression=d.FilterExpression(type=d.TAG, expression="*"), batch_size=32,
         invisible_duration=Duration(seconds=30), long_polling_timeout=Duration(seconds=POLL_S))
-    responses = v2.ReceiveMessage(request, metadata=METADATA, timeout=POLL_S)
+    responses = v2.ReceiveMessage(request, metadata=METADATA, timeout=DEADLINE_S)
     started.release()
     answers = list(responses)
     return answers[0].status.code, [r.message.body for r in answers if r.HasField("message")]

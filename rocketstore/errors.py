@@ -22,6 +22,8 @@ code may raise these errors without knowing the wire.
 
 from __future__ import annotations
 
+import errno
+
 __all__ = [
     "BrokerError",
     "DeadlineExceeded",
@@ -33,6 +35,7 @@ __all__ = [
     "PermissionDenied",
     "Refused",
     "Unavailable",
+    "disk_full",
     "error_for",
 ]
 
@@ -126,3 +129,18 @@ def error_for(code: str, message: str) -> BrokerError:
         return DeadlineExceeded(message)
     fixed = _FIXED.get(code)
     return fixed(message) if fixed is not None else Refused(code, message)
+
+
+# The errno values of a write that found no space: the disk (or the user's quota) is full.
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+def disk_full(exc: BaseException) -> BrokerError | None:
+    """A write that failed for want of space, as the specific refusal a client can act on: RESOURCE_EXHAUSTED
+    with a reason that begins "disk full:" (``rocketstore.statuses.DISK_FULL_REASON_PREFIX``); None for any
+    other failure."""
+    if not isinstance(exc, OSError) or exc.errno not in _NO_SPACE:
+        return None
+    where = f" writing {exc.filename}" if exc.filename else ""
+    return BrokerError("RESOURCE_EXHAUSTED", f"disk full: {exc.strerror or 'no space left on device'}{where}; "
+                                             "writes resume once space is freed")

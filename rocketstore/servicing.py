@@ -9,7 +9,8 @@ server-streaming method (a generator), and grpc.aio's ``async def`` and async-ge
   queue id and offsets (when the request has such fields), and answered INTERNAL with a message
   that names the method and what failed. A servicer may turn some of them into a ``BrokerError``
   first by defining ``unexpected_error(exc) -> BrokerError | None`` (the CommitLog answers
-  UNAVAILABLE for a failure that comes from its store being shut down);
+  UNAVAILABLE for a failure that comes from its store being shut down); a write that found the disk full
+  (ENOSPC, EDQUOT) is answered RESOURCE_EXHAUSTED "disk full: ...";
 * a status the handler already set with ``context.abort`` is left as it is.
 
 Requests that cannot be decoded never reach a handler: ``DecodeRequests`` (installed by
@@ -27,7 +28,7 @@ import grpc
 import grpc.aio
 from google.protobuf.message import DecodeError
 
-from rocketstore.errors import BrokerError
+from rocketstore.errors import BrokerError, disk_full
 from rocketstore.log import get_logger
 
 __all__ = ["AioDecodeRequests", "DecodeRequests", "decoding_handler", "request_fields", "rpc_errors",
@@ -84,6 +85,10 @@ def _status(self: object, method: str, request: object, exc: BaseException) -> B
     else:
         hook = getattr(self, "unexpected_error", None)
         translated: BrokerError | None = hook(exc) if hook is not None else None
+        if translated is None:
+            translated = disk_full(exc)  # a full disk is a refusal to retry later, not a fault of the server
+            if translated is not None:
+                _log.warning("rpc refused: disk full", method=method, error=repr(exc), **request_fields(request))
         if translated is None:
             _log.error("rpc failed", method=method, error=repr(exc), exc_info=exc, **request_fields(request))
             return BrokerError("INTERNAL", f"{method} failed: {type(exc).__name__}: {exc}")

@@ -211,6 +211,52 @@ def test_unacknowledged_messages_come_back_then_go_to_the_dlq_after_the_groups_a
     assert [m.msg_id for m in dead] == [sent_id]
 
 
+def test_a_receive_whose_retry_topic_name_would_pass_127_characters_is_refused_and_one_at_127_redelivers(
+        broker: Broker) -> None:
+    v2 = _v2(broker)
+    long_group, long_topic = _group(broker, "G" * 60), "T" * 60  # %RETRY%<group>_<topic>: 128 characters
+    _create(broker, long_topic)
+    code, _, responses = _receive(v2, long_topic, group=long_group, wait_s=0)
+    assert code == d.ILLEGAL_TOPIC
+    assert f"%RETRY%{long_group}_{long_topic}" in responses[0].status.message
+    assert "at most 119 characters" in responses[0].status.message
+    # A FIFO group redelivers from the queue itself: its names may be longer.
+    fifo_group = _group(broker, "F" * 60, orderly=True)
+    assert _receive(v2, long_topic, group=fifo_group, wait_s=0)[0] == d.MESSAGE_NOT_FOUND
+    # 127 characters: received, left unacknowledged, and delivered again through the retry topic.
+    group = _group(broker, "G" * 59, retry_max_times=1)
+    [sent_id] = _send_v1(broker, long_topic, ["edge"])
+    first = _until(v2, long_topic, 1, group=group, invisible_s=1)
+    assert [m.system_properties.delivery_attempt for m in first] == [1]
+    again = _until(v2, long_topic, 1, group=group, invisible_s=1, wait_s=3)
+    assert [(m.system_properties.message_id, m.system_properties.delivery_attempt) for m in again] == [(sent_id, 2)]
+
+
+def test_a_revive_that_can_never_be_stored_is_reported_once_instead_of_retried_for_ever(broker: Broker) -> None:
+    """A message whose properties fill the limit: its retry copy (which adds RETRY_TOPIC and 1ST_POP_TIME) and
+    its dead-letter copy can never be stored; the revive says so once and settles it."""
+    assert broker.gateway is not None
+    v2 = _v2(broker)
+    group = _group(broker, "FullProps")
+    _create(broker, "FullProps")
+    size = 32767
+    try:
+        _send_v1(broker, "FullProps", ["full"], big="x" * size)
+    except grpc.RpcError as e:  # the refusal says how many bytes the properties took: fill them exactly
+        taken = int(e.details().split(" take ")[1].split(" bytes")[0])
+        size -= taken - 32767
+    _send_v1(broker, "FullProps", ["full"], big="x" * size)
+    assert len(_until(v2, "FullProps", 1, group=group, invisible_s=1)) == 1
+    reported = "revive: the retry copies were refused"
+    deadline = time.monotonic() + 30
+    while "the dead-letter queue refused the message" not in broker.gateway.log_text():
+        assert time.monotonic() < deadline, broker.gateway.log_tail()
+        time.sleep(0.2)
+    log = broker.gateway.log_text()
+    assert log.count(reported) == 1 and "revive failed; retrying" not in log
+    assert not _receive(v2, "FullProps", group=group, invisible_s=1, wait_s=0)[1]
+
+
 def test_forward_to_dead_letter_queue_moves_the_message(broker: Broker) -> None:
     v2 = _v2(broker)
     _group(broker, "Fwd")

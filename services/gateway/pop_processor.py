@@ -13,8 +13,9 @@ and nothing open is lost. Ordered (FIFO) pops read from the group's committed of
 messages only once its last ones are settled or their invisible time is over, and keep a message's
 attempts across redeliveries.
 
-A waiting receive is a coroutine held on the index's Watch stream (``PullRequestHoldService.hold_any``), or
-woken by an acknowledgement that unblocks an ordered queue: no thread waits."""
+A waiting receive is a coroutine held in ``PopLongPolling``: woken alone, when a queue it waits on advances, a
+queue lock it found taken is released with something left to take, or an ordered queue unblocks; no thread
+waits and an idle held receive costs nothing."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rocketstore.codec import decode_message
+from rocketstore.codec import MAX_TOPIC_LENGTH, decode_message
 from rocketstore.errors import BrokerError
 from rocketstore.log import get_logger
 from rocketstore.message import PROPERTY_RETRY_TOPIC, MessageExt, properties_to_string
@@ -39,6 +40,7 @@ from .context import GatewayContext
 from .errors import GatewayError
 from .load_once import LoadOnce
 from .pop_checkpoints import SUPERSEDED, CheckpointTable
+from .pop_polling import PopLongPolling, Ticket
 from .pop_records import (
     ACK_ACKED,
     ACK_CHANGED,
@@ -56,7 +58,7 @@ from .pop_records import (
 from .pull_processor import pull_status
 from .received import tags_of
 from .send_back_processor import DEFAULT_MAX_RECONSUME_TIMES, SendBackProcessor
-from .send_processor import SEND_TIMEOUT
+from .send_processor import SEND_TIMEOUT, _check_stored
 from .sender import EncodedSend, SendBatcher
 from .topics import PERM_READ, PERM_WRITE
 
@@ -107,8 +109,7 @@ class PopProcessor:
         self.table = CheckpointTable()
         self.revive_topic = revive_topic(context.settings.broker_cluster_name)
         self._locks: dict[QueueKey, asyncio.Lock] = {}
-        self._contended: set[QueueKey] = set()  # queues a receive skipped while another one read them
-        self._waiters: dict[str, set[asyncio.Future[bool]]] = {}
+        self._polling = PopLongPolling(context.hold)
         self._due: list[tuple[int, tuple[str, str, int, int, int]]] = []
         self._loaded = LoadOnce(self._load)
         self._task: asyncio.Task[None] | None = None
@@ -128,10 +129,7 @@ class PopProcessor:
             await asyncio.gather(self._task, return_exceptions=True)
         if self._loaded.done:
             self._commit_revive_position()
-        for waiters in self._waiters.values():
-            for future in waiters:
-                if not future.done():
-                    future.set_result(False)
+        self._polling.stop()
 
     async def ready(self) -> None:
         """Read the open checkpoints back once (the first caller reads, the others wait for it)."""
@@ -178,7 +176,7 @@ class PopProcessor:
                   acks=acks, open=len(self.table))
 
     # --- storing records -----------------------------------------------------------------------
-    async def _append(self, messages: list[cl_pb.Message]) -> tuple[list[int], bool]:
+    async def _append(self, messages: list[cl_pb.Message], timeout: float = SEND_TIMEOUT) -> tuple[list[int], bool]:
         """Store the records in one append; their queue offsets, and whether the store confirmed them durable
         (PUT_OK). Raises when they were not stored."""
         payload = cl_pb.AppendBatchRequest(columnar=True, messages=messages).SerializeToString()
@@ -188,15 +186,15 @@ class PopProcessor:
         token = object()
         self._in_flight[token] = self.table.revive_end
         try:
-            appended = await self._batcher.send(encoded, SEND_TIMEOUT)
+            appended = await self._batcher.send(encoded, timeout)
         finally:
             del self._in_flight[token]
         columns, start = appended.columns, appended.start
         statuses = list(columns.statuses[start:start + len(messages)])
-        for i, status in enumerate(statuses):
-            if status not in _STORED:
-                reason = columns.reasons[start + i] if columns.reasons else ""
-                raise GatewayError("UNAVAILABLE", f"the CommitLog refused a record of pop consumption: {reason}")
+        if any(status not in _STORED for status in statuses):
+            # The send path's codes: INVALID_ARGUMENT for what can never be stored, RESOURCE_EXHAUSTED for a
+            # full disk, UNAVAILABLE for a store going away.
+            _check_stored(statuses, columns.reasons[start:start + len(messages)] if columns.reasons else [])
         self._ctx.stats.stored(len(messages), sum(columns.wrote_bytes[start:start + len(messages)]))
         offsets = [int(o) for o in columns.queue_offsets[start:start + len(messages)]]
         return offsets, all(s == _PUT_OK for s in statuses)
@@ -215,7 +213,7 @@ class PopProcessor:
         self.table.seen(offsets[-1])
         if ck.order:
             self._commit_order((ck.group, ck.topic, ck.queue_id))
-            self._wake(ck.group)
+            self._polling.wake((ck.group, ck.topic, ck.queue_id))
         return durable
 
     def _next_pop_time(self) -> int:
@@ -236,32 +234,32 @@ class PopProcessor:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
-            await asyncio.sleep(0)  # a receive woken at once (a queue moved meanwhile) still lets others run
-            popped, durable, positions, unblock_ms = await self._pop_once(
-                group, topic, read_queue_nums, subscription, batch, invisible_ms, fifo)
-            remaining = deadline - loop.time()
-            if popped or remaining <= 0:
-                return popped, durable
-            wait = remaining
-            if unblock_ms:
-                wait = min(wait, max(0.005, (unblock_ms - _now_ms()) / 1000))
-            future: asyncio.Future[bool] = loop.create_future()
-            waiters = self._waiters.setdefault(group, set())
-            waiters.add(future)
+            ticket = self._polling.ticket(group)
+            again = False
             try:
-                if self._ctx.hold.connected:
-                    await self._ctx.hold.hold_any(positions, wait, future)
-                else:
-                    await asyncio.sleep(min(wait, 0.1))
+                await asyncio.sleep(0)  # a receive woken at once (a queue moved meanwhile) still lets others run
+                popped, durable, unblock_ms = await self._pop_once(
+                    group, topic, read_queue_nums, subscription, batch, invisible_ms, fifo, ticket)
+                remaining = deadline - loop.time()
+                if popped or remaining <= 0:
+                    return popped, durable
+                wait = remaining
+                if unblock_ms:
+                    wait = min(wait, max(0.005, (unblock_ms - _now_ms()) / 1000))
+                if not self._ctx.hold.connected:  # no advances are heard: look again soon
+                    wait = min(wait, 0.1)
+                timer = loop.call_later(wait, _expire, ticket.future)
+                try:
+                    await ticket.future
+                finally:
+                    timer.cancel()
+                if loop.time() >= deadline:
+                    # Answered now: another pass over the queues would take the time the answer needs to
+                    # reach the client before its deadline. A wake that came with the deadline is passed on.
+                    return [], True
+                again = True
             finally:
-                waiters.discard(future)
-                if not waiters:
-                    self._waiters.pop(group, None)
-
-    def _wake(self, group: str) -> None:
-        for future in self._waiters.get(group, ()):
-            if not future.done():
-                future.set_result(True)
+                self._polling.done(ticket, pass_on=not again)
 
     def _lock(self, key: QueueKey) -> asyncio.Lock:
         lock = self._locks.get(key)
@@ -270,8 +268,9 @@ class PopProcessor:
         return lock
 
     async def _pop_once(self, group: str, topic: str, read_queue_nums: int, subscription: Subscription,
-                        batch: int, invisible_ms: int, fifo: bool
-                        ) -> tuple[list[Popped], bool, list[tuple[str, int, int]], int]:
+                        batch: int, invisible_ms: int, fifo: bool, ticket: Ticket
+                        ) -> tuple[list[Popped], bool, int]:
+        """One pass over the queues; each queue that gave nothing is waited on through ``ticket``."""
         first = random.randrange(max(read_queue_nums, 1))
         sources = [(topic, (first + i) % read_queue_nums) for i in range(read_queue_nums)]
         retry = pop_retry_topic(group, topic)
@@ -282,7 +281,6 @@ class PopProcessor:
                 sources.append((retry, 0))
         out: list[Popped] = []
         durable = True
-        positions: list[tuple[str, int, int]] = []
         unblock = 0
         for source, queue_id in sources:
             if len(out) >= batch:
@@ -290,10 +288,12 @@ class PopProcessor:
             key = (group, source, queue_id)
             lock = self._lock(key)
             if lock.locked():
-                # Another receive of the group reads it now (queueLockManager.tryLock): skipped; a receive that
-                # waits is woken when that one is done with it.
-                self._contended.add(key)
+                # Another receive of the group reads it now (queueLockManager.tryLock): skipped, and waited on
+                # until that one is done with it.
+                self._polling.wait_event(ticket, key)
                 continue
+            position: tuple[str, int, int] | None = None
+            blocked = 0
             try:
                 async with lock:
                     try:
@@ -303,17 +303,16 @@ class PopProcessor:
                         if not out:
                             raise
                         break  # what the other queues gave is hidden already: answer it
-                    if blocked:
-                        unblock = blocked if not unblock else min(unblock, blocked)
             finally:
-                if key in self._contended:
-                    self._contended.discard(key)
-                    self._wake(group)
+                self._polling.released(key, position[2] if position is not None else None, bool(blocked))
+            if blocked:
+                unblock = blocked if not unblock else min(unblock, blocked)
+                self._polling.wait_event(ticket, key)
             out += got
             durable = durable and ok
             if position is not None:
-                positions.append(position)
-        return out, durable, positions, unblock
+                self._polling.wait_at(ticket, key, position[2])
+        return out, durable, unblock
 
     async def _pop_source(self, key: QueueKey, subscription: Subscription, n: int, invisible_ms: int, fifo: bool,
                           retry: bool) -> tuple[list[Popped], bool, tuple[str, int, int] | None, int]:
@@ -358,6 +357,11 @@ class PopProcessor:
                          ) -> tuple[list[Popped], bool, tuple[str, int, int] | None]:
         group, topic, queue_id = key
         offset = await self._start_offset(key, retry)
+        hold = self._ctx.hold
+        if hold.connected and hold.max_offset(topic, queue_id) == offset:
+            # Nothing new, as the index's Watch stream says (its next advance wakes the waiters): no read, so a
+            # held receive's pass over an idle topic costs no call to the index.
+            return [], True, (topic, queue_id, offset)
         status, next_offset, found = await self._read(key, offset, n, subscription, retry)
         if status == pb.PULL_NO_NEW_MSG:
             return [], True, (topic, queue_id, offset)
@@ -463,7 +467,7 @@ class PopProcessor:
                                  "delivered again; use the handle of the latest receive")
         return ck, i
 
-    async def ack(self, found: Sequence[tuple[Checkpoint, int]]) -> bool:
+    async def ack(self, found: Sequence[tuple[Checkpoint, int]], timeout: float = SEND_TIMEOUT) -> bool:
         """Acknowledge messages, one ACK record per checkpoint (RocketMQ's batch ack), all in one append."""
         by_ck: dict[tuple[str, str, int, int, int], tuple[Checkpoint, list[int]]] = {}
         for ck, index in found:
@@ -477,7 +481,7 @@ class PopProcessor:
                                                               ACK_ACKED)))
             self.table.settle(ck, indexes, ACK_ACKED)  # at once: a revive running meanwhile leaves them alone
         try:
-            offsets, durable = await self._append(records)
+            offsets, durable = await self._append(records, timeout)
         except BaseException:
             for ck, indexes in by_ck.values():
                 self.table.unsettle(ck, indexes)
@@ -486,10 +490,11 @@ class PopProcessor:
         for ck, _ in by_ck.values():
             if ck.order:
                 self._commit_order((ck.group, ck.topic, ck.queue_id))
-                self._wake(ck.group)
+                self._polling.wake((ck.group, ck.topic, ck.queue_id))
         return durable
 
-    async def change_invisible(self, ck: Checkpoint, index: int, invisible_ms: int) -> tuple[Checkpoint, bool]:
+    async def change_invisible(self, ck: Checkpoint, index: int, invisible_ms: int, timeout: float = SEND_TIMEOUT
+                               ) -> tuple[Checkpoint, bool]:
         """A new checkpoint for the message (now + ``invisible_ms``) and the old one settled, in one append:
         the old handle stops working as the new one starts."""
         new = Checkpoint(group=ck.group, topic=ck.topic, queue_id=ck.queue_id, start_offset=ck.offsets[index],
@@ -500,7 +505,7 @@ class PopProcessor:
         self.table.settle(ck, [index], ACK_CHANGED)
         try:
             offsets, durable = await self._append([ck_message(self.revive_topic, new),
-                                                   ack_message(self.revive_topic, ack)])
+                                                   ack_message(self.revive_topic, ack)], timeout)
         except BaseException:
             self.table.unsettle(ck, [index])
             raise
@@ -509,23 +514,34 @@ class PopProcessor:
         self.table.seen(offsets[-1])
         heapq.heappush(self._due, (new.revive_time, new.key))
         if ck.order:
-            self._wake(ck.group)
+            self._polling.wake((ck.group, ck.topic, ck.queue_id))
         return new, durable
 
     async def forward_to_dead_letters(self, ck: Checkpoint, index: int) -> bool:
         return await self._to_dead_letters(ck, [index])
 
-    async def _to_dead_letters(self, ck: Checkpoint, indexes: list[int]) -> bool:
+    async def _to_dead_letters(self, ck: Checkpoint, indexes: list[int], reviving: bool = False) -> bool:
         """Each message to ``%DLQ%<group>`` through the send-back path (RocketMQ's CONSUMER_SEND_MSG_BACK with
-        delay level -1, as the proxy forwards), then settled."""
+        delay level -1, as the proxy forwards), then settled. ``reviving``: a message the dead-letter queue can
+        never take either is reported and settled, not tried again for ever (a client's forward is answered
+        with the refusal instead)."""
+        refused: list[int] = []
         for i in indexes:
             try:
                 await self._send_back.send_back(pb.ConsumerSendBackRequest(
                     consumer_group=ck.group, commit_log_offset=ck.commitlog_offsets[i], delay_level=-1))
             except BrokerError as e:
-                if e.code != "NOT_FOUND":  # a message the CommitLog no longer holds has nothing to move
+                if e.code == "NOT_FOUND":  # a message the CommitLog no longer holds has nothing to move
+                    continue
+                if not reviving or e.code != "INVALID_ARGUMENT":
                     raise
-        return await self._store_ack(ck, indexes, ACK_DEAD)
+                _log.error("revive: the dead-letter queue refused the message; it stays only in its topic",
+                           group=ck.group, topic=ck.topic, offset=ck.offsets[i], error=e.message)
+                refused.append(i)
+        if refused:
+            await self._store_ack(ck, refused, ACK_REVIVED)
+        moved = [i for i in indexes if i not in refused]
+        return await self._store_ack(ck, moved, ACK_DEAD) if moved else True
 
     # --- revive --------------------------------------------------------------------------------
     async def _revive_loop(self) -> None:
@@ -566,7 +582,8 @@ class PopProcessor:
                 self.table.remove(ck)
                 continue
             if ck.order:
-                self._wake(ck.group)  # an ordered queue unblocks: its messages are read again from the queue
+                # An ordered queue unblocks: its messages are read again from the queue.
+                self._polling.wake((ck.group, ck.topic, ck.queue_id))
                 continue
             try:
                 await self._revive(ck)
@@ -598,15 +615,40 @@ class PopProcessor:
             await self._store_ack(ck, gone, ACK_REVIVED)
         if again:
             copies = []
+            too_long: list[int] = []
             for i, m in again:
                 real = m.properties.get(PROPERTY_RETRY_TOPIC, m.topic) if ck.topic.startswith("%RETRY%") else ck.topic
                 retry = pop_retry_topic(ck.group, real)
+                if len(retry.encode()) > MAX_TOPIC_LENGTH:
+                    too_long.append(i)  # the receive refuses such names; a checkpoint from before still has one
+                    continue
                 await self._retry_topic(retry)
                 copies.append(_retry_copy(m, retry, real, ck.pop_time, ck.attempts[i]))
-            await self._store_ack(ck, [i for i, _ in again], ACK_REVIVED, copies)
-            self._wake(ck.group)  # a receive waiting since before the retry topic existed does not watch it yet
+            if too_long:
+                _log.error("revive: the retry topic name would be longer than 127 characters; the messages go to "
+                           "the dead-letter queue instead", group=ck.group, topic=ck.topic,
+                           retry_topic=pop_retry_topic(ck.group, ck.topic),
+                           offsets=[ck.offsets[i] for i in too_long])
+                dead += too_long
+            retried = [i for i, _ in again if i not in too_long]
+            if retried:
+                try:
+                    await self._store_ack(ck, retried, ACK_REVIVED, copies)
+                except BrokerError as e:
+                    if e.code != "INVALID_ARGUMENT":
+                        raise  # the store is unavailable or full now: tried again
+                    # The copies can never be stored (e.g. properties over the limit once the retry topic is
+                    # added): reported once, dead-lettered instead of retried for ever.
+                    _log.error("revive: the retry copies were refused; the messages go to the dead-letter queue "
+                               "instead", group=ck.group, topic=ck.topic,
+                               offsets=[ck.offsets[i] for i in retried], error=e.message)
+                    dead += retried
+                else:
+                    # A receive waiting since before the retry topic existed does not watch it yet; the others
+                    # are woken by its advance.
+                    self._polling.wake_group(ck.group)
         if dead:
-            await self._to_dead_letters(ck, dead)
+            await self._to_dead_letters(ck, dead, reviving=True)
         _log.debug("revived", group=ck.group, topic=ck.topic, queue_id=ck.queue_id, retried=len(again),
                    dead=len(dead))
 
@@ -614,6 +656,11 @@ class PopProcessor:
         if self._ctx.topics.get(topic) is None:
             await asyncio.to_thread(self._ctx.topics.create_topic_in_send_message_back_method, topic, 1,
                                     PERM_READ | PERM_WRITE)
+
+
+def _expire(future: asyncio.Future[QueueKey | None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def _retry_copy(m: MessageExt, retry: str, real_topic: str, pop_time: int, attempts: int) -> cl_pb.Message:

@@ -39,12 +39,18 @@ class PullRequestHoldService:
         self._held: dict[tuple[str, int], dict[asyncio.Future[bool], int]] = {}
         self._followers: dict[tuple[str, int], set[Callable[[int], None]]] = {}
         self._task: asyncio.Task[None] | None = None
+        self._counters: list[Callable[[], int]] = []
         self.connected = False
 
     @property
     def held(self) -> int:
         """Pulls (and receives) held right now; a receive held on several queues counts once."""
-        return len({future for waiters in self._held.values() for future in waiters})
+        return len({future for waiters in self._held.values() for future in waiters}) + \
+            sum(count() for count in self._counters)
+
+    def count_held(self, count: Callable[[], int]) -> None:
+        """Count, in ``held``, the requests another table holds (the receives of pop consumption)."""
+        self._counters.append(count)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="PullRequestHoldService")

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rocketstore.config_file import file_stamp, load_json, persist_json
+from rocketstore.errors import disk_full
 from rocketstore.log import get_logger
 
 from .topics import DataVersion
@@ -163,7 +164,18 @@ class SubscriptionGroupManager:
             config = self._table.get(group)
             if config is None:
                 config = SubscriptionGroupConfig(group)
-                self._commit({**self._table, group: config})
+                table = {**self._table, group: config}
+                try:
+                    self._commit(table)
+                except OSError as e:
+                    if disk_full(e) is None:
+                        raise
+                    # A consumer's read must not fail for want of space (RocketMQ's ConfigManager logs a failed
+                    # persist too): the group with its defaults lives in memory until the next write of the file.
+                    self._table = table
+                    _log.error("subscription group auto-created, but not persisted: the disk is full",
+                               group=group, path=self.path, error=repr(e))
+                    return config
                 _log.info("subscription group auto-created", group=group)
         return config
 

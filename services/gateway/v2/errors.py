@@ -4,10 +4,10 @@ refusals become in v2's codes."""
 
 from __future__ import annotations
 
-from rocketstore.errors import BrokerError
+from rocketstore.errors import BrokerError, disk_full
 from rocketstore.v2 import definition_pb2 as d
 
-__all__ = ["V2Error", "from_broker_error", "status"]
+__all__ = ["V2Error", "from_broker_error", "from_exception", "status"]
 
 # The gateway's gRPC codes (its processors' refusals) as RocketMQ's proxy reports the same refusals.
 _CODES = {
@@ -17,8 +17,14 @@ _CODES = {
     "OUT_OF_RANGE": d.BAD_REQUEST,
     "FAILED_PRECONDITION": d.PRECONDITION_FAILED,
     "DEADLINE_EXCEEDED": d.PROXY_TIMEOUT,
-    "RESOURCE_EXHAUSTED": d.INTERNAL_SERVER_ERROR,  # a full disk: RocketMQ's SERVICE_NOT_AVAILABLE
-    "UNAVAILABLE": d.INTERNAL_SERVER_ERROR,
+    # A full disk (PutMessageStatus SERVICE_NOT_AVAILABLE "disk full:", CREATE_MAPEDFILE_FAILED,
+    # OS_PAGECACHE_BUSY): the store refuses writes for a while. The proxy answers a broker that sheds load
+    # (SYSTEM_BUSY) TOO_MANY_REQUESTS, which the clients retry after a back-off; it would answer these
+    # INTERNAL_SERVER_ERROR, which says nothing a client can act on.
+    "RESOURCE_EXHAUSTED": d.TOO_MANY_REQUESTS,
+    # The store is restarting or not reachable: the proxy's answer for a broker that does not answer in
+    # time, which clients retry.
+    "UNAVAILABLE": d.PROXY_TIMEOUT,
 }
 
 
@@ -32,6 +38,12 @@ class V2Error(Exception):
 
     def status(self) -> d.Status:
         return d.Status(code=self.code, message=self.message)  # type: ignore[arg-type]
+
+
+def from_exception(error: Exception) -> V2Error | None:
+    """A failure that is not a refusal but still has a specific code (a write that found the disk full)."""
+    refusal = disk_full(error)
+    return None if refusal is None else from_broker_error(refusal)
 
 
 def from_broker_error(error: BrokerError, not_found: int = d.NOT_FOUND) -> V2Error:

@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass
 
 from rocketstore.codec import decode_message
+from rocketstore.errors import BrokerError
 from rocketstore.message import (
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_REAL_QUEUE_ID,
@@ -37,10 +38,10 @@ from rocketstore.v2 import definition_pb2 as d
 from rocketstore.v2 import service_pb2 as s
 
 from ..context import GatewayContext
-from ..send_processor import SEND_TIMEOUT
+from ..send_processor import SEND_TIMEOUT, _check_stored
 from ..sender import EncodedSend, SendBatcher
 from ..timer import PROPERTY_TIMER_OUT_MS, TIMER_TOPIC
-from .errors import V2Error, status
+from .errors import V2Error, from_broker_error, status
 from .topic_types import check_topic_accepts
 from .validation import check_topic
 
@@ -186,5 +187,9 @@ class RecallProcessor:
         code = appended.columns.statuses[appended.start]
         if code not in (0, 1, 2, 3):  # stored (PUT_OK or a durability wait that failed) or refused
             reason = appended.columns.reasons[appended.start] if appended.columns.reasons else ""
-            raise V2Error(d.INTERNAL_SERVER_ERROR, f"recall failed: the CommitLog refused the recall's marker: "
-                                                   f"{reason}")
+            try:
+                _check_stored([code], [reason])  # the send path's codes (a full disk, a store going away)
+            except BrokerError as e:
+                refused = from_broker_error(e)
+                raise V2Error(refused.code, f"recall failed: the CommitLog refused the recall's marker: "
+                                            f"{e.message}") from None

@@ -21,10 +21,11 @@ from rocketstore.v2 import service_pb2 as s
 from ..context import GatewayContext
 from ..pop_processor import MAX_POP_MESSAGES, Popped, PopProcessor, ReceiptRefused
 from ..pop_records import Checkpoint, pop_retry_topic
+from ..send_processor import SEND_TIMEOUT
 from .errors import V2Error, from_broker_error, status
 from .producer import PROPERTY_SHARDING_KEY, PROPERTY_TRACE_CONTEXT
 from .receipt_handle import ORDER_REVIVE_QID, ReceiptHandle
-from .validation import check_group, check_topic
+from .validation import MAX_TOPIC_LENGTH, check_group, check_topic
 
 __all__ = ["V2ConsumerProcessor", "v2_message"]
 
@@ -106,6 +107,29 @@ def _subscription(expression: d.FilterExpression) -> Subscription:
         raise V2Error(d.ILLEGAL_FILTER_EXPRESSION, f"filter expression {expression.expression!r}: {e}") from None
 
 
+def _store_timeout(time_remaining: float | None) -> float:
+    """How long an acknowledgement or change waits for its record to be stored: until just before the call's
+    deadline (the proxy's broker calls take the request's remaining time), so a CommitLog that does not answer
+    (restarting) is reported PROXY_TIMEOUT, a code the client retries, rather than the call dying unanswered."""
+    if time_remaining is None:
+        return SEND_TIMEOUT
+    return max(0.05, min(SEND_TIMEOUT, time_remaining - _DEADLINE_MARGIN_S))
+
+
+def _check_retry_topic(group: str, topic: str) -> None:
+    """Redelivery goes through ``%RETRY%<group>_<topic>``; a name over 127 bytes cannot be stored here (RocketMQ
+    5.3 writes such a topic in V2 records, with a two-byte topic length, which this store does not write), so
+    the receive is refused rather than leaving its unacknowledged messages undeliverable."""
+    retry = pop_retry_topic(group, topic)
+    if len(retry.encode()) > MAX_TOPIC_LENGTH:
+        raise V2Error(d.ILLEGAL_TOPIC, f"the retry topic of group {group!r} and topic {topic!r} would be "
+                                       f"{retry!r}, {len(retry.encode())} characters; this broker stores topic "
+                                       f"names of at most {MAX_TOPIC_LENGTH}: use a group and topic whose names "
+                                       f"together have at most {MAX_TOPIC_LENGTH - len(pop_retry_topic('', ''))} "
+                                       "characters (FIFO groups, which redeliver from the queue itself, may "
+                                       "use longer ones)")
+
+
 class V2ConsumerProcessor:
     def __init__(self, context: GatewayContext, pop: PopProcessor) -> None:
         self._ctx = context
@@ -174,6 +198,8 @@ class V2ConsumerProcessor:
         orderly = self._group(request.group)
         queues, ordered = self._topic(request.message_queue.topic)
         ordered = ordered or orderly
+        if not ordered:
+            _check_retry_topic(request.group.name, request.message_queue.topic.name)
         subscription = _subscription(request.filter_expression)
         if request.batch_size <= 0:
             raise V2Error(d.BAD_REQUEST, f"batch_size is {request.batch_size}; ask for 1..{MAX_POP_MESSAGES} "
@@ -207,7 +233,7 @@ class V2ConsumerProcessor:
         return popped
 
     # --- AckMessage ----------------------------------------------------------------------------
-    async def ack(self, request: s.AckMessageRequest) -> s.AckMessageResponse:
+    async def ack(self, request: s.AckMessageRequest, time_remaining: float | None = None) -> s.AckMessageResponse:
         self._group(request.group)
         self._topic(request.topic)
         if not request.entries:
@@ -225,7 +251,7 @@ class V2ConsumerProcessor:
                 results.append(e.status())
         if found:
             try:
-                durable = await self._pop.ack(found)
+                durable = await self._pop.ack(found, _store_timeout(time_remaining))
                 stored = status() if durable else status(d.MASTER_PERSISTENCE_TIMEOUT,
                                                          "acknowledged, but not flushed to disk in time")
             except BrokerError as e:
@@ -240,8 +266,8 @@ class V2ConsumerProcessor:
         return s.AckMessageResponse(status=overall, entries=entries)
 
     # --- ChangeInvisibleDuration ---------------------------------------------------------------
-    async def change_invisible_duration(self, request: s.ChangeInvisibleDurationRequest
-                                        ) -> s.ChangeInvisibleDurationResponse:
+    async def change_invisible_duration(self, request: s.ChangeInvisibleDurationRequest,
+                                        time_remaining: float | None = None) -> s.ChangeInvisibleDurationResponse:
         try:
             self._group(request.group)
             self._topic(request.topic)
@@ -254,7 +280,7 @@ class V2ConsumerProcessor:
                 ck, index = self._find(request.group.name, request.topic.name, request.receipt_handle)
             except ReceiptRefused as e:
                 raise V2Error(d.INVALID_RECEIPT_HANDLE, e.message) from None
-            new, durable = await self._pop.change_invisible(ck, index, invisible)
+            new, durable = await self._pop.change_invisible(ck, index, invisible, _store_timeout(time_remaining))
         except V2Error as e:
             # The client takes the answer's handle before it looks at the status: it keeps the one it had.
             return s.ChangeInvisibleDurationResponse(status=e.status(), receipt_handle=request.receipt_handle)

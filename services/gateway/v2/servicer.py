@@ -24,7 +24,7 @@ from ..gateway import Gateway
 from ..rebalance import CONSUME_ACTIVELY, CONSUME_PASSIVELY
 from ..servicer import peer_host
 from .client_settings import ClientSettingsRegistry, merged
-from .errors import V2Error, from_broker_error, status
+from .errors import V2Error, from_broker_error, from_exception, status
 from .producer import V2SendProcessor
 from .recall import RecallProcessor
 from .receive import V2ConsumerProcessor
@@ -64,13 +64,22 @@ def _answers(response: Callable[..., Any]) -> Callable[[Callable[..., Awaitable[
             except BrokerError as e:
                 return response(status=from_broker_error(e).status())
             except Exception as e:  # noqa: BLE001 - every failure is answered
-                _log.error("v2 rpc failed", method=method.__name__, error=repr(e), exc_info=e)
-                return response(status=status(d.INTERNAL_SERVER_ERROR,
-                                              f"{method.__name__} failed: {type(e).__name__}: {e}"))
+                return response(status=_unexpected(method.__name__, e))
 
         return call
 
     return wrap
+
+
+def _unexpected(method: str, e: Exception) -> d.Status:
+    """A failure that is not a refusal: its specific code where it has one (a full disk), else
+    INTERNAL_SERVER_ERROR, logged with its traceback."""
+    known = from_exception(e)
+    if known is not None:
+        _log.warning("v2 rpc refused", method=method, error=repr(e))
+        return known.status()
+    _log.error("v2 rpc failed", method=method, error=repr(e), exc_info=e)
+    return status(d.INTERNAL_SERVER_ERROR, f"{method} failed: {type(e).__name__}: {e}")
 
 
 def _client_id(context: _Context) -> str:
@@ -223,9 +232,7 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
         try:
             responses = await self._consumer.receive(request, context.time_remaining())
         except Exception as e:  # noqa: BLE001 - every failure is answered
-            _log.error("v2 rpc failed", method="ReceiveMessage", error=repr(e), exc_info=e)
-            yield s.ReceiveMessageResponse(status=status(d.INTERNAL_SERVER_ERROR,
-                                                         f"ReceiveMessage failed: {type(e).__name__}: {e}"))
+            yield s.ReceiveMessageResponse(status=_unexpected("ReceiveMessage", e))
             return
         for response in responses:
             yield response
@@ -233,13 +240,13 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
     @_answers(s.AckMessageResponse)
     async def AckMessage(self, request: s.AckMessageRequest, context: _Context) -> s.AckMessageResponse:
         _client_id(context)
-        return await self._consumer.ack(request)
+        return await self._consumer.ack(request, context.time_remaining())
 
     @_answers(s.ChangeInvisibleDurationResponse)
     async def ChangeInvisibleDuration(self, request: s.ChangeInvisibleDurationRequest,
                                       context: _Context) -> s.ChangeInvisibleDurationResponse:
         _client_id(context)
-        return await self._consumer.change_invisible_duration(request)
+        return await self._consumer.change_invisible_duration(request, context.time_remaining())
 
     @_answers(s.ForwardMessageToDeadLetterQueueResponse)
     async def ForwardMessageToDeadLetterQueue(self, request: s.ForwardMessageToDeadLetterQueueRequest,

@@ -178,7 +178,7 @@ def render_table(rows: Sequence[Row]) -> str:
     servers = [RMQ, OURS, FLOOR] + ([REDIS] if redis else [])
     head = ["workload", *(f"{s} msgs/s (p50/p99)" for s in servers), "rs/RocketMQ", "rs/floor",
             "CPU µs/msg " + " / ".join(servers)]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * 2 + "---:|" * (len(head) - 2)]
+    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     for r in rows:
         c = r.cells
         cols = [f"{r.workload}: {r.what}", *(_cell(c.get(s)) for s in servers), _ratio(c.get(OURS), c.get(RMQ)),

@@ -541,8 +541,8 @@ def handshake_run(cmd: Sequence[str], server: Server, stdin_first: str = "", tim
 
 
 class Clients:
-    def __init__(self, build: Build | None, peer_dir: Path) -> None:
-        self.build = build
+    def __init__(self, build: Build | None, peer_dir: Path, warmup: int = 50) -> None:
+        self.build, self.warmup = build, warmup  # untimed sends of each Java producer before its "ready"
         self.client_logs = peer_dir / "client-logs"
 
     def _java(self, grpc: bool, main: str, args: Sequence[str], opts: Sequence[str], server: Server) -> Result:
@@ -558,7 +558,8 @@ class Clients:
 
     def java_produce(self, server: Server, threads: int, count: int) -> Result:
         return self._java(True, "Produce", [server.endpoint, TOPIC, str(threads), str(max(1, count // threads)),
-                                            str(SIZE)], ["-Dpeer.warmup=50", "-Dpeer.timeoutMs=10000"], server)
+                                            str(SIZE)], [f"-Dpeer.warmup={self.warmup}", "-Dpeer.timeoutMs=10000"],
+                         server)
 
     def java_consume(self, server: Server, threads: int, count: int, group: str) -> Result:
         return self._java(True, "Consume", [server.endpoint, TOPIC, group, str(threads), str(count)],
@@ -568,7 +569,7 @@ class Clients:
     def remoting_produce(self, rmq: RocketMQ, threads: int, count: int, batch: int) -> Result:
         per_thread = max(1, count // threads // batch)
         return self._java(False, "RemotingProduce", [rmq.namesrv, TOPIC, str(threads), str(per_thread), str(SIZE)],
-                          ["-Dpeer.warmup=20", f"-Dpeer.batch={batch}", "-Dpeer.timeoutMs=10000"], rmq)
+                          [f"-Dpeer.warmup={self.warmup}", f"-Dpeer.batch={batch}", "-Dpeer.timeoutMs=10000"], rmq)
 
     def lite_pull(self, rmq: RocketMQ, count: int, group: str) -> Result:
         return self._java(False, "LitePull", [rmq.namesrv, TOPIC, group, str(count)], ["-Dpeer.batch=32"], rmq)
@@ -655,7 +656,7 @@ class Bench:
             if mode == "produce":
                 r = (self.clients.java_produce(server, int(threads), n) if kind == "java"
                      else self.clients.python(server, "produce", int(threads), n))
-                server.produced += r.count + (50 if kind == "java" else 0)
+                server.produced += r.count + (self.clients.warmup if kind == "java" else 0)
                 return r
             self.fill(server, n)
             group = self.group(f"{kind}_consume")
@@ -669,7 +670,7 @@ class Bench:
             else:
                 assert isinstance(server, Rocketstore)
                 r = own_produce(server, 64, 1, a.backlog // 4)
-            server.produced += r.count
+            server.produced += r.count + (self.clients.warmup if isinstance(server, RocketMQ) else 0)
             return r
         if workload == "own-batch-100":
             if isinstance(server, RocketMQ):
@@ -677,7 +678,7 @@ class Bench:
             else:
                 assert isinstance(server, Rocketstore)
                 r = own_produce(server, 16, 100, a.backlog)
-            server.produced += r.count
+            server.produced += r.count + (self.clients.warmup if isinstance(server, RocketMQ) else 0)
             return r
         if workload == "own-drain":
             self.fill(server, a.backlog)
@@ -768,7 +769,7 @@ def _on_signal(signum: int, _frame: Any) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true",
-                        help="small counts (--messages 400, --backlog 10000): a smoke run of a minute or two")
+                        help="small counts (--messages 200, --backlog 5000): a smoke run of a few minutes")
     parser.add_argument("--workloads", default="all",
                         help=f"comma-separated, or 'all' (default): {', '.join(WORKLOADS)}")
     parser.add_argument("--messages", type=int, default=None,
@@ -785,8 +786,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="the Maven build and the scratch stores (default $ROCKETSTORE_PEER_DIR or "
                              "/tmp/rocketstore-peer)")
     args = parser.parse_args(argv)
-    args.messages = args.messages or (400 if args.quick else 4_000)
-    args.backlog = args.backlog or (10_000 if args.quick else 25 * args.messages)
+    args.messages = args.messages or (200 if args.quick else 4_000)
+    args.backlog = args.backlog or (5_000 if args.quick else 25 * args.messages)
     args.redis_seconds = args.redis_seconds or (2.0 if args.quick else 5.0)
     workloads = list(WORKLOADS) if args.workloads == "all" else [w.strip() for w in args.workloads.split(",") if w]
     if unknown := [w for w in workloads if w not in WORKLOADS]:
@@ -810,7 +811,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"RocketMQ 5.3.3 up in {time.monotonic() - t0:.0f} s: gRPC {servers[RMQ].endpoint}, "
               f"name server {servers[RMQ].namesrv}", flush=True)  # type: ignore[attr-defined]
         servers[OURS] = Rocketstore(peer_dir, args.up_arg)
-        print(f"rocketstore up {' '.join(args.up_arg)}: {servers[OURS].endpoint}, "
+        print(f"rocketstore up{''.join(' ' + a for a in args.up_arg)}: {servers[OURS].endpoint}, "
               f"{len(process_tree(servers[OURS].roots))} processes", flush=True)
         if any(w.startswith(("java-", "py-")) for w in workloads):
             servers[FLOOR] = Floor()
@@ -823,7 +824,8 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 print(f"(no Redis column: {problem})", flush=True)
         time.sleep(3)  # RocketMQ's first minutes: the route and its caches settle
-        rows = Bench(args, servers, Clients(build, peer_dir), redis).run(workloads)
+        clients = Clients(build, peer_dir, max(50, args.messages // 10))
+        rows = Bench(args, servers, clients, redis).run(workloads)
         for name, server in servers.items():
             if isinstance(server, (RocketMQ, Rocketstore)):
                 stores[name] = _du(server.dir)

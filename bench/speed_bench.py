@@ -107,14 +107,15 @@ class Phase:
         return {name: end[name] - self.start.get(name, 0.0) for name in end}
 
 
-def produce(endpoint: str, threads: int, batch: int, messages: int = 0, seconds: float = 0.0) -> dict[str, float]:
-    """Send ``messages`` (or for ``seconds``) from ``threads`` threads, ``batch`` messages a send."""
+def produce(endpoint: str, threads: int, batch: int, messages: int = 0, seconds: float = 0.0,
+            topic: str = TOPIC) -> dict[str, float]:
+    """Send ``messages`` (or for ``seconds``) from ``threads`` threads, ``batch`` messages a send, to ``topic``."""
     lock = threading.Lock()
     claimed = [0]
     latencies: list[float] = []
     stop = time.monotonic() + seconds if seconds else None
     producer = Producer(endpoint, "speed_bench_producer", max_in_flight=max(threads, 256))
-    producer.send(Message(TOPIC, BODY))  # connects outside the clock
+    producer.send(Message(topic, BODY))  # connects outside the clock
 
     def claim() -> int:
         with lock:
@@ -127,9 +128,9 @@ def produce(endpoint: str, threads: int, batch: int, messages: int = 0, seconds:
         while (n := claim()) > 0:
             t0 = time.perf_counter()
             if n == 1:
-                producer.send(Message(TOPIC, BODY))
+                producer.send(Message(topic, BODY))
             else:
-                producer.send_batch([Message(TOPIC, BODY) for _ in range(n)])
+                producer.send_batch([Message(topic, BODY) for _ in range(n)])
             mine.append(time.perf_counter() - t0)
         with lock:
             latencies.extend(mine)
@@ -147,10 +148,11 @@ def produce(endpoint: str, threads: int, batch: int, messages: int = 0, seconds:
             "p50_ms": percentile(latencies, 0.5) * 1000, "p99_ms": percentile(latencies, 0.99) * 1000}
 
 
-def drain(endpoint: str, messages: int, pull: bool) -> dict[str, float]:
+def drain(endpoint: str, messages: int, pull: bool, topic: str = TOPIC, group: str = "") -> dict[str, float]:
     """``rocketstore bench consume`` of the whole backlog; its rate from its summary line."""
-    cmd = [sys.executable, "-m", "rocketstore", "bench", "consume", "-e", endpoint, "--topic", TOPIC,
-           "--count", str(messages), "--group", f"speed_{'pull' if pull else 'stream'}", "--timeout", "600"]
+    group = group or f"speed_{'pull' if pull else 'stream'}"
+    cmd = [sys.executable, "-m", "rocketstore", "bench", "consume", "-e", endpoint, "--topic", topic,
+           "--count", str(messages), "--group", group, "--timeout", "600"]
     if pull:
         cmd += ["--pull", "--threads", "4", "--batch", "32"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)

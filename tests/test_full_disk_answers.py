@@ -138,6 +138,7 @@ def test_a_full_disk_refuses_writes_with_a_specific_code_on_both_apis_while_read
     assert _send_v2(v2).status.code == d.OK
 
 
+@pytest.mark.cluster  # the CommitLog restarts while the gateway lives
 def test_an_ack_while_the_commitlog_restarts_answers_a_retryable_code_and_is_taken_after(
         broker_factory: Callable[..., Broker]) -> None:
     broker = broker_factory(SETTINGS, gateway=True)

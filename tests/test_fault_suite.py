@@ -21,6 +21,7 @@ makes a soak of it: N kill cycles, and more corruptions and fuzzed inputs in pro
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import threading
@@ -39,7 +40,7 @@ from hypothesis import strategies as st
 from rocketstore.services.dispatcher.decode import CorruptRecord, DispatchDecoder
 from rocketstore.spark.decode import RecordLayoutError, decode_records
 from storage_helpers import fill_disk, mounted_tmpfs
-from test_dispatch_crash import Acked, Load, verify, wait_caught_up, wait_for
+from test_dispatch_crash import QUEUES, Acked, Load, verify, wait_caught_up, wait_for
 
 from rocketstore.codec import (
     BODYLEN_LENGTH,
@@ -331,13 +332,20 @@ def tmpfs() -> Iterator[Callable[[Path, str], Path]]:
 
 
 
-@pytest.mark.parametrize("path", ["commitlog", "consumequeue", "index", "root"])
+@pytest.mark.parametrize("path", ["commitlog", "consumequeue", "index", "root", "commitlog-forced-clean-up"])
 def test_full_disk_under_each_store_path_loses_nothing_acknowledged(broker_factory, tmpfs, tmp_path: Path,
                                                                    path: str) -> None:
     elsewhere = tmp_path / f"disks-{path}"
-    # cleanFileForciblyEnable=false: the safe setting (the Kubernetes default); with true a full disk deletes
-    # the oldest files, consumed or not, by design (reported as droppedUnconsumed).
+    # cleanFileForciblyEnable=false: the safe setting (the Kubernetes default). With RocketMQ's true (the
+    # forced clean-up probe) a consumer group that consumed nothing keeps every file: nothing it needs goes.
     overrides = {"flushDiskType": "SYNC_FLUSH", "cleanResourceInterval": "200", "cleanFileForciblyEnable": "false"}
+    label = f"{path} path"
+    if path == "commitlog-forced-clean-up":
+        path, label = "commitlog", "commitlog path with forced clean-up"
+        del overrides["cleanFileForciblyEnable"]
+        (tmp_path / "broker0" / "config").mkdir(parents=True)
+        table = {f"{topic}@probe": {str(qid): 0 for t, qid in QUEUES if t == topic} for topic, _ in QUEUES}
+        (tmp_path / "broker0" / "config" / "consumerOffset.json").write_text(json.dumps({"offsetTable": table}))
     broker: Broker = broker_factory(overrides, start=False)
     if path == "root":  # the checkpoint and the config files; the data files live elsewhere
         disk = tmpfs(broker.data_dir)
@@ -363,7 +371,7 @@ def test_full_disk_under_each_store_path_loses_nothing_acknowledged(broker_facto
         assert proc.running, f"{proc.service} died on a full {path} disk:\n{proc.log_tail()}"
     wait_caught_up(broker)
     lost = _lost(broker, load.acked)
-    fault_counts.add("full disk", **{f"{path} path": 1}, acknowledged=len(load.acked), lost=len(lost),
+    fault_counts.add("full disk", **{label: 1}, acknowledged=len(load.acked), lost=len(lost),
                      refused=len(load.refused))
     assert not lost, f"{len(lost)} acknowledged messages lost with a full {path} disk: {lost[:3]}"
 

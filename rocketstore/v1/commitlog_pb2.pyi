@@ -303,3 +303,19 @@ class SetLogicsErrorResponse(_message.Message):
     writable: bool
     not_writable_reason: str
     def __init__(self, writable: _Optional[bool] = ..., not_writable_reason: _Optional[str] = ...) -> None: ...
+
+class SetRetentionFloorRequest(_message.Message):
+    __slots__ = ("dispatched_offset", "consumed_offset", "held_by")
+    DISPATCHED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    CONSUMED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    HELD_BY_FIELD_NUMBER: _ClassVar[int]
+    dispatched_offset: int
+    consumed_offset: int
+    held_by: str
+    def __init__(self, dispatched_offset: _Optional[int] = ..., consumed_offset: _Optional[int] = ..., held_by: _Optional[str] = ...) -> None: ...
+
+class SetRetentionFloorResponse(_message.Message):
+    __slots__ = ("min_offset",)
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    min_offset: int
+    def __init__(self, min_offset: _Optional[int] = ...) -> None: ...

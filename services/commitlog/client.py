@@ -211,6 +211,16 @@ class CommitLogClient:
         r = self._calls.call(self._stub.SetLogicsError, request, retry=True, timeout=timeout, metadata=metadata)
         return r.writable, r.not_writable_reason
 
+    def set_retention_floor(self, dispatched_offset: int, consumed_offset: int, held_by: str = "", *,
+                            timeout: float | None = None, metadata: Sequence[tuple[str, str]] = ()) -> int:
+        """The index's report of what the clean-up must keep: files reaching ``dispatched_offset`` (not
+        dispatched yet) and, for a forced clean-up, ``consumed_offset`` (-1: nothing unconsumed). Needs the
+        operator token in ``metadata``. Answers the CommitLog's min offset. Idempotent, so it is retried."""
+        request = pb.SetRetentionFloorRequest(dispatched_offset=dispatched_offset, consumed_offset=consumed_offset,
+                                              held_by=held_by)
+        r = self._calls.call(self._stub.SetRetentionFloor, request, retry=True, timeout=timeout, metadata=metadata)
+        return r.min_offset
+
     # --- replication (the HA service) --------------------------------------------------------
     def append_data(self, offset: int, data: bytes, master_max_offset: int = -1, *,
                     timeout: float | None = None) -> int:

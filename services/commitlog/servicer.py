@@ -9,7 +9,8 @@ Errors (always with a detail that says what was wrong):
 * INVALID_ARGUMENT: a negative offset, an empty or oversized range, ``max_bytes`` out of bounds;
 * INVALID_ARGUMENT also for an append the gateway would never send (see ``append_checks``);
 * OUT_OF_RANGE: an offset below the store's min offset (its file was deleted);
-* PERMISSION_DENIED: a forced DeleteExpiredFiles or a SetLogicsError without the operator token;
+* PERMISSION_DENIED: a forced DeleteExpiredFiles, a SetLogicsError or a SetRetentionFloor without the operator
+  token;
 * FAILED_PRECONDITION: a replication call to a broker of the other role;
 * ABORTED: AppendData at an offset that does not continue the slave's log;
 * UNAVAILABLE: the service is stopping or the store is shut down;
@@ -324,6 +325,20 @@ class CommitLogServicer(pb_grpc.CommitLogServicer):
         self._store.set_logics_error(request.error, request.reason)
         flags = self._store.flags
         return pb.SetLogicsErrorResponse(writable=flags.writable, not_writable_reason=flags.not_writable_reason())
+
+    @rpc_errors
+    def SetRetentionFloor(self, request: pb.SetRetentionFloorRequest,
+                          context: _Ctx) -> pb.SetRetentionFloorResponse:
+        self._check_open()
+        if denied := self._operator.denial(context, "SetRetentionFloor"):
+            raise PermissionDenied(denied)
+        if request.dispatched_offset < 0 or request.consumed_offset < -1:
+            raise _invalid(f"dispatched_offset {request.dispatched_offset} and consumed_offset "
+                           f"{request.consumed_offset}: offsets are >= 0 (consumed_offset -1: none)")
+        if len(request.held_by.encode()) > MAX_LOGICS_REASON_BYTES:
+            raise _invalid(f"held_by is {len(request.held_by.encode())} bytes; at most {MAX_LOGICS_REASON_BYTES}")
+        self._store.set_retention_floor(request.dispatched_offset, request.consumed_offset, request.held_by)
+        return pb.SetRetentionFloorResponse(min_offset=self._store.min_offset)
 
     # --- replication ------------------------------------------------------------------------
     @rpc_errors

@@ -48,7 +48,10 @@ class NotThisRole(RuntimeError):
 
 
 class CommitLogStore:
-    def __init__(self, settings: Settings, replica: ReplicaTracker | None = None) -> None:
+    def __init__(self, settings: Settings, replica: ReplicaTracker | None = None, *,
+                 needs_retention_floor: bool = False) -> None:
+        """``needs_retention_floor``: the clean-up deletes nothing automatically until the index service
+        reports what is dispatched and consumed (the service's store; see ``clean_service``)."""
         self.settings = settings
         self.store_host = f"{settings.broker_ip1}:{settings.listen_port}"
         self.replica = replica or ReplicaTracker(settings.ha_slave_fallbehind_max)
@@ -58,7 +61,8 @@ class CommitLogStore:
         self._behind_since = 0.0  # a slave: when it last fell behind its master (0: caught up)
         self.commitlog = CommitLog(settings, self.store_host)
         self.flags = RunningFlags()
-        self.clean_service = CleanCommitLogService(settings, self.commitlog.mapped_file_queue, self.flags)
+        self.clean_service = CleanCommitLogService(settings, self.commitlog.mapped_file_queue, self.flags,
+                                                   needs_floor=needs_retention_floor)
         self.checkpoint: StoreCheckpoint | None = None
         self.last_exit_ok = True
         self.recovered_offset = 0
@@ -478,6 +482,10 @@ class CommitLogStore:
                 "the index cannot write: appends are refused" if error else "the index writes again: appends resume",
                 reason=reason)
 
+    def set_retention_floor(self, dispatched: int, consumed: int, held_by: str) -> None:
+        """The index service's report of what the clean-up must keep (see ``clean_service``)."""
+        self.clean_service.set_floor(dispatched, consumed, held_by)
+
     def delete_expired_files(self, force: bool = False) -> int:
         """Delete files past fileReservedTime now, whatever the hour of deleteWhen; with ``force``
         delete the oldest files even if not expired (never the file being written)."""
@@ -506,6 +514,7 @@ class CommitLogStore:
             "deletedFiles": self.clean_service.deleted_files,
             "droppedUnconsumedMessages": self.clean_service.dropped.total,
             "droppedUnconsumed": self.clean_service.dropped.status_line(),
+            **self._retention_stats(),
             "corruptRecords": self.corrupt_records,
             "corruptReads": self.corrupt_reads,
             "lastCorruptRecord": self.last_corrupt_record,
@@ -514,6 +523,15 @@ class CommitLogStore:
             "lastExitOk": self.last_exit_ok,
             **self._replica_stats(),
         }
+
+    def _retention_stats(self) -> dict[str, object]:
+        """What the clean-up must keep, as the index last reported it, and why it last could not free space."""
+        floor = self.clean_service.floor
+        return {"retentionDispatchedOffset": floor.dispatched if floor else -1,
+                "retentionConsumedOffset": floor.consumed if floor else -1,
+                "retentionHeldBy": floor.held_by if floor else "",
+                "retentionReportedMillisAgo": int((time.monotonic() - floor.at) * 1000) if floor else -1,
+                "cleanKeptReason": self.clean_service.kept_reason}
 
     def _replica_stats(self) -> dict[str, object]:
         """The HA side of the status: a slave's master and its lag, a master's best slave and its lag

@@ -66,6 +66,7 @@ from .dispatch_health import DispatchHealth
 from .dispatch_runs import ColumnBatch, PlainWriteFailed, apply_plain, remaining_columns
 from .get_message import CQ_UNIT, GetMessageResult, Limits, get_message
 from .index_file import IndexService, IndexWriteError
+from .retention import consumed_floor, load_subscriptions
 
 __all__ = ["CommitLogReader", "DispatchGap", "DispatchRefused", "IndexStore", "QueueInfo", "StoreNotWritable"]
 
@@ -86,6 +87,8 @@ WATCH_INTERVAL = 0.5  # seconds between two checks of the dispatch progress
 VERIFY_INTERVAL = 0.1  # seconds between two CommitLog checks of batches that need none of their own
 MIN_WRITE_BACKOFF = 0.25  # seconds before a failed ConsumeQueue/IndexFile write is tried again, doubling
 MAX_WRITE_BACKOFF = 4.0
+# The retention floor is reported at least this often (and every cleanResourceInterval if shorter).
+FLOOR_INTERVAL_MS = 1000
 
 
 class CommitLogReader(Protocol):
@@ -95,7 +98,8 @@ class CommitLogReader(Protocol):
 
     def min_offset(self) -> int: ...
 
-    # Optional: ``max_offset() -> int``, the CommitLog's end, for the lag in stats().
+    # Optional: ``max_offset() -> int``, the CommitLog's end, for the lag in stats(); and
+    # ``set_retention_floor(dispatched, consumed, held_by)``, where the floor is reported.
 
 
 class DispatchGap(Exception):
@@ -162,6 +166,7 @@ class IndexStore:
         self.quarantined = 0
         self.last_quarantined = ""
         self.queues_rebuilt = 0
+        self.retention_floor: tuple[int, int, str] = (-1, -1, "")  # as last reported to the CommitLog
 
     # --- life cycle ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -452,6 +457,7 @@ class IndexStore:
         s = self.settings
         last_thorough = time.monotonic()
         last_clean = time.monotonic()
+        last_floor = 0.0
         while not self._stopped.wait(s.flush_interval_consume_queue / 1000.0):
             now = time.monotonic()
             thorough = (now - last_thorough) * 1000 >= s.flush_consume_queue_thorough_interval
@@ -464,6 +470,9 @@ class IndexStore:
             if (now - last_clean) * 1000 >= s.clean_resource_interval:
                 last_clean = now
                 self._delete_expired()
+            if (now - last_floor) * 1000 >= min(s.clean_resource_interval, FLOOR_INTERVAL_MS):
+                last_floor = now
+                self.report_retention_floor()
 
     def _flush_all(self, thorough: bool) -> None:
         """Flush ConsumeQueues and IndexFiles, then record the position they cover (FlushConsumeQueueService)."""
@@ -496,6 +505,27 @@ class IndexStore:
         if record is None or len(record) < 48 or _INT.unpack_from(record, 4)[0] != _MESSAGE_MAGIC:
             return None
         return read_record_info(record, 0).store_timestamp
+
+    def report_retention_floor(self) -> bool:
+        """Tell the CommitLog what its clean-up must keep: the dispatch position (everything below is
+        dispatched) and the lowest offset a subscribed group has not consumed. False when not reported."""
+        report = getattr(self.commitlog, "set_retention_floor", None)
+        if report is None:
+            return False
+        dispatched = self.position  # read first: the consumed floor is computed from what is dispatched
+        try:
+            floor = consumed_floor(self.consume_queues, load_subscriptions(os.path.join(self._root, "config")))
+        except (OSError, ValueError, TypeError) as e:
+            _log.warning("cannot read the consumer offsets: the CommitLog keeps its last retention floor",
+                         error=str(e))
+            return False
+        try:
+            report(dispatched, floor.offset, floor.held_by)
+        except Exception as e:  # noqa: BLE001 - the CommitLog may be restarting; the next pass reports again
+            _log.debug("cannot report the retention floor", error=str(e))
+            return False
+        self.retention_floor = (dispatched, floor.offset, floor.held_by)
+        return True
 
     def _delete_expired(self) -> None:
         try:

@@ -13,6 +13,8 @@ Errors (always with a detail that says what was wrong):
   token;
 * FAILED_PRECONDITION: a replication call to a broker of the other role;
 * ABORTED: AppendData at an offset that does not continue the slave's log;
+* RESOURCE_EXHAUSTED: AppendData on a slave whose disk is full (its master then counts nothing more as
+  replicated);
 * UNAVAILABLE: the service is stopping or the store is shut down;
 * INTERNAL: anything unexpected (logged with its traceback).
 
@@ -46,7 +48,7 @@ from rocketstore.v1 import commitlog_pb2 as pb
 from rocketstore.v1 import commitlog_pb2_grpc as pb_grpc
 
 from .append_checks import BadAppendRequest, check_messages
-from .store import CorruptRange, NotThisRole, OffsetMismatch, OffsetNotAvailable
+from .store import CorruptRange, NotThisRole, OffsetMismatch, OffsetNotAvailable, StoreFull
 
 if TYPE_CHECKING:
     from .store import CommitLogStore, PutResult, PutResults
@@ -346,13 +348,20 @@ class CommitLogServicer(pb_grpc.CommitLogServicer):
         self._check_open()
         if request.offset < 0:
             raise _invalid(f"offset is {request.offset}; offsets are >= 0")
+        if request.HasField("replication_error") and len(request.replication_error.encode()) > MAX_LOGICS_REASON_BYTES:
+            raise _invalid(f"replication_error is {len(request.replication_error.encode())} bytes; at most "
+                           f"{MAX_LOGICS_REASON_BYTES}")
         try:
+            if request.HasField("replication_error"):
+                self._store.set_replication_error(request.replication_error)
             end = self._store.append_data(request.offset, request.data, request.master_max_offset)
             return pb.AppendDataResponse(max_offset=end)
         except NotThisRole as e:
             raise FailedPrecondition(str(e)) from e
         except OffsetMismatch as e:
             raise Refused("ABORTED", str(e)) from e
+        except StoreFull as e:
+            raise Refused("RESOURCE_EXHAUSTED", str(e)) from e
 
     @rpc_errors
     def ReportSlaveAcks(self, requests: Iterator[pb.SlaveAck], context: _Ctx) -> pb.ReportSlaveAcksResponse:
@@ -363,7 +372,7 @@ class CommitLogServicer(pb_grpc.CommitLogServicer):
             # When the HA service goes away the stream simply ends: its slaves are dropped below.
             for ack in until_stream_ends(requests):
                 self._store.report_slave(ack.connection_id, ack.slave_address, ack.acked_offset, ack.connected,
-                                         ack.gateway_endpoint)
+                                         ack.gateway_endpoint, ack.slave_error[:MAX_LOGICS_REASON_BYTES])
                 if ack.connected:
                     seen[ack.connection_id] = None
                 else:

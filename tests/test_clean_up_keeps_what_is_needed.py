@@ -11,6 +11,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -207,3 +209,13 @@ def test_units_stay_at_their_queue_offsets_when_dispatch_skips_deleted_files(bro
              == kept[0].queue_offset, timeout=30)
     got_all = pull_all(broker, "Skip", 0)
     assert [(m.queue_offset, m.commitlog_offset) for m in got_all] == [(r.queue_offset, r.wrote_offset) for r in kept]
+
+    # The offline verifier agrees: every unit matches its record, the blanks fill deleted queue offsets.
+    for proc in reversed(broker.processes):
+        assert proc.terminate() == 0, proc.log_tail()
+    exe = shutil.which("rocketstore")
+    assert exe is not None
+    sets = [a for k, v in broker.commitlog.overrides.items() for a in ("--set", f"{k}={v}")]
+    done = subprocess.run([exe, "doctor", "--data-dir", str(broker.data_dir), *sets], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -7,8 +7,9 @@ gateway's ConsumerOffsetManager file) holds an offset of it for that topic; a qu
 for counts as not consumed at all. The schedule service is the consumer of SCHEDULE_TOPIC_XXXX (its
 ``config/delayOffset.json``): a delayed message not yet delivered is acknowledged and unconsumed too.
 
-Cost: one read of each file and one ConsumeQueue unit per (group, queue) a pass, every
-cleanResourceInterval; the result is pushed to the CommitLog (``SetRetentionFloor``).
+Cost: one ConsumeQueue unit per (group, queue) a pass (every second, or cleanResourceInterval if
+shorter), and a read of the two files only when one changed; the result is pushed to the CommitLog
+(``SetRetentionFloor``).
 """
 
 from __future__ import annotations
@@ -18,13 +19,13 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from rocketstore.services.commitlog.dropped_messages import ConsumerOffsets, load_consumer_offsets
+from rocketstore.services.commitlog.dropped_messages import OFFSETS_FILE, ConsumerOffsets, load_consumer_offsets
 
 from rocketstore.log import get_logger
 
 from .consume_queue import ConsumeQueue, ConsumeQueueStore
 
-__all__ = ["ConsumedFloor", "consumed_floor", "load_subscriptions"]
+__all__ = ["ConsumedFloor", "Subscriptions", "consumed_floor", "load_subscriptions"]
 
 _log = get_logger("rocketstore.index.retention")
 
@@ -54,6 +55,30 @@ def load_subscriptions(config_dir: str) -> ConsumerOffsets:
         raise ValueError(f"{DELAY_OFFSET_FILE}: offsetTable is not an object")
     out.setdefault(SCHEDULE_TOPIC, {})[SCHEDULE_CONSUMER] = {int(level) - 1: int(o) for level, o in table.items()}
     return out
+
+
+class Subscriptions:
+    """``load_subscriptions`` of one config directory, read again only when a file changed."""
+
+    def __init__(self, config_dir: str) -> None:
+        self.config_dir = config_dir
+        self._stamp: tuple[tuple[int, int], ...] | None = None
+        self._value: ConsumerOffsets = {}
+
+    def load(self) -> ConsumerOffsets:
+        stamp = tuple(_stamp(os.path.join(self.config_dir, name)) for name in (OFFSETS_FILE, DELAY_OFFSET_FILE))
+        if stamp != self._stamp:
+            self._value = load_subscriptions(self.config_dir)
+            self._stamp = stamp
+        return self._value
+
+
+def _stamp(path: str) -> tuple[int, int]:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return (-1, -1)
+    return (st.st_mtime_ns, st.st_size)
 
 
 def consumed_floor(queues: ConsumeQueueStore, subscriptions: ConsumerOffsets) -> ConsumedFloor:

@@ -159,7 +159,8 @@ class HASlave:
         self._thread = threading.Thread(target=self._run, name="HAClient", daemon=True)
         self._call: ReplicateCall | None = None
         self.sessions = 0
-        self._store_refuses = False  # the appender holds bytes its store refused (disk full)
+        self._store_refuses = False  # the store refused the last bytes offered (disk full)
+        self._holding = False  # the appender is holding refused bytes and retrying them now
         self._reported_error: str | None = None  # the error as the CommitLog last heard it (None: unknown)
 
     def start(self) -> None:
@@ -211,7 +212,7 @@ class HASlave:
             log.warning("replication stopped; reconnecting", master=self.status.master_address, error=str(e))
 
     def _refused(self, details: str) -> None:
-        if self.status.error != details:
+        if self.status.error != f"refused by the master: {details}":
             log.error("the master refuses to replicate to this slave", master=self.status.master_address,
                       slave_max_offset=self.status.max_offset, reason=details)
         self._set_error(f"refused by the master: {details}")
@@ -378,26 +379,30 @@ class HASlave:
     def _append_held(self, session: _Session, offset: int, data: bytes, master_max: int) -> int | None:
         """AppendData; while the store refuses the bytes (RESOURCE_EXHAUSTED: its disk is full) hold them,
         tell the master why nothing more is acknowledged, and retry. None when the session closed first."""
-        while True:
-            try:
-                end = self._link.append_data(offset, data, master_max)
-            except BrokerError as e:
-                if e.code != "RESOURCE_EXHAUSTED":
-                    raise
-                error = f"this slave's store refuses the master's bytes: {e.details or e.message}"
-                if not self._store_refuses or self.status.error != error:
-                    log.error("not acknowledging: this slave's store refuses the master's bytes",
-                              offset=offset, reason=e.details or e.message)
-                self._store_refuses = True
-                self._set_error(error)
-                session.report_error(error[:1000])
-                if self._stopped.wait(self._retry_s) or session.closed:
-                    return None
-                continue
-            if self._store_refuses:
-                self._store_refuses = False
-                session.report_error("")
-            return end
+        try:
+            while True:
+                try:
+                    end = self._link.append_data(offset, data, master_max)
+                except BrokerError as e:
+                    if e.code != "RESOURCE_EXHAUSTED":
+                        raise
+                    self._holding = True
+                    error = f"this slave's store refuses the master's bytes: {e.details or e.message}"
+                    if not self._store_refuses or self.status.error != error:
+                        log.error("not acknowledging: this slave's store refuses the master's bytes",
+                                  offset=offset, reason=e.details or e.message)
+                    self._store_refuses = True
+                    self._set_error(error)
+                    session.report_error(error[:1000])
+                    if self._stopped.wait(self._retry_s) or session.closed:
+                        return None
+                    continue
+                if self._store_refuses:
+                    self._store_refuses = False
+                    session.report_error("")
+                return end
+        finally:
+            self._holding = False
 
     @staticmethod
     def _mismatch(session: _Session, call: ReplicateCall, reason: str) -> None:
@@ -410,7 +415,7 @@ class HASlave:
                 session._cond.wait(min(0.5, self._housekeeping_s))
             if session.closed:
                 return
-            if self._store_refuses:  # the receiving side waits for the appender, not for the master
+            if self._holding:  # the receiving side waits for the appender, not for the master
                 self._last_read = time.monotonic()
             elif time.monotonic() - self._last_read > self._housekeeping_s:
                 session.close(f"silent: nothing heard from the master for haHousekeepingInterval="

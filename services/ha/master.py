@@ -138,6 +138,7 @@ class AckReporter:
                 generation = self._generation
                 self._dirty = dict.fromkeys(self._state)  # everything, to a CommitLog that may know nothing
                 self._closed.clear()
+                self._errors = {cid: e for cid, e in self._errors.items() if cid in self._state}
             try:
                 # A new stream: the CommitLog drops what an ended stream reported, so send every
                 # open connection again (and forget the closed ones).

@@ -27,6 +27,9 @@ class StoreCheckpoint:
         try:
             if os.fstat(fd).st_size < OS_PAGE_SIZE:
                 os.ftruncate(fd, OS_PAGE_SIZE)
+            # Reserve the page now: a sparse one would be allocated by the first mapped write, and on a
+            # full disk that write kills the process with SIGBUS instead of failing here with ENOSPC.
+            os.posix_fallocate(fd, 0, OS_PAGE_SIZE)
             self._mm = mmap.mmap(fd, OS_PAGE_SIZE)
         finally:
             os.close(fd)

@@ -472,7 +472,9 @@ def replication_status(stats: Mapping[str, str], max_offset: int) -> dict[str, o
     out: dict[str, object] = {"role": role}
     if role == "SLAVE":
         master, heard = stats.get("commitlog.haMasterAddress", ""), num("haMasterHeardMillisAgo")
+        error = stats.get("commitlog.haError", "")
         out["connection"] = (f"slave of {master}, last heard {heard} ms ago" if heard >= 0
+                             else f"slave of {master}, not replicating" if error
                              else f"slave of {master}, nothing heard from it yet")
         out["masterMaxOffset"] = num("haMasterMaxOffset")
         out["slaveMaxOffset"] = max_offset
@@ -483,8 +485,12 @@ def replication_status(stats: Mapping[str, str], max_offset: int) -> dict[str, o
                              else "master, no slave connected")
         out["masterMaxOffset"] = max_offset
         out["slaveMaxOffset"] = num("slaveAckedOffset")  # what the slave acknowledged holding
+        # A slave that acknowledges no more says why; a slave the master refused is listed with the reason.
+        error = "; ".join(e for e in (stats.get("commitlog.slaveErrors", ""),
+                                      stats.get("commitlog.slaveRefused", "")) if e)
     out["lagBytes"] = num("slaveLagBytes")
     out["lagMillis"] = num("slaveLagMillis")
+    out["error"] = error
     return out
 
 

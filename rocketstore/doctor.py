@@ -468,9 +468,12 @@ def _check_queue(settings: Settings, topic: str, qid_text: str, qdir: str, recor
                     "from the end on are not read")
                 return end
             if phy == 0 and size == _CQ_BLANK_SIZE and code == 0:
-                if last_phy >= 0:
-                    bad(name, pos, f"blank unit {index} after the queue's first message (blanks only pre-fill a "
-                        "queue that starts past offset 0)")
+                # Blanks pre-fill a queue that starts past 0, and fill the queue offsets dispatch skipped
+                # with deleted CommitLog files (so every message before them is gone too).
+                if last_phy >= report.commitlog_min:
+                    bad(name, pos, f"blank unit {index} after a message the CommitLog still holds (blanks only "
+                        "pre-fill a queue that starts past offset 0 or fill queue offsets whose records were "
+                        "deleted before being dispatched)")
                     return end
                 next_index = index + 1
                 end = index + 1

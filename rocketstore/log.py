@@ -4,18 +4,23 @@ Services call ``configure_logging(json=True, service="commitlog")`` once at star
 to stderr, which is what log collectors on Kubernetes expect; the CLI uses ``json=False`` for readable
 ``key=value`` lines. Libraries that log through the stdlib (grpc) are routed through the same renderer,
 at WARNING and above, so every line on stderr has one format.
+
+A log line that cannot be written (stderr is a file on a full disk, a closed pipe) is dropped and
+counted (``lost_log_lines``), never raised: a log call sits in every error path, and an exception
+from it would end the thread that made it (a replication thread, a clean-up loop) for good.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+import threading
 from typing import TextIO
 
 import structlog
 from structlog.typing import EventDict, FilteringBoundLogger, Processor, WrappedLogger
 
-__all__ = ["configure_logging", "get_logger"]
+__all__ = ["configure_logging", "get_logger", "lost_log_lines"]
 
 _LEVELS = {
     "debug": logging.DEBUG,
@@ -27,16 +32,48 @@ _LEVELS = {
 }
 
 
+_lost_lock = threading.Lock()
+_lost = 0
+_last_loss = ""
+
+
+def _note_lost(error: BaseException | None) -> None:
+    global _lost, _last_loss
+    with _lost_lock:
+        _lost += 1
+        _last_loss = f"{type(error).__name__}: {error}" if error is not None else "unknown error"
+
+
+def lost_log_lines() -> tuple[int, str]:
+    """Log lines this process could not write since it started, and why the last one could not."""
+    with _lost_lock:
+        return _lost, _last_loss
+
+
 class _StderrHandler(logging.StreamHandler[TextIO]):
     """Our stdlib handler, marked by its class so a second configure_logging replaces it."""
 
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
+        # The stdlib would print a traceback to stderr, which is what just failed.
+        _note_lost(sys.exc_info()[1])
+
 
 class _NamedWriteLogger(structlog.WriteLogger):
-    """A WriteLogger that knows the name it was asked for, so lines can carry ``logger``."""
+    """A WriteLogger that knows the name it was asked for, so lines can carry ``logger``, and that
+    drops (and counts) a line it cannot write instead of raising into the caller."""
 
     def __init__(self, file: TextIO, name: str) -> None:
         super().__init__(file)
         self.name = name
+
+    def msg(self, message: str) -> None:
+        try:
+            super().msg(message)
+        except (OSError, ValueError) as e:  # ValueError: the file was closed
+            _note_lost(e)
+
+    log = debug = info = warn = warning = msg
+    fatal = failure = err = error = critical = exception = msg
 
 
 class _NamedWriteLoggerFactory:

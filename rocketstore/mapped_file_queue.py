@@ -340,15 +340,18 @@ class MappedFileQueue:
 
     def delete_expired_file_by_time(self, expired_ms: int, delete_interval_ms: int, interval_forcibly_ms: int,
                                     clean_immediately: bool, max_batch: int = 10,
-                                    before_delete: Callable[[MappedFile], None] | None = None) -> int:
+                                    before_delete: Callable[[MappedFile], None] | None = None,
+                                    max_end: int | None = None) -> int:
         """Delete the oldest files unchanged for ``expired_ms`` (or any, when cleaning at once),
-        in order, stopping at the first that must stay; never the last file. ``before_delete`` sees
-        each file while its bytes are still there."""
+        in order, stopping at the first that must stay; never the last file, nor one whose end is
+        beyond ``max_end``. ``before_delete`` sees each file while its bytes are still there."""
         files = self.files[:-1]
         now = time.time() * 1000
         deleted: list[MappedFile] = []
         for mf in files:
             if now < mf.last_modified() * 1000 + expired_ms and not clean_immediately:
+                break
+            if max_end is not None and mf.file_from_offset + mf.file_size > max_end:
                 break
             if before_delete is not None:
                 before_delete(mf)

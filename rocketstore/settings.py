@@ -561,7 +561,14 @@ KEYS: tuple[SettingKey, ...] = (
     _k("diskSpaceCleanForciblyRatio", int, 85,
        "Disk use (%) at which files are deleted even if not expired.", by="commitlog", **_RATIO),
     _k("cleanFileForciblyEnable", bool, True, "Allow deleting unexpired files when the disk is nearly full.",
-       by="commitlog"),
+       by="commitlog", part="only files every subscribed consumer group has consumed (unless "
+       "cleanUnconsumedFileForciblyEnable), never files not yet dispatched, and never on a SLAVE (it refuses "
+       "its master's bytes instead); when nothing may go the disk fills and writes are refused"),
+    _k("cleanUnconsumedFileForciblyEnable", bool, False,
+       "rocketstore's: let a forced clean-up (cleanFileForciblyEnable, disk above diskSpaceCleanForciblyRatio) "
+       "delete files holding messages a subscribed consumer group has not consumed, as RocketMQ does. Off: "
+       "they are kept and a full disk refuses writes instead (the deleted ones are reported as "
+       "droppedUnconsumed when on).", by="commitlog"),
     _k("cleanResourceInterval", int, 10000, "Interval of the clean-up service (ms).", by="commitlog index",
        part="also how often the CommitLog snapshots its queue offset table (at least every second)",
        minimum=1),

@@ -180,14 +180,20 @@ def test_file_size_rounds_up_to_whole_units(tmp_path: Path) -> None:
     cq.shutdown()
 
 
-def test_order_gap_is_logged_and_still_appended(tmp_path: Path) -> None:
+def test_a_gap_in_queue_offsets_is_filled_with_blanks_and_the_unit_goes_at_its_own_offset(tmp_path: Path) -> None:
     cq = ConsumeQueue("T", 0, str(tmp_path), TEN_UNITS)
     put_units(cq, 0, 3)
     with capture_logs() as logs:
         assert cq.put_position(*unit(5), 5)  # expected position 100, current 60
-    assert [e["log_level"] for e in logs if "order" in e["event"]] == ["warning"]
-    assert cq.get_unit(3) == unit(5)  # RocketMQ appends where the queue ends
-    assert cq.max_offset_in_queue == 4
+    assert [e["log_level"] for e in logs if "gap" in e["event"]] == ["warning"]
+    # RocketMQ appends where the queue ends (unit 3), so queue offset 5 would name another message.
+    assert cq.get_unit(5) == unit(5)
+    assert [cq.get_unit(i) for i in (3, 4)] == [(0, 0x7FFFFFFF, 0)] * 2
+    assert cq.max_offset_in_queue == 6
+    assert cq.put_position(*unit(23), 23)  # across two file ends (10 units a file)
+    assert cq.get_unit(23) == unit(23) and cq.get_unit(12) == (0, 0x7FFFFFFF, 0)
+    assert cq.put_position(*unit(30), 30)  # the gap ends exactly at a file end
+    assert cq.get_unit(30) == unit(30) and cq.max_offset_in_queue == 31
     cq.shutdown()
 
 

@@ -8,7 +8,10 @@
   with the whole-record CRC (enabledAppendPropCRC + forceVerifyPropCRC), and only bodies with the default
   format, whose BODYCRC covers nothing else; ``ROCKETSTORE_FAULT_SEED=N`` replays one trial;
 - a full disk under each store path (a size-limited tmpfs): writes are refused or held, nothing
-  acknowledged is lost, and everything goes on once space returns;
+  acknowledged is lost, and everything goes on once space returns; with RocketMQ's forced clean-up on
+  (cleanFileForciblyEnable=true) a consumer group that consumed nothing keeps every file; and a full
+  slave disk (its logs on it) under a SYNC_MASTER load: the slave deletes nothing, stops acknowledging,
+  no service dies, and it holds every message answered PUT_OK once space returns;
 - hostile input to every RPC of the CommitLog and index services (Hypothesis over the protobuf requests,
   and random bytes): no crash, no INTERNAL answer, and no change to stored data beyond what a well-formed
   append adds; and to the record decoders (codec, dispatcher, Spark) with random and mutated records.
@@ -21,6 +24,7 @@ makes a soak of it: N kill cycles, and more corruptions and fuzzed inputs in pro
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import threading
@@ -39,7 +43,7 @@ from hypothesis import strategies as st
 from rocketstore.services.dispatcher.decode import CorruptRecord, DispatchDecoder
 from rocketstore.spark.decode import RecordLayoutError, decode_records
 from storage_helpers import fill_disk, mounted_tmpfs
-from test_dispatch_crash import Acked, Load, verify, wait_caught_up, wait_for
+from test_dispatch_crash import QUEUES, Acked, Load, verify, wait_caught_up, wait_for
 
 from rocketstore.codec import (
     BODYLEN_LENGTH,
@@ -331,13 +335,20 @@ def tmpfs() -> Iterator[Callable[[Path, str], Path]]:
 
 
 
-@pytest.mark.parametrize("path", ["commitlog", "consumequeue", "index", "root"])
+@pytest.mark.parametrize("path", ["commitlog", "consumequeue", "index", "root", "commitlog-forced-clean-up"])
 def test_full_disk_under_each_store_path_loses_nothing_acknowledged(broker_factory, tmpfs, tmp_path: Path,
                                                                    path: str) -> None:
     elsewhere = tmp_path / f"disks-{path}"
-    # cleanFileForciblyEnable=false: the safe setting (the Kubernetes default); with true a full disk deletes
-    # the oldest files, consumed or not, by design (reported as droppedUnconsumed).
+    # cleanFileForciblyEnable=false: the safe setting (the Kubernetes default). With RocketMQ's true (the
+    # forced clean-up probe) a consumer group that consumed nothing keeps every file: nothing it needs goes.
     overrides = {"flushDiskType": "SYNC_FLUSH", "cleanResourceInterval": "200", "cleanFileForciblyEnable": "false"}
+    label = f"{path} path"
+    if path == "commitlog-forced-clean-up":
+        path, label = "commitlog", "commitlog path with forced clean-up"
+        del overrides["cleanFileForciblyEnable"]
+        (tmp_path / "broker0" / "config").mkdir(parents=True)
+        table = {f"{topic}@probe": {str(qid): 0 for t, qid in QUEUES if t == topic} for topic, _ in QUEUES}
+        (tmp_path / "broker0" / "config" / "consumerOffset.json").write_text(json.dumps({"offsetTable": table}))
     broker: Broker = broker_factory(overrides, start=False)
     if path == "root":  # the checkpoint and the config files; the data files live elsewhere
         disk = tmpfs(broker.data_dir)
@@ -363,9 +374,51 @@ def test_full_disk_under_each_store_path_loses_nothing_acknowledged(broker_facto
         assert proc.running, f"{proc.service} died on a full {path} disk:\n{proc.log_tail()}"
     wait_caught_up(broker)
     lost = _lost(broker, load.acked)
-    fault_counts.add("full disk", **{f"{path} path": 1}, acknowledged=len(load.acked), lost=len(lost),
+    fault_counts.add("full disk", **{label: 1}, acknowledged=len(load.acked), lost=len(lost),
                      refused=len(load.refused))
     assert not lost, f"{len(lost)} acknowledged messages lost with a full {path} disk: {lost[:3]}"
+
+
+def test_full_slave_disk_under_a_sync_master_load_loses_nothing_acknowledged(tmpfs, tmp_path: Path) -> None:
+    """The slave's disk (its logs on it too, the default layout) fills under a SYNC_MASTER load: the slave
+    deletes nothing and stops acknowledging (sends answer SLAVE_NOT_AVAILABLE / FLUSH_SLAVE_TIMEOUT), no
+    service dies, and once space returns it catches up and holds every message answered PUT_OK."""
+    disk = tmpfs(tmp_path / "slave-disk", "4m")
+    (disk / "logs").mkdir()
+    common = {**DEFAULT_BROKER_SETTINGS, "syncFlushTimeout": "1000", "haSendHeartbeatInterval": "500",
+              "haHousekeepingInterval": "5000", "cleanResourceInterval": "200"}
+    master = HABroker(tmp_path / "master", {**common, "brokerRole": "SYNC_MASTER"}, tmp_path)
+    slave = HABroker(disk / "store", {**common, "brokerRole": "SLAVE", "brokerId": "1",
+                                      "haMasterAddress": master.ha.endpoint}, disk / "logs")
+    try:
+        master.start()
+        slave.start()
+        wait_for("the slave to connect", lambda: master.stats().get("slaveConnections") == "1")
+        with Load(master.broker.commitlog.endpoint, "full-slave", batch=10) as load:
+            wait_for("100 messages", lambda: len(load.acked) >= 100)
+            filler = fill_disk(disk)
+            wait_for("the master to learn the slave's disk is full",
+                     lambda: "disk full" in master.stats().get("slaveErrors", ""))
+            stalled = len(load.acked)
+            time.sleep(2.0)
+            # At most the batch already acknowledged when the master learnt it (its answer in flight).
+            assert len(load.acked) <= stalled + load.batch, "PUT_OK while the slave acknowledges nothing"
+            dead = [p.service for p in slave.processes if not p.running]
+            assert not dead, f"{dead} died on a full slave disk"
+            assert slave.offsets().min_offset == 0, "the slave deleted what its master counts as replicated"
+            full_acked = len(load.acked)
+            filler.unlink()
+            wait_for("acknowledged again", lambda: len(load.acked) > full_acked + 100, timeout=60)
+        wait_for("the slave to catch up", lambda: slave.offsets().max_offset == master.offsets().max_offset)
+        wait_caught_up(slave.broker)
+        lost = _lost(slave.broker, load.acked)
+        fault_counts.add("full disk", **{"slave disk under SYNC_MASTER": 1}, acknowledged=len(load.acked),
+                         lost=len(lost), refused=len(load.refused))
+        assert not lost, f"{len(lost)} messages answered PUT_OK are not on the slave: {lost[:3]}"
+        assert not load.refused, load.refused[:3]  # only SLAVE_NOT_AVAILABLE / FLUSH_SLAVE_TIMEOUT, not counted
+    finally:
+        failures = slave.close() + master.close()
+    assert not failures, failures
 
 
 # --- hostile input to every RPC of the internal services -----------------------------------------------------

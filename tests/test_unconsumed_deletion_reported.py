@@ -1,5 +1,6 @@
 """Disk pressure with RocketMQ's cleanFileForciblyEnable=true deletes unexpired CommitLog files, consumed
-or not. The broker keeps that behaviour, but never silently: the messages a consumer group had not
+or not, when the operator asks for it (cleanUnconsumedFileForciblyEnable=true; by default the broker keeps
+them: tests/test_clean_up_keeps_what_is_needed.py). Never silently: the messages a consumer group had not
 consumed are counted per topic, logged as a WARN, exported as a metric and shown in the broker status."""
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ def _send(broker: Broker, topic: str, count: int) -> list[pb.SendResult]:
 def test_forced_deletion_of_unconsumed_messages_is_counted_and_reported(small_disk: Path, tmp_path: Path) -> None:
     settings = {**DEFAULT_BROKER_SETTINGS, "cleanResourceInterval": "200", "fileReservedTime": "72",
                 "diskMaxUsedSpaceRatio": "75", "diskSpaceCleanForciblyRatio": "85",
-                "diskSpaceWarningLevelRatio": "90"}  # cleanFileForciblyEnable: RocketMQ's default, true
+                "diskSpaceWarningLevelRatio": "90",  # cleanFileForciblyEnable: RocketMQ's default, true
+                "cleanUnconsumedFileForciblyEnable": "true"}
     broker = Broker(small_disk / "store", settings, tmp_path, with_gateway=True)
     metrics_port = free_port()
     broker.commitlog.extra_args = ["--metrics-port", str(metrics_port)]
@@ -88,7 +90,7 @@ def _run(broker: Broker, disk: Path, metrics_port: int) -> None:
     assert int(stats["droppedUnconsumedMessages"]) == lost_orders + lost_audit
     line = stats["droppedUnconsumed"]
     assert f"Orders: {lost_orders}" in line and f"Audit: {lost_audit}" in line
-    assert "diskSpaceCleanForciblyRatio" in line and "cleanFileForciblyEnable" in line
+    assert "diskSpaceCleanForciblyRatio" in line and "cleanUnconsumedFileForciblyEnable=true" in line
     status = gw.GetBrokerStatus(pb.GetBrokerStatusRequest(), timeout=RPC_TIMEOUT)
     assert status.stats["commitlog.droppedUnconsumed"] == line  # `rocketstore status` prints every stat
 

@@ -255,14 +255,16 @@ class GetStatsResponse(_message.Message):
     def __init__(self, stats: _Optional[_Mapping[str, str]] = ..., offsets: _Optional[_Union[Offsets, _Mapping]] = ...) -> None: ...
 
 class AppendDataRequest(_message.Message):
-    __slots__ = ("offset", "data", "master_max_offset")
+    __slots__ = ("offset", "data", "master_max_offset", "replication_error")
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     MASTER_MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    REPLICATION_ERROR_FIELD_NUMBER: _ClassVar[int]
     offset: int
     data: bytes
     master_max_offset: int
-    def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ..., master_max_offset: _Optional[int] = ...) -> None: ...
+    replication_error: str
+    def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ..., master_max_offset: _Optional[int] = ..., replication_error: _Optional[str] = ...) -> None: ...
 
 class AppendDataResponse(_message.Message):
     __slots__ = ("max_offset",)
@@ -271,18 +273,20 @@ class AppendDataResponse(_message.Message):
     def __init__(self, max_offset: _Optional[int] = ...) -> None: ...
 
 class SlaveAck(_message.Message):
-    __slots__ = ("connection_id", "slave_address", "acked_offset", "connected", "gateway_endpoint")
+    __slots__ = ("connection_id", "slave_address", "acked_offset", "connected", "gateway_endpoint", "slave_error")
     CONNECTION_ID_FIELD_NUMBER: _ClassVar[int]
     SLAVE_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     ACKED_OFFSET_FIELD_NUMBER: _ClassVar[int]
     CONNECTED_FIELD_NUMBER: _ClassVar[int]
     GATEWAY_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    SLAVE_ERROR_FIELD_NUMBER: _ClassVar[int]
     connection_id: str
     slave_address: str
     acked_offset: int
     connected: bool
     gateway_endpoint: str
-    def __init__(self, connection_id: _Optional[str] = ..., slave_address: _Optional[str] = ..., acked_offset: _Optional[int] = ..., connected: _Optional[bool] = ..., gateway_endpoint: _Optional[str] = ...) -> None: ...
+    slave_error: str
+    def __init__(self, connection_id: _Optional[str] = ..., slave_address: _Optional[str] = ..., acked_offset: _Optional[int] = ..., connected: _Optional[bool] = ..., gateway_endpoint: _Optional[str] = ..., slave_error: _Optional[str] = ...) -> None: ...
 
 class ReportSlaveAcksResponse(_message.Message):
     __slots__ = ()
@@ -303,3 +307,19 @@ class SetLogicsErrorResponse(_message.Message):
     writable: bool
     not_writable_reason: str
     def __init__(self, writable: _Optional[bool] = ..., not_writable_reason: _Optional[str] = ...) -> None: ...
+
+class SetRetentionFloorRequest(_message.Message):
+    __slots__ = ("dispatched_offset", "consumed_offset", "held_by")
+    DISPATCHED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    CONSUMED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    HELD_BY_FIELD_NUMBER: _ClassVar[int]
+    dispatched_offset: int
+    consumed_offset: int
+    held_by: str
+    def __init__(self, dispatched_offset: _Optional[int] = ..., consumed_offset: _Optional[int] = ..., held_by: _Optional[str] = ...) -> None: ...
+
+class SetRetentionFloorResponse(_message.Message):
+    __slots__ = ("min_offset",)
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    min_offset: int
+    def __init__(self, min_offset: _Optional[int] = ...) -> None: ...

@@ -95,6 +95,11 @@ class CommitLogStub:
                 request_serializer=rocketstore_dot_v1_dot_commitlog__pb2.SetLogicsErrorRequest.SerializeToString,
                 response_deserializer=rocketstore_dot_v1_dot_commitlog__pb2.SetLogicsErrorResponse.FromString,
                 _registered_method=True)
+        self.SetRetentionFloor = channel.unary_unary(
+                '/rocketstore.v1.CommitLog/SetRetentionFloor',
+                request_serializer=rocketstore_dot_v1_dot_commitlog__pb2.SetRetentionFloorRequest.SerializeToString,
+                response_deserializer=rocketstore_dot_v1_dot_commitlog__pb2.SetRetentionFloorResponse.FromString,
+                _registered_method=True)
 
 
 class CommitLogServicer:
@@ -208,6 +213,17 @@ class CommitLogServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetRetentionFloor(self, request, context):
+        """The index service reports, every cleanResourceInterval, what the clean-up must keep: the
+        dispatch position (files at or above it are not in the ConsumeQueues yet and are never
+        deleted) and the lowest CommitLog offset a subscribed consumer group has not consumed (kept
+        by a forced clean-up unless cleanUnconsumedFileForciblyEnable). Until the first report since
+        the CommitLog started, its clean-up deletes nothing. Needs the operator token.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CommitLogServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -270,6 +286,11 @@ def add_CommitLogServicer_to_server(servicer, server):
                     servicer.SetLogicsError,
                     request_deserializer=rocketstore_dot_v1_dot_commitlog__pb2.SetLogicsErrorRequest.FromString,
                     response_serializer=rocketstore_dot_v1_dot_commitlog__pb2.SetLogicsErrorResponse.SerializeToString,
+            ),
+            'SetRetentionFloor': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetRetentionFloor,
+                    request_deserializer=rocketstore_dot_v1_dot_commitlog__pb2.SetRetentionFloorRequest.FromString,
+                    response_serializer=rocketstore_dot_v1_dot_commitlog__pb2.SetRetentionFloorResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -597,6 +618,33 @@ class CommitLog:
             '/rocketstore.v1.CommitLog/SetLogicsError',
             rocketstore_dot_v1_dot_commitlog__pb2.SetLogicsErrorRequest.SerializeToString,
             rocketstore_dot_v1_dot_commitlog__pb2.SetLogicsErrorResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetRetentionFloor(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketstore.v1.CommitLog/SetRetentionFloor',
+            rocketstore_dot_v1_dot_commitlog__pb2.SetRetentionFloorRequest.SerializeToString,
+            rocketstore_dot_v1_dot_commitlog__pb2.SetRetentionFloorResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -111,6 +111,13 @@ class CommitLogStub:
     then could not be consumed. Needs the operator token. The flag lives in memory only: a
     restarted CommitLog takes writes until the dispatcher reports the error again.
     """
+    SetRetentionFloor: _grpc.UnaryUnaryMultiCallable[_commitlog_pb2.SetRetentionFloorRequest, _commitlog_pb2.SetRetentionFloorResponse]
+    """The index service reports, every cleanResourceInterval, what the clean-up must keep: the
+    dispatch position (files at or above it are not in the ConsumeQueues yet and are never
+    deleted) and the lowest CommitLog offset a subscribed consumer group has not consumed (kept
+    by a forced clean-up unless cleanUnconsumedFileForciblyEnable). Until the first report since
+    the CommitLog started, its clean-up deletes nothing. Needs the operator token.
+    """
 
 @_typing.type_check_only
 class CommitLogAsyncStub(CommitLogStub):
@@ -171,6 +178,13 @@ class CommitLogAsyncStub(CommitLogStub):
     reason beginning "disk full:" (answered RESOURCE_EXHAUSTED to clients): a message taken
     then could not be consumed. Needs the operator token. The flag lives in memory only: a
     restarted CommitLog takes writes until the dispatcher reports the error again.
+    """
+    SetRetentionFloor: _aio.UnaryUnaryMultiCallable[_commitlog_pb2.SetRetentionFloorRequest, _commitlog_pb2.SetRetentionFloorResponse]  # type: ignore[assignment]
+    """The index service reports, every cleanResourceInterval, what the clean-up must keep: the
+    dispatch position (files at or above it are not in the ConsumeQueues yet and are never
+    deleted) and the lowest CommitLog offset a subscribed consumer group has not consumed (kept
+    by a forced clean-up unless cleanUnconsumedFileForciblyEnable). Until the first report since
+    the CommitLog started, its clean-up deletes nothing. Needs the operator token.
     """
 
 class CommitLogServicer(metaclass=_abc_1.ABCMeta):
@@ -301,6 +315,19 @@ class CommitLogServicer(metaclass=_abc_1.ABCMeta):
         reason beginning "disk full:" (answered RESOURCE_EXHAUSTED to clients): a message taken
         then could not be consumed. Needs the operator token. The flag lives in memory only: a
         restarted CommitLog takes writes until the dispatcher reports the error again.
+        """
+
+    @_abc_1.abstractmethod
+    def SetRetentionFloor(
+        self,
+        request: _commitlog_pb2.SetRetentionFloorRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_commitlog_pb2.SetRetentionFloorResponse, _abc.Awaitable[_commitlog_pb2.SetRetentionFloorResponse]]:
+        """The index service reports, every cleanResourceInterval, what the clean-up must keep: the
+        dispatch position (files at or above it are not in the ConsumeQueues yet and are never
+        deleted) and the lowest CommitLog offset a subscribed consumer group has not consumed (kept
+        by a forced clean-up unless cleanUnconsumedFileForciblyEnable). Until the first report since
+        the CommitLog started, its clean-up deletes nothing. Needs the operator token.
         """
 
 def add_CommitLogServicer_to_server(servicer: CommitLogServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -27,7 +27,7 @@ class ConfigFiles(_message.Message):
     def __init__(self, files: _Optional[_Iterable[_Union[ConfigFile, _Mapping]]] = ...) -> None: ...
 
 class SlaveReport(_message.Message):
-    __slots__ = ("max_offset", "broker_name", "broker_id", "check_offset", "check_crc32", "gateway_endpoint", "takes_more")
+    __slots__ = ("max_offset", "broker_name", "broker_id", "check_offset", "check_crc32", "gateway_endpoint", "takes_more", "error")
     MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -35,6 +35,7 @@ class SlaveReport(_message.Message):
     CHECK_CRC32_FIELD_NUMBER: _ClassVar[int]
     GATEWAY_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     TAKES_MORE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
     max_offset: int
     broker_name: str
     broker_id: int
@@ -42,7 +43,8 @@ class SlaveReport(_message.Message):
     check_crc32: int
     gateway_endpoint: str
     takes_more: bool
-    def __init__(self, max_offset: _Optional[int] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., check_offset: _Optional[int] = ..., check_crc32: _Optional[int] = ..., gateway_endpoint: _Optional[str] = ..., takes_more: _Optional[bool] = ...) -> None: ...
+    error: str
+    def __init__(self, max_offset: _Optional[int] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., check_offset: _Optional[int] = ..., check_crc32: _Optional[int] = ..., gateway_endpoint: _Optional[str] = ..., takes_more: _Optional[bool] = ..., error: _Optional[str] = ...) -> None: ...
 
 class Transfer(_message.Message):
     __slots__ = ("offset", "data", "master_max_offset", "more")
@@ -61,7 +63,7 @@ class GetHAStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class SlaveConnection(_message.Message):
-    __slots__ = ("connection_id", "slave_address", "broker_name", "broker_id", "start_offset", "acked_offset", "sent_offset", "lag_bytes", "gateway_endpoint")
+    __slots__ = ("connection_id", "slave_address", "broker_name", "broker_id", "start_offset", "acked_offset", "sent_offset", "lag_bytes", "gateway_endpoint", "error")
     CONNECTION_ID_FIELD_NUMBER: _ClassVar[int]
     SLAVE_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -71,6 +73,7 @@ class SlaveConnection(_message.Message):
     SENT_OFFSET_FIELD_NUMBER: _ClassVar[int]
     LAG_BYTES_FIELD_NUMBER: _ClassVar[int]
     GATEWAY_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
     connection_id: str
     slave_address: str
     broker_name: str
@@ -80,10 +83,11 @@ class SlaveConnection(_message.Message):
     sent_offset: int
     lag_bytes: int
     gateway_endpoint: str
-    def __init__(self, connection_id: _Optional[str] = ..., slave_address: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., start_offset: _Optional[int] = ..., acked_offset: _Optional[int] = ..., sent_offset: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., gateway_endpoint: _Optional[str] = ...) -> None: ...
+    error: str
+    def __init__(self, connection_id: _Optional[str] = ..., slave_address: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., start_offset: _Optional[int] = ..., acked_offset: _Optional[int] = ..., sent_offset: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., gateway_endpoint: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
 
 class HAStatus(_message.Message):
-    __slots__ = ("role", "max_offset", "slaves", "master_address", "connected", "master_max_offset", "lag_bytes", "error", "lag_millis")
+    __slots__ = ("role", "max_offset", "slaves", "master_address", "connected", "master_max_offset", "lag_bytes", "error", "lag_millis", "refused_slaves")
     ROLE_FIELD_NUMBER: _ClassVar[int]
     MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
     SLAVES_FIELD_NUMBER: _ClassVar[int]
@@ -93,6 +97,7 @@ class HAStatus(_message.Message):
     LAG_BYTES_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     LAG_MILLIS_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_SLAVES_FIELD_NUMBER: _ClassVar[int]
     role: str
     max_offset: int
     slaves: _containers.RepeatedCompositeFieldContainer[SlaveConnection]
@@ -102,4 +107,5 @@ class HAStatus(_message.Message):
     lag_bytes: int
     error: str
     lag_millis: int
-    def __init__(self, role: _Optional[str] = ..., max_offset: _Optional[int] = ..., slaves: _Optional[_Iterable[_Union[SlaveConnection, _Mapping]]] = ..., master_address: _Optional[str] = ..., connected: _Optional[bool] = ..., master_max_offset: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., error: _Optional[str] = ..., lag_millis: _Optional[int] = ...) -> None: ...
+    refused_slaves: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, role: _Optional[str] = ..., max_offset: _Optional[int] = ..., slaves: _Optional[_Iterable[_Union[SlaveConnection, _Mapping]]] = ..., master_address: _Optional[str] = ..., connected: _Optional[bool] = ..., master_max_offset: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., error: _Optional[str] = ..., lag_millis: _Optional[int] = ..., refused_slaves: _Optional[_Iterable[str]] = ...) -> None: ...

@@ -185,7 +185,7 @@ class LocalBroker:
         self.local.add(commitlog_pb2_grpc.add_CommitLogServicer_to_server, commitlog_servicer)
         self._stops.append(commitlog_servicer.close)  # before the store stops: calls end UNAVAILABLE
 
-        reader = RemoteCommitLog(INPROCESS, channel=channel)
+        reader = RemoteCommitLog(INPROCESS, settings.store_path_root_dir, channel=channel)
         self._index = index = IndexStore(settings, reader)
         index.start()
         self._stops.append(index.shutdown)

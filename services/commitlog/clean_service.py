@@ -4,8 +4,20 @@ CleanCommitLogService).
 Files unchanged for fileReservedTime hours are deleted at the deleteWhen hours, or at any
 hour once the disk is fuller than diskMaxUsedSpaceRatio. Past diskSpaceCleanForciblyRatio
 files go even if not expired; past diskSpaceWarningLevelRatio the store stops taking writes
-until space comes back. The file being written is never deleted. Messages a deletion takes before
-their consumer groups consumed them are counted and reported (``dropped_messages``).
+until space comes back. The file being written is never deleted.
+
+Unlike RocketMQ, what a pass may delete is bounded by the retention floor the index service
+reports (``RetentionFloor``): no pass deletes a file reaching the dispatch position (its records
+are not in a ConsumeQueue yet: deleting them would make the dispatcher skip them), and a forced
+pass also keeps every file holding a message some subscribed consumer group has not consumed,
+unless cleanUnconsumedFileForciblyEnable says otherwise. A SLAVE never deletes unexpired files:
+they hold what its master counts as replicated; it refuses its master's bytes when its disk is
+full instead. When nothing may be deleted the disk fills and writes are refused ("disk full").
+Until the first report (or when none ever comes: a CommitLog run without an index) the automatic
+passes delete nothing. An operator's forced DeleteExpiredFiles (token-guarded) is bounded by
+neither: it is the explicit request; if it takes files not yet dispatched, the dispatcher skips
+them and every ConsumeQueue unit still goes at its record's queue offset. Messages a deletion
+takes before their consumer groups consumed them are counted and reported (``dropped_messages``).
 """
 
 from __future__ import annotations
@@ -15,11 +27,12 @@ import struct
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from rocketstore.log import get_logger
 from rocketstore.mapped_file import MappedFile
 from rocketstore.mapped_file_queue import MappedFileQueue
-from rocketstore.settings import Settings
+from rocketstore.settings import BrokerRole, Settings
 from rocketstore.statuses import DISK_FULL_REASON_PREFIX
 
 from .dropped_messages import DroppedMessages, FileMessages, count_file_messages, unconsumed
@@ -60,6 +73,16 @@ class RunningFlags:
         return changed
 
 
+@dataclass(frozen=True, slots=True)
+class RetentionFloor:
+    """What the index service last reported the clean-up must keep (``SetRetentionFloor``)."""
+
+    dispatched: int  # everything below is in the ConsumeQueues; nothing at or above is deleted
+    consumed: int  # the lowest offset a subscribed group has not consumed; -1: none
+    held_by: str  # which group, topic and queue hold ``consumed``
+    at: float  # monotonic time of the report
+
+
 def disk_used_ratio(path: str) -> float:
     """Used fraction of the file system holding ``path`` (as Java's File total/free space)."""
     st = os.statvfs(path)
@@ -71,8 +94,13 @@ def disk_used_ratio(path: str) -> float:
 
 class CleanCommitLogService:
     def __init__(self, settings: Settings, queue: MappedFileQueue, flags: RunningFlags,
-                 usage: Callable[[str], float] = disk_used_ratio) -> None:
+                 usage: Callable[[str], float] = disk_used_ratio, *, needs_floor: bool = False) -> None:
+        """``needs_floor``: delete nothing automatically until the index reports a retention floor (the
+        service); False for a store used on its own (no index, nothing dispatched to protect)."""
         self.settings = settings
+        self._needs_floor = needs_floor
+        self.floor: RetentionFloor | None = None
+        self.kept_reason = ""  # why the last pass that wanted to delete could not (for the status)
         self.queue = queue
         self.flags = flags
         self._usage = usage
@@ -118,6 +146,7 @@ class CleanCommitLogService:
                 f"{DISK_FULL_REASON_PREFIX} the disk holding {s.store_path_commit_log} is {ratio:.0%} full, above "
                 f"diskSpaceWarningLevelRatio={s.disk_space_warning_level_ratio}%; writes resume once "
                 "expired files are deleted or space is freed"
+                + (f"; {self.kept_reason}" if self.kept_reason else "")
             )
             clean_at_once = True
         elif ratio > s.disk_space_clean_forcibly_ratio / 100:
@@ -131,12 +160,36 @@ class CleanCommitLogService:
         space_to_delete = ratio < 0 or ratio > s.disk_max_used_space_ratio / 100
         return space_to_delete, clean_at_once
 
+    def set_floor(self, dispatched: int, consumed: int, held_by: str) -> None:
+        first = self.floor is None
+        self.floor = RetentionFloor(dispatched, consumed, held_by, time.monotonic())
+        if first:
+            log.info("retention floor reported: clean-up may run", dispatched_offset=dispatched,
+                     consumed_offset=consumed, held_by=held_by)
+
+    def _limit(self, *, forced: bool, operator: bool) -> tuple[int | None, str]:
+        """The highest offset a deleted file may end at (None: no bound) and, when it binds, what holds it."""
+        floor = self.floor
+        if operator:  # an explicit, token-guarded request; what it takes is counted and reported
+            return None, ""
+        if floor is None:
+            if not self._needs_floor:
+                return None, ""
+            return -1, ("the index has not reported yet what is dispatched and consumed (is it running?), "
+                        "so nothing is deleted")
+        limit, why = floor.dispatched, f"CommitLog offset {floor.dispatched} and above is not dispatched yet"
+        if (forced and not self.settings.clean_unconsumed_file_forcibly_enable
+                and 0 <= floor.consumed < limit):
+            limit, why = floor.consumed, (f"consumer group {floor.held_by} has not consumed the message at CommitLog "
+                                          f"offset {floor.consumed} (cleanUnconsumedFileForciblyEnable=false keeps it)")
+        return limit, why
+
     def is_time_to_delete(self) -> bool:
         return time.localtime().tm_hour in self.settings.delete_when_hours
 
     def run_once(self, manual: bool = False, clean_at_once: bool = False) -> int:
-        """One pass; ``manual`` deletes expired files now whatever the hour, ``clean_at_once``
-        deletes the oldest files even if not expired. Returns the number of files deleted."""
+        """One pass; ``manual`` deletes expired files now whatever the hour, ``clean_at_once`` (an
+        operator's force) deletes the oldest files even if not expired. Returns the number of files deleted."""
         s = self.settings
         space_to_delete, disk_wants_clean = self.check_disk()
         with self._lock:
@@ -144,9 +197,12 @@ class CleanCommitLogService:
             self._manual_requests = 0
         if not (self.is_time_to_delete() or space_to_delete or manual):
             return 0
-        forced_by_disk = disk_wants_clean and s.clean_file_forcibly_enable
+        # A slave's files hold what its master counts as replicated: only expiry deletes them.
+        forced_by_disk = (disk_wants_clean and s.clean_file_forcibly_enable
+                          and s.broker_role is not BrokerRole.SLAVE)
         requested = clean_at_once
         clean_at_once = clean_at_once or forced_by_disk
+        limit, holder = self._limit(forced=clean_at_once, operator=requested)
         counted: list[FileMessages] = []
         names: list[str] = []
         expired_before = time.time() * 1000 - s.file_reserved_time * 3600 * 1000
@@ -167,24 +223,52 @@ class CleanCommitLogService:
             s.destroy_mapped_file_interval_forcibly,
             clean_at_once,
             before_delete=count,
+            max_end=limit,
         )
+        self._note_kept(deleted, limit, holder, disk_wants_clean)
         if deleted:
             self.deleted_files += deleted
             log.info("deleted CommitLog files", files=deleted, min_offset=self.queue.get_min_offset(),
                      clean_at_once=clean_at_once)
             self._account(counted, names, self._why(requested and unexpired[0], forced_by_disk and unexpired[0]))
-            if self.flags.disk_full:
-                self.check_disk()
+        if self.flags.disk_full:
+            self.check_disk()
         return deleted
+
+    def _note_kept(self, deleted: int, limit: int | None, holder: str, disk_wants_clean: bool) -> None:
+        """Remember (and say once) why a pass that had to free space could not: the disk-full refusal names it."""
+        first = self.queue.first()
+        blocked = (not deleted and disk_wants_clean and limit is not None and first is not None
+                   and first is not self.queue.last() and first.file_from_offset + first.file_size > limit)
+        if not blocked:
+            s = self.settings
+            if not deleted and disk_wants_clean and s.broker_role is BrokerRole.SLAVE:
+                reason = ("a SLAVE deletes only expired files (fileReservedTime): the others hold what its "
+                          "master counts as replicated")
+            elif not deleted and disk_wants_clean and not s.clean_file_forcibly_enable:
+                reason = "cleanFileForciblyEnable=false: only expired files are deleted"
+            else:
+                reason = ""
+        else:
+            reason = f"the oldest CommitLog file is kept: {holder}"
+        if reason and reason != self.kept_reason:
+            log.warning("disk nearly full but no CommitLog file may be deleted", reason=reason,
+                        disk_ratio=round(self.last_disk_ratio, 4))
+        self.kept_reason = reason
 
     def _why(self, requested: bool, forced_by_disk: bool) -> str:
         s = self.settings
         if requested:
             return "deleted before expiry on an operator's request (DeleteExpiredFiles force)"
         if forced_by_disk:
+            if not s.clean_unconsumed_file_forcibly_enable:
+                return (f"deleted before expiry at {self.last_disk_ratio:.0%} disk use, above "
+                        f"diskSpaceCleanForciblyRatio={s.disk_space_clean_forcibly_ratio}: files every subscribed "
+                        "consumer group had consumed (cleanUnconsumedFileForciblyEnable=false)")
             return (f"deleted before expiry at {self.last_disk_ratio:.0%} disk use, above "
                     f"diskSpaceCleanForciblyRatio={s.disk_space_clean_forcibly_ratio} with "
-                    "cleanFileForciblyEnable=true (set it to false to refuse writes instead)")
+                    "cleanFileForciblyEnable=true and cleanUnconsumedFileForciblyEnable=true (set either to "
+                    "false to refuse writes instead)")
         return f"expired (fileReservedTime={s.file_reserved_time} h)"
 
     def _account(self, counted: list[FileMessages], names: list[str], why: str) -> None:

@@ -211,6 +211,16 @@ class CommitLogClient:
         r = self._calls.call(self._stub.SetLogicsError, request, retry=True, timeout=timeout, metadata=metadata)
         return r.writable, r.not_writable_reason
 
+    def set_retention_floor(self, dispatched_offset: int, consumed_offset: int, held_by: str = "", *,
+                            timeout: float | None = None, metadata: Sequence[tuple[str, str]] = ()) -> int:
+        """The index's report of what the clean-up must keep: files reaching ``dispatched_offset`` (not
+        dispatched yet) and, for a forced clean-up, ``consumed_offset`` (-1: nothing unconsumed). Needs the
+        operator token in ``metadata``. Answers the CommitLog's min offset. Idempotent, so it is retried."""
+        request = pb.SetRetentionFloorRequest(dispatched_offset=dispatched_offset, consumed_offset=consumed_offset,
+                                              held_by=held_by)
+        r = self._calls.call(self._stub.SetRetentionFloor, request, retry=True, timeout=timeout, metadata=metadata)
+        return r.min_offset
+
     # --- replication (the HA service) --------------------------------------------------------
     def append_data(self, offset: int, data: bytes, master_max_offset: int = -1, *,
                     timeout: float | None = None) -> int:
@@ -220,12 +230,20 @@ class CommitLogClient:
         request = pb.AppendDataRequest(offset=offset, data=data, master_max_offset=master_max_offset)
         return self._calls.call(self._stub.AppendData, request, retry=False, timeout=timeout).max_offset
 
-    def report_slave_acks(self, acks: Iterator[tuple[str, str, int, bool, str]]) -> None:
+    def report_replication_error(self, error: str, *, timeout: float | None = None) -> None:
+        """SLAVE: why its ha service does not replicate now ("" once it does again), for the slave's status.
+        Idempotent, so it is retried."""
+        request = pb.AppendDataRequest(offset=0, data=b"", master_max_offset=-1, replication_error=error)
+        self._calls.call(self._stub.AppendData, request, retry=True, timeout=timeout)
+
+    def report_slave_acks(self, acks: Iterator[tuple[str, str, int, bool, str]
+                                             | tuple[str, str, int, bool, str, str]]) -> None:
         """Masters: stream (connection id, slave address, acked offset, connected, the slave's gateway
-        endpoint) until ``acks`` ends;
-        the service drops every connection of the stream when it ends."""
-        messages = (pb.SlaveAck(connection_id=c, slave_address=a, acked_offset=o, connected=up, gateway_endpoint=g)
-                    for c, a, o, up, g in acks)
+        endpoint[, why the slave does not acknowledge more, or why it was refused when not connected]) until
+        ``acks`` ends; the service drops every connection of the stream when it ends."""
+        messages = (pb.SlaveAck(connection_id=a[0], slave_address=a[1], acked_offset=a[2], connected=a[3],
+                                gateway_endpoint=a[4], slave_error=a[5] if len(a) > 5 else "")
+                    for a in acks)
         try:
             self._stub.ReportSlaveAcks(messages, wait_for_ready=True)
         except grpc.RpcError as e:

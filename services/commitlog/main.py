@@ -66,7 +66,7 @@ def serve(
     keep_freed_buffers()  # batches, tail reads and replicated appends of a MiB or more
     port = settings.listen_port if port is None else port
 
-    store = CommitLogStore(settings)
+    store = CommitLogStore(settings, needs_retention_floor=True)
     try:
         store.start()
     except StoreStartError as e:  # the data directory is locked by another process, or inconsistent

@@ -19,6 +19,7 @@ now: a slave that reconnects behind does not inherit what an earlier connection 
 from __future__ import annotations
 
 import asyncio
+import collections
 import threading
 import time
 from dataclasses import dataclass
@@ -59,6 +60,11 @@ class SlaveState:
     since: float  # monotonic time of the first report
     behind_since: float = 0.0  # when its acknowledgements last fell behind the master's max offset (0: not)
     gateway: str = ""  # the slave's gateway endpoint, as it reported it
+    error: str = ""  # why the slave does not acknowledge more (it reported its disk full), "" while it does
+
+
+REFUSALS_KEPT = 4  # the master's latest refusals of a slave, for the status
+REFUSAL_SHOWN_S = 600.0  # a refusal older than this is no longer shown
 
 
 class ReplicaTracker:
@@ -73,13 +79,17 @@ class ReplicaTracker:
         self._gate = threading.Event()  # the event the pending thread waiters wait on
         self.ack_count = 0
         self._prune_at = 1024
+        self._refusals: collections.deque[tuple[float, str, str]] = collections.deque(maxlen=REFUSALS_KEPT)
 
     # --- what the HA service reports -----------------------------------------------------------
     def update(self, connection_id: str, address: str, acked_offset: int, connected: bool,
-               master_max: int = -1, gateway: str = "") -> None:
+               master_max: int = -1, gateway: str = "", error: str = "") -> None:
         """A slave connection's new state: its acknowledged offset (``master_max``: the master's max
-        offset now, for the lag in time), or that it closed."""
+        offset now, for the lag in time) and why it acknowledges no more (``error``), or that it closed
+        (with ``error``: the master refused it)."""
         with self._lock:
+            if not connected and error:
+                self._refusals.appendleft((time.monotonic(), address, error))
             if not connected:
                 if self._slaves.pop(connection_id, None) is not None:
                     log.info("slave disconnected", connection_id=connection_id, slave=address)
@@ -93,6 +103,11 @@ class ReplicaTracker:
                          gateway=gateway)
             if gateway:
                 state.gateway = gateway
+            if error != state.error:
+                (log.warning if error else log.info)(
+                    "slave does not acknowledge" if error else "slave acknowledges again",
+                    connection_id=connection_id, slave=address, error=error)
+            state.error = error
             state.acked_offset = max(state.acked_offset, acked_offset)
             if master_max >= 0:
                 if state.acked_offset >= master_max:
@@ -144,8 +159,22 @@ class ReplicaTracker:
         return self._acked
 
     def is_slave_ok(self, master_put_where: int) -> bool:
-        """A slave is connected and less than haSlaveFallbehindMax behind ``master_put_where``."""
-        return bool(self._slaves) and master_put_where - self._acked < self.fall_behind_max
+        """A slave is connected, takes bytes (it reported no error: a slave whose disk is full says so), and
+        is less than haSlaveFallbehindMax behind ``master_put_where``."""
+        return (any(not s.error for s in self._slaves.values())
+                and master_put_where - self._acked < self.fall_behind_max)
+
+    def errors(self) -> list[str]:
+        """Why the connected slaves do not acknowledge more, as they reported it."""
+        with self._lock:
+            return [f"{s.address}: {s.error}" for s in self._slaves.values() if s.error]
+
+    def refusals_text(self) -> str:
+        """The master's refusals of a slave in the last REFUSAL_SHOWN_S, newest first."""
+        now = time.monotonic()
+        with self._lock:
+            return "; ".join(f"{address} refused {int(now - at)} s ago: {reason}"
+                             for at, address, reason in self._refusals if now - at < REFUSAL_SHOWN_S)
 
     def request(self, next_offset: int, timeout_s: float,
                 loop: asyncio.AbstractEventLoop | None = None) -> TransferRequest:
@@ -172,5 +201,5 @@ class ReplicaTracker:
 
     def slaves(self) -> list[SlaveState]:
         with self._lock:
-            return [SlaveState(s.connection_id, s.address, s.acked_offset, s.since, s.behind_since, s.gateway)
-                    for s in self._slaves.values()]
+            return [SlaveState(s.connection_id, s.address, s.acked_offset, s.since, s.behind_since, s.gateway,
+                               s.error) for s in self._slaves.values()]

@@ -9,9 +9,12 @@ Errors (always with a detail that says what was wrong):
 * INVALID_ARGUMENT: a negative offset, an empty or oversized range, ``max_bytes`` out of bounds;
 * INVALID_ARGUMENT also for an append the gateway would never send (see ``append_checks``);
 * OUT_OF_RANGE: an offset below the store's min offset (its file was deleted);
-* PERMISSION_DENIED: a forced DeleteExpiredFiles or a SetLogicsError without the operator token;
+* PERMISSION_DENIED: a forced DeleteExpiredFiles, a SetLogicsError or a SetRetentionFloor without the operator
+  token;
 * FAILED_PRECONDITION: a replication call to a broker of the other role;
 * ABORTED: AppendData at an offset that does not continue the slave's log;
+* RESOURCE_EXHAUSTED: AppendData on a slave whose disk is full (its master then counts nothing more as
+  replicated);
 * UNAVAILABLE: the service is stopping or the store is shut down;
 * INTERNAL: anything unexpected (logged with its traceback).
 
@@ -45,7 +48,7 @@ from rocketstore.v1 import commitlog_pb2 as pb
 from rocketstore.v1 import commitlog_pb2_grpc as pb_grpc
 
 from .append_checks import BadAppendRequest, check_messages
-from .store import CorruptRange, NotThisRole, OffsetMismatch, OffsetNotAvailable
+from .store import CorruptRange, NotThisRole, OffsetMismatch, OffsetNotAvailable, StoreFull
 
 if TYPE_CHECKING:
     from .store import CommitLogStore, PutResult, PutResults
@@ -325,19 +328,40 @@ class CommitLogServicer(pb_grpc.CommitLogServicer):
         flags = self._store.flags
         return pb.SetLogicsErrorResponse(writable=flags.writable, not_writable_reason=flags.not_writable_reason())
 
+    @rpc_errors
+    def SetRetentionFloor(self, request: pb.SetRetentionFloorRequest,
+                          context: _Ctx) -> pb.SetRetentionFloorResponse:
+        self._check_open()
+        if denied := self._operator.denial(context, "SetRetentionFloor"):
+            raise PermissionDenied(denied)
+        if request.dispatched_offset < 0 or request.consumed_offset < -1:
+            raise _invalid(f"dispatched_offset {request.dispatched_offset} and consumed_offset "
+                           f"{request.consumed_offset}: offsets are >= 0 (consumed_offset -1: none)")
+        if len(request.held_by.encode()) > MAX_LOGICS_REASON_BYTES:
+            raise _invalid(f"held_by is {len(request.held_by.encode())} bytes; at most {MAX_LOGICS_REASON_BYTES}")
+        self._store.set_retention_floor(request.dispatched_offset, request.consumed_offset, request.held_by)
+        return pb.SetRetentionFloorResponse(min_offset=self._store.min_offset)
+
     # --- replication ------------------------------------------------------------------------
     @rpc_errors
     def AppendData(self, request: pb.AppendDataRequest, context: _Ctx) -> pb.AppendDataResponse:
         self._check_open()
         if request.offset < 0:
             raise _invalid(f"offset is {request.offset}; offsets are >= 0")
+        if request.HasField("replication_error") and len(request.replication_error.encode()) > MAX_LOGICS_REASON_BYTES:
+            raise _invalid(f"replication_error is {len(request.replication_error.encode())} bytes; at most "
+                           f"{MAX_LOGICS_REASON_BYTES}")
         try:
+            if request.HasField("replication_error"):
+                self._store.set_replication_error(request.replication_error)
             end = self._store.append_data(request.offset, request.data, request.master_max_offset)
             return pb.AppendDataResponse(max_offset=end)
         except NotThisRole as e:
             raise FailedPrecondition(str(e)) from e
         except OffsetMismatch as e:
             raise Refused("ABORTED", str(e)) from e
+        except StoreFull as e:
+            raise Refused("RESOURCE_EXHAUSTED", str(e)) from e
 
     @rpc_errors
     def ReportSlaveAcks(self, requests: Iterator[pb.SlaveAck], context: _Ctx) -> pb.ReportSlaveAcksResponse:
@@ -348,7 +372,7 @@ class CommitLogServicer(pb_grpc.CommitLogServicer):
             # When the HA service goes away the stream simply ends: its slaves are dropped below.
             for ack in until_stream_ends(requests):
                 self._store.report_slave(ack.connection_id, ack.slave_address, ack.acked_offset, ack.connected,
-                                         ack.gateway_endpoint)
+                                         ack.gateway_endpoint, ack.slave_error[:MAX_LOGICS_REASON_BYTES])
                 if ack.connected:
                     seen[ack.connection_id] = None
                 else:

@@ -24,13 +24,13 @@ from rocketstore.services.commitlog.slave_append import OffsetMismatch, SlaveApp
 
 from rocketstore.checkpoint import StoreCheckpoint
 from rocketstore.file_lock import FileLockHeld, lock_file, unlock_file
-from rocketstore.log import get_logger
+from rocketstore.log import get_logger, lost_log_lines
 from rocketstore.message import Message, StorableMessage, wait_store_msg_ok
 from rocketstore.settings import BrokerRole, FlushDiskType, Settings
 from rocketstore.statuses import PutMessageStatus
 
 __all__ = ["CommitLogStore", "CorruptRange", "NotThisRole", "OffsetMismatch", "OffsetNotAvailable", "PutResult",
-           "PutResults", "StoreStartError"]
+           "PutResults", "StoreFull", "StoreStartError"]
 
 # Corrupt records already warned about (by offset); past this many, the set starts again.
 _CORRUPT_SEEN_LIMIT = 100_000
@@ -42,13 +42,21 @@ class StoreStartError(RuntimeError):
     """The store cannot start: another process holds it, or its files are inconsistent."""
 
 
+class StoreFull(RuntimeError):
+    """A slave refuses replicated bytes: its disk is full. It stops acknowledging (its master answers
+    SLAVE_NOT_AVAILABLE or FLUSH_SLAVE_TIMEOUT) instead of deleting what its master counts as replicated."""
+
+
 class NotThisRole(RuntimeError):
     """A replication call made to a broker of the other role (AppendData on a master, slave
     acknowledgements on a slave)."""
 
 
 class CommitLogStore:
-    def __init__(self, settings: Settings, replica: ReplicaTracker | None = None) -> None:
+    def __init__(self, settings: Settings, replica: ReplicaTracker | None = None, *,
+                 needs_retention_floor: bool = False) -> None:
+        """``needs_retention_floor``: the clean-up deletes nothing automatically until the index service
+        reports what is dispatched and consumed (the service's store; see ``clean_service``)."""
         self.settings = settings
         self.store_host = f"{settings.broker_ip1}:{settings.listen_port}"
         self.replica = replica or ReplicaTracker(settings.ha_slave_fallbehind_max)
@@ -56,9 +64,11 @@ class CommitLogStore:
         self._master_max = -1  # a slave: its master's max offset as last heard, and when
         self._master_heard_at = 0.0
         self._behind_since = 0.0  # a slave: when it last fell behind its master (0: caught up)
+        self._replication_error = ""  # a slave: why its ha service does not replicate, as it reported it
         self.commitlog = CommitLog(settings, self.store_host)
         self.flags = RunningFlags()
-        self.clean_service = CleanCommitLogService(settings, self.commitlog.mapped_file_queue, self.flags)
+        self.clean_service = CleanCommitLogService(settings, self.commitlog.mapped_file_queue, self.flags,
+                                                   needs_floor=needs_retention_floor)
         self.checkpoint: StoreCheckpoint | None = None
         self.last_exit_ok = True
         self.recovered_offset = 0
@@ -367,8 +377,10 @@ class CommitLogStore:
                       f"syncFlushTimeout={self.settings.sync_flush_timeout} ms")
         else:
             status = PutMessageStatus.SLAVE_NOT_AVAILABLE
+            errors = self.replica.errors()
             reason = ("stored on the master, but no slave is connected or the slave is more than "
-                      f"haSlaveFallbehindMax={self.settings.ha_slave_fallbehind_max} bytes behind")
+                      f"haSlaveFallbehindMax={self.settings.ha_slave_fallbehind_max} bytes behind"
+                      + (f" or does not take more ({'; '.join(errors)})" if errors else ""))
         for i in waiting:
             results.set_status(i, status, reason)
 
@@ -383,7 +395,13 @@ class CommitLogStore:
                 raise NotThisRole("the store is shut down")
             raise NotThisRole(f"this broker is a {self.settings.broker_role.value}; only a SLAVE takes "
                               "replicated bytes")
-        end = appender.append(offset, data) if len(data) else self.max_offset
+        if len(data) and self.flags.disk_full:
+            raise StoreFull(f"{self.flags.disk_full_reason}; this slave refuses its master's bytes, so the master "
+                            "counts nothing more as replicated (a slave never deletes what it acknowledged)")
+        try:
+            end = appender.append(offset, data) if len(data) else self.max_offset
+        except OSError as e:  # no space for the next file, typically: refuse, keep what is there
+            raise StoreFull(f"disk full: this slave cannot store its master's bytes: {e}") from e
         if master_max_offset >= 0:
             now = time.monotonic()
             self._master_max, self._master_heard_at = master_max_offset, now
@@ -393,13 +411,23 @@ class CommitLogStore:
                 self._behind_since = now
         return end
 
+    def set_replication_error(self, error: str) -> None:
+        """A slave's ha service reports why it does not replicate now ("" once it does again)."""
+        if self.settings.broker_role is not BrokerRole.SLAVE:
+            raise NotThisRole(f"this broker is a {self.settings.broker_role.value}; only a SLAVE replicates")
+        if error != self._replication_error:
+            (log.warning if error else log.info)("replication error" if error else "replication resumed",
+                                                 error=error)
+        self._replication_error = error
+
     def report_slave(self, connection_id: str, address: str, acked_offset: int, connected: bool,
-                     gateway: str = "") -> None:
-        """A master's HA service reports a slave connection's acknowledged offset (or its end)."""
+                     gateway: str = "", error: str = "") -> None:
+        """A master's HA service reports a slave connection's acknowledged offset (or its end), and why it
+        does not acknowledge more or was refused (``error``)."""
         if self.settings.broker_role is BrokerRole.SLAVE:
             raise NotThisRole(f"this broker is a SLAVE of {self.settings.ha_master_address or '(unset)'}; "
                               "slave acknowledgements go to a master")
-        self.replica.update(connection_id, address, acked_offset, connected, self.max_offset, gateway)
+        self.replica.update(connection_id, address, acked_offset, connected, self.max_offset, gateway, error)
 
     # --- reads and admin -------------------------------------------------------------------
     def read_records(self, ranges: Sequence[tuple[int, int]]) -> list[bytes | CorruptRange | None]:
@@ -478,6 +506,10 @@ class CommitLogStore:
                 "the index cannot write: appends are refused" if error else "the index writes again: appends resume",
                 reason=reason)
 
+    def set_retention_floor(self, dispatched: int, consumed: int, held_by: str) -> None:
+        """The index service's report of what the clean-up must keep (see ``clean_service``)."""
+        self.clean_service.set_floor(dispatched, consumed, held_by)
+
     def delete_expired_files(self, force: bool = False) -> int:
         """Delete files past fileReservedTime now, whatever the hour of deleteWhen; with ``force``
         delete the oldest files even if not expired (never the file being written)."""
@@ -506,6 +538,8 @@ class CommitLogStore:
             "deletedFiles": self.clean_service.deleted_files,
             "droppedUnconsumedMessages": self.clean_service.dropped.total,
             "droppedUnconsumed": self.clean_service.dropped.status_line(),
+            **self._retention_stats(),
+            **_log_stats(),
             "corruptRecords": self.corrupt_records,
             "corruptReads": self.corrupt_reads,
             "lastCorruptRecord": self.last_corrupt_record,
@@ -515,6 +549,15 @@ class CommitLogStore:
             **self._replica_stats(),
         }
 
+    def _retention_stats(self) -> dict[str, object]:
+        """What the clean-up must keep, as the index last reported it, and why it last could not free space."""
+        floor = self.clean_service.floor
+        return {"retentionDispatchedOffset": floor.dispatched if floor else -1,
+                "retentionConsumedOffset": floor.consumed if floor else -1,
+                "retentionHeldBy": floor.held_by if floor else "",
+                "retentionReportedMillisAgo": int((time.monotonic() - floor.at) * 1000) if floor else -1,
+                "cleanKeptReason": self.clean_service.kept_reason}
+
     def _replica_stats(self) -> dict[str, object]:
         """The HA side of the status: a slave's master and its lag, a master's best slave and its lag
         (-1 where there is nothing to measure)."""
@@ -522,6 +565,7 @@ class CommitLogStore:
         if self.settings.broker_role is BrokerRole.SLAVE:
             heard = self._master_max >= 0
             return {"haMasterAddress": self.settings.ha_master_address,
+                    "haError": self._replication_error,
                     "haMasterMaxOffset": self._master_max,
                     "haMasterHeardMillisAgo": int((now - self._master_heard_at) * 1000) if heard else -1,
                     "slaveLagBytes": max(0, self._master_max - self.max_offset) if heard else -1,
@@ -535,7 +579,15 @@ class CommitLogStore:
                 "slaveAckedOffset": best.acked_offset if best else -1,
                 "slaveLagBytes": max(0, self.max_offset - best.acked_offset) if best else -1,
                 "slaveLagMillis": int((now - best.behind_since) * 1000) if best and best.behind_since else
-                (0 if best else -1)}
+                (0 if best else -1),
+                # Why a slave does not acknowledge more (it reported it), and the slaves refused lately.
+                "slaveErrors": "; ".join(f"{s.address}: {s.error}" for s in slaves if s.error),
+                "slaveRefused": self.replica.refusals_text()}
+
+
+def _log_stats() -> dict[str, object]:
+    lost, why = lost_log_lines()
+    return {"lostLogLines": lost, "lastLostLogLine": why}
 
 
 def _write_file(path: str, text: str) -> None:

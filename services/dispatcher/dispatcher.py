@@ -223,7 +223,9 @@ class Dispatcher:
                                    metadata=call_metadata(self._store_root))
             position = where.position
         if position < offsets.min_offset:
-            # The files below were deleted before being dispatched: nothing to rebuild there.
+            # The files below were deleted before being dispatched (only an operator's forced deletion can:
+            # the clean-up keeps what the index reports undispatched): nothing to rebuild there. The units
+            # after the gap still go at their records' queue offsets, blank units filling the skipped ones.
             _log.warning("dispatch position below the CommitLog's min offset; skipping ahead",
                          position=position, min_offset=offsets.min_offset)
             position = offsets.min_offset

@@ -30,9 +30,9 @@ STATUS_TIMEOUT = 10.0
 STREAM_WINDOW_BYTES = 16 * 1024 * 1024
 STREAM_OPTIONS = [("grpc.http2.lookahead_bytes", STREAM_WINDOW_BYTES)]
 
-Report = tuple[int, str, int, int, int, str]
-"""A slave's report: (max offset, broker name, broker id, check offset, check crc32, gateway endpoint); all
-but the max offset only in the first report of a stream."""
+Report = tuple[int, str, int, int, int, str] | tuple[int, str, int, int, int, str, str]
+"""A slave's report: (max offset, broker name, broker id, check offset, check crc32, gateway endpoint[, why
+it does not acknowledge more]); all but the max offset and the error only in the first report of a stream."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +59,7 @@ class SlaveConnection:
     sent_offset: int
     lag_bytes: int
     gateway_endpoint: str = ""
+    error: str = ""  # why the slave does not acknowledge more, as it reported it
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,13 +75,15 @@ class HAStatus:
     lag_bytes: int
     lag_millis: int
     error: str  # a slave: why it does not replicate ("" while it does)
+    refused_slaves: Sequence[str] = ()  # a master: the slaves it refused lately, and why
 
     @classmethod
     def from_proto(cls, s: pb.HAStatus) -> HAStatus:
         slaves = [SlaveConnection(c.connection_id, c.slave_address, c.broker_name, c.broker_id, c.start_offset,
-                                  c.acked_offset, c.sent_offset, c.lag_bytes, c.gateway_endpoint) for c in s.slaves]
+                                  c.acked_offset, c.sent_offset, c.lag_bytes, c.gateway_endpoint, c.error)
+                  for c in s.slaves]
         return cls(s.role, s.max_offset, slaves, s.master_address, s.connected, s.master_max_offset, s.lag_bytes,
-                   s.lag_millis, s.error)
+                   s.lag_millis, s.error, list(s.refused_slaves))
 
 
 def _transfer(t: pb.Transfer) -> Transfer:
@@ -101,8 +104,9 @@ class HAClient:
         """Open a Replicate stream that sends ``reports`` (the first with the tail check) and answers
         the master's transfers. Waits for the master to be reachable; ``cancel()`` closes it (its
         iteration then fails with a ``Refused`` of code CANCELLED)."""
-        messages = (pb.SlaveReport(max_offset=m, broker_name=n, broker_id=i, check_offset=co, check_crc32=cc,
-                                   gateway_endpoint=g, takes_more=True) for m, n, i, co, cc, g in reports)
+        messages = (pb.SlaveReport(max_offset=r[0], broker_name=r[1], broker_id=r[2], check_offset=r[3],
+                                   check_crc32=r[4], gateway_endpoint=r[5], takes_more=True,
+                                   error=r[6] if len(r) > 6 else "") for r in reports)
         return Stream(self._stub.Replicate(messages, wait_for_ready=True), SERVICE, "Replicate", _transfer)
 
     def status(self, *, timeout: float | None = None) -> HAStatus:

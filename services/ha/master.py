@@ -13,6 +13,7 @@ SYNC_MASTER puts wait for it.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import queue
 import threading
@@ -35,6 +36,7 @@ log = get_logger("rocketstore.ha.master")
 TAIL_CHUNK_BYTES = 1024 * 1024  # read from the CommitLog in large chunks, cut into transfers here
 QUEUE_CHUNKS = 8  # CommitLog reads (each cut into transfers) read ahead of the slave per connection
 MESSAGE_BYTES = 1024 * 1024  # chunks gathered into one message while more are ready
+REFUSALS_KEPT = 4  # refused slaves listed in the status
 
 
 class SlaveSilent(TimeoutError):
@@ -56,7 +58,8 @@ class MasterLink(Protocol):
     def offsets(self) -> Offsets: ...
     def read_raw(self, offset: int, max_bytes: int) -> RawRead: ...
     def tail(self, from_offset: int, *, max_chunk_bytes: int = 0) -> TailStream: ...
-    def report_slave_acks(self, acks: Iterator[tuple[str, str, int, bool, str]]) -> None: ...
+    def report_slave_acks(self, acks: Iterator[tuple[str, str, int, bool, str]
+                                             | tuple[str, str, int, bool, str, str]]) -> None: ...
 
 
 class Report(Protocol):
@@ -67,6 +70,7 @@ class Report(Protocol):
     check_crc32: int
     gateway_endpoint: str
     takes_more: bool
+    error: str
 
 
 @dataclass(slots=True)
@@ -80,6 +84,7 @@ class ConnectionStatus:
     sent_offset: int
     master_max_offset: int
     gateway_endpoint: str = ""
+    error: str = ""  # why the slave acknowledges no more, as it reports it
 
 
 class AckReporter:
@@ -91,6 +96,7 @@ class AckReporter:
         self._retry_s = retry_s
         self._cond = threading.Condition()
         self._state: dict[str, tuple[str, int, bool]] = {}
+        self._errors: dict[str, str] = {}  # connection id -> why the slave acknowledges no more / was refused
         self._gateways: dict[str, str] = {}  # connection id -> the slave's gateway endpoint
         self._dirty: dict[str, None] = {}
         self._closed: dict[str, tuple[str, int]] = {}  # connections closed since they were last sent
@@ -107,10 +113,15 @@ class AckReporter:
             self._cond.notify_all()
         self._thread.join(timeout=5)
 
-    def update(self, connection_id: str, address: str, acked: int, connected: bool, gateway: str = "") -> None:
+    def update(self, connection_id: str, address: str, acked: int, connected: bool, gateway: str = "",
+               error: str = "") -> None:
+        """A connection's state; ``error``: why the slave acknowledges no more or, not connected, why the
+        master refused it."""
         with self._cond:
             if gateway:
                 self._gateways[connection_id] = gateway
+            if connected or error:  # a close without a reason keeps the refusal reported just before it
+                self._errors[connection_id] = error
             if connected:
                 self._state[connection_id] = (address, acked, True)
             else:
@@ -127,6 +138,7 @@ class AckReporter:
                 generation = self._generation
                 self._dirty = dict.fromkeys(self._state)  # everything, to a CommitLog that may know nothing
                 self._closed.clear()
+                self._errors = {cid: e for cid, e in self._errors.items() if cid in self._state}
             try:
                 # A new stream: the CommitLog drops what an ended stream reported, so send every
                 # open connection again (and forget the closed ones).
@@ -137,7 +149,7 @@ class AckReporter:
             if not self._stopped:
                 time.sleep(self._retry_s)
 
-    def _messages(self, generation: int) -> Iterator[tuple[str, str, int, bool, str]]:
+    def _messages(self, generation: int) -> Iterator[tuple[str, str, int, bool, str, str]]:
         while True:
             with self._cond:
                 while not self._dirty and not self._stopped and generation == self._generation:
@@ -149,10 +161,12 @@ class AckReporter:
                 for cid in dirty:
                     state = self._state.get(cid)
                     if state is not None:
-                        out.append((cid, state[0], state[1], True, self._gateways.get(cid, "")))
+                        out.append((cid, state[0], state[1], True, self._gateways.get(cid, ""),
+                                    self._errors.get(cid, "")))
                     else:
                         address, acked = self._closed.pop(cid, ("", 0))
-                        out.append((cid, address, acked, False, self._gateways.pop(cid, "")))
+                        out.append((cid, address, acked, False, self._gateways.pop(cid, ""),
+                                    self._errors.pop(cid, "")))
             yield from out
 
 
@@ -204,8 +218,15 @@ class MasterConnection:
             raise SlaveSilent(f"the slave sent no report within haHousekeepingInterval="
                               f"{self._housekeeping_s * 1000:.0f} ms of connecting")
         first = self._first
-        start = self._start(first)
+        try:
+            start = self._start(first)
+        except (Diverged, OffsetGone) as e:
+            # Said on both sides: the slave gets the reason, the master's status keeps it.
+            if self._reporter is not None:
+                self._reporter.update(self.connection_id, self.peer, first.max_offset, False, error=f"refused: {e}")
+            raise
         st = self.status
+        st.error = first.error
         st.start_offset = st.sent_offset = start
         st.acked_offset = first.max_offset
         st.broker_name, st.broker_id = first.broker_name, first.broker_id
@@ -214,7 +235,8 @@ class MasterConnection:
                  slave_broker_id=first.broker_id, slave_max_offset=first.max_offset, start_offset=start,
                  master_max_offset=st.master_max_offset)
         if self._reporter is not None:
-            self._reporter.update(self.connection_id, self.peer, first.max_offset, True, first.gateway_endpoint)
+            self._reporter.update(self.connection_id, self.peer, first.max_offset, True, first.gateway_endpoint,
+                                  first.error)
         self._tail = self._link.tail(start, max_chunk_bytes=max(TAIL_CHUNK_BYTES, self._batch))
         threading.Thread(target=self._pump, name=f"HATail-{self.connection_id}", daemon=True).start()
         last_sent = time.monotonic()
@@ -321,22 +343,27 @@ class MasterConnection:
                     self._first = report
                     self._first_seen.set()
                     continue
-                self._ack(report.max_offset)
+                self._ack(report.max_offset, report.error)
             self._fail(ConnectionError("the slave closed the stream"))
         except Exception as e:  # noqa: BLE001 - a cancelled or broken stream
             self._fail(ConnectionError(f"the slave's stream broke: {e}"))
         finally:
             self._first_seen.set()
 
-    def _ack(self, acked: int) -> None:
+    def _ack(self, acked: int, error: str = "") -> None:
         st = self.status
         if acked > st.sent_offset and st.start_offset >= 0:
             self._fail(Diverged(f"the slave acknowledged offset {acked}, beyond what was sent ({st.sent_offset})"))
             return
-        if acked > st.acked_offset:
-            st.acked_offset = acked
+        if acked > st.acked_offset or error != st.error:
+            if error != st.error:
+                (log.warning if error else log.info)(
+                    "slave reports it acknowledges no more" if error else "slave acknowledges again",
+                    connection=self.connection_id, error=error)
+            st.acked_offset = max(st.acked_offset, acked)
+            st.error = error
             if self._reporter is not None:
-                self._reporter.update(self.connection_id, self.peer, acked, True)
+                self._reporter.update(self.connection_id, self.peer, st.acked_offset, True, error=error)
 
     def _fail(self, e: Exception) -> None:
         if self._slave_error is None:
@@ -364,6 +391,7 @@ class HAMaster:
         self.reporter = AckReporter(link) if report_acks else None
         self._lock = threading.Lock()
         self.connections: dict[str, MasterConnection] = {}
+        self.refusals: collections.deque[str] = collections.deque(maxlen=REFUSALS_KEPT)  # newest first
 
     def start(self) -> None:
         if self.reporter is not None:
@@ -381,6 +409,10 @@ class HAMaster:
             self.connections[conn.connection_id] = conn
         try:
             yield from conn.transfers()
+        except (Diverged, OffsetGone) as e:
+            when = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime())
+            self.refusals.appendleft(f"{when} {peer}: {e}")
+            raise
         finally:
             with self._lock:
                 self.connections.pop(conn.connection_id, None)

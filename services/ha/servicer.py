@@ -79,7 +79,8 @@ class HAServicer(pb_grpc.HAServicer):
                                   broker_name=c.broker_name, broker_id=c.broker_id, start_offset=c.start_offset,
                                   acked_offset=c.acked_offset, sent_offset=c.sent_offset,
                                   lag_bytes=max(0, status.max_offset - c.acked_offset),
-                                  gateway_endpoint=c.gateway_endpoint)
+                                  gateway_endpoint=c.gateway_endpoint, error=c.error)
+            status.refused_slaves.extend(self._master.refusals)
         if self._slave is not None:
             s = self._slave.status
             status.master_address = s.master_address

@@ -8,6 +8,12 @@ writes runs of contiguous chunks with one AppendData each (a slave catching up a
 at a time) at exactly their offset. A chunk that does not continue the log closes the stream and
 the slave reconnects from its own max offset; so does a master silent for haHousekeepingInterval.
 A slave whose log is ahead of (or differs from) the master's stops replicating and says why.
+
+A slave whose store refuses the bytes (its disk is full: it never deletes what it acknowledged) keeps
+the stream, holds the bytes and retries them, and tells its master why it acknowledges no more with
+every report, so the master answers SLAVE_NOT_AVAILABLE and both statuses name the reason. Every
+error that stops replication is in ``status.error`` and in the slave's CommitLog status (``haError``)
+while it lasts; no failure (a log line that cannot be written included) ends the connect loop.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ class SlaveLink(Protocol):
     def offsets(self) -> Offsets: ...
     def read_raw(self, offset: int, max_bytes: int) -> RawRead: ...
     def append_data(self, offset: int, data: bytes, master_max_offset: int = -1) -> int: ...
+    def report_replication_error(self, error: str) -> None: ...
 
 
 class TransferLike(Protocol):
@@ -100,6 +107,8 @@ class _Session:
         self._cond = threading.Condition()
         self._max = first[0]
         self._sent = first[0]
+        self._error = first[6] if len(first) > 6 else ""
+        self._sent_error = self._error
         self.closed = False
         self.reason = ""
 
@@ -107,16 +116,22 @@ class _Session:
         yield self._first
         while True:
             with self._cond:
-                if self._max == self._sent and not self.closed:
+                if self._max == self._sent and self._error == self._sent_error and not self.closed:
                     self._cond.wait(self._heartbeat_s)
                 if self.closed:
                     return
-                self._sent = self._max
-            yield self._sent, "", 0, 0, 0, ""
+                self._sent, self._sent_error = self._max, self._error
+            yield self._sent, "", 0, 0, 0, "", self._sent_error
 
     def report(self, max_offset: int) -> None:
         with self._cond:
             self._max = max_offset
+            self._cond.notify_all()
+
+    def report_error(self, error: str) -> None:
+        """Why this slave acknowledges no more ("" once it does), sent to the master at once."""
+        with self._cond:
+            self._error = error
             self._cond.notify_all()
 
     def close(self, reason: str) -> None:
@@ -144,6 +159,9 @@ class HASlave:
         self._thread = threading.Thread(target=self._run, name="HAClient", daemon=True)
         self._call: ReplicateCall | None = None
         self.sessions = 0
+        self._store_refuses = False  # the store refused the last bytes offered (disk full)
+        self._holding = False  # the appender is holding refused bytes and retrying them now
+        self._reported_error: str | None = None  # the error as the CommitLog last heard it (None: unknown)
 
     def start(self) -> None:
         self._thread.start()
@@ -160,31 +178,59 @@ class HASlave:
         while not self._stopped.is_set():
             wait = self._retry_s
             try:
-                self._session()
-            except BrokerError as e:
-                if e.service != HA_SERVICE:  # the local CommitLog service
-                    self._stopped_by(e)
-                elif isinstance(e, FailedPrecondition | OutOfRange):  # the master refuses this slave
-                    self._refused(e.details or e.message)
-                    wait = max(self._retry_s, self._heartbeat_s)
-                elif not self._stopped.is_set():  # the master went away, or ended the stream
-                    log.warning("replication stream ended; reconnecting", master=self.status.master_address,
-                                code=e.code, details=e.details or e.message)
-            except Exception as e:  # noqa: BLE001 - a bad chunk, ...
-                self._stopped_by(e)
+                wait = self._attempt()
+            except Exception:  # noqa: BLE001 - nothing may end the connect loop for good
+                pass
             finally:
                 self.status.connected = False
+            try:
+                self._report_error()  # the CommitLog may have been away when the error changed
+            except Exception:  # noqa: BLE001
+                pass
             self._stopped.wait(wait)
+
+    def _attempt(self) -> float:
+        """One session; the wait before the next."""
+        try:
+            self._session()
+        except BrokerError as e:
+            if e.service != HA_SERVICE:  # the local CommitLog service
+                self._stopped_by(e)
+            elif isinstance(e, FailedPrecondition | OutOfRange):  # the master refuses this slave
+                self._refused(e.details or e.message)
+                return max(self._retry_s, self._heartbeat_s)
+            elif not self._stopped.is_set():  # the master went away, or ended the stream
+                log.warning("replication stream ended; reconnecting", master=self.status.master_address,
+                            code=e.code, details=e.details or e.message)
+        except Exception as e:  # noqa: BLE001 - a bad chunk, ...
+            self._stopped_by(e)
+        return self._retry_s
 
     def _stopped_by(self, e: Exception) -> None:
         if not self._stopped.is_set():
+            self._set_error(f"replication stopped: {e}")
             log.warning("replication stopped; reconnecting", master=self.status.master_address, error=str(e))
 
     def _refused(self, details: str) -> None:
-        if self.status.error != details:
+        if self.status.error != f"refused by the master: {details}":
             log.error("the master refuses to replicate to this slave", master=self.status.master_address,
                       slave_max_offset=self.status.max_offset, reason=details)
-        self.status.error = details
+        self._set_error(f"refused by the master: {details}")
+
+    def _set_error(self, error: str) -> None:
+        """Why replication does not go on ("" once it does), in this status and the CommitLog's."""
+        self.status.error = error
+        self._report_error()
+
+    def _report_error(self) -> None:
+        error = self.status.error
+        if error == self._reported_error:
+            return
+        try:
+            self._link.report_replication_error(error[:1000])
+        except BrokerError:  # the CommitLog is away: the connect loop reports it again
+            return
+        self._reported_error = error
 
     def _session(self) -> None:
         offsets = self._link.offsets()
@@ -192,7 +238,7 @@ class HASlave:
         st.max_offset = offsets.max_offset
         check_offset, check = self._tail_check(offsets)
         first = (offsets.max_offset, self.settings.broker_name, self.settings.broker_id, check_offset, check,
-                 self.gateway_endpoint)
+                 self.gateway_endpoint, self.status.error[:1000] if self._store_refuses else "")
         session = _Session(first, self._heartbeat_s)
         call = self._connect(session.reports())
         self._call = call
@@ -210,9 +256,9 @@ class HASlave:
                 self._last_read = time.monotonic()
                 if not st.connected:
                     st.connected = True
-                    if st.error:
+                    if st.error and not self._store_refuses:
                         log.info("replication resumed", master=st.master_address)
-                    st.error = ""
+                        self._set_error("")
                     log.info("connected to the master", master=st.master_address, max_offset=st.max_offset)
                 self._saw_master_max(transfer.master_max_offset)
                 if not transfer.data:  # a heartbeat: the CommitLog's status learns the master is there
@@ -307,21 +353,56 @@ class HASlave:
                     size += added
                 data = parts[0] if len(parts) == 1 else b"".join(parts)
                 try:
-                    expected = self._link.append_data(first.offset, data, master_max)
+                    appended = self._append_held(session, first.offset, data, master_max)
                 except BrokerError as e:
                     if e.code != "ABORTED":
                         raise
                     self._mismatch(session, call, f"mismatch: {e.details or e.message}")
                     return
+                if appended is None:
+                    return  # the session closed while the store refused the bytes
+                expected = appended
+                if st.error:
+                    log.info("replicated bytes appended again", master=st.master_address, max_offset=expected)
+                    self._set_error("")
                 st.max_offset = expected
                 self._update_behind()
                 session.report(expected)
                 if held is None and session.closed:
                     return
         except Exception as e:  # noqa: BLE001 - the local CommitLog failed: reconnect later
-            log.warning("appending replicated bytes failed", error=str(e))
             session.close(f"append failed: {e}")
             call.cancel()
+            self._set_error(f"appending the master's bytes failed: {e}")
+            log.warning("appending replicated bytes failed", error=str(e))
+
+    def _append_held(self, session: _Session, offset: int, data: bytes, master_max: int) -> int | None:
+        """AppendData; while the store refuses the bytes (RESOURCE_EXHAUSTED: its disk is full) hold them,
+        tell the master why nothing more is acknowledged, and retry. None when the session closed first."""
+        try:
+            while True:
+                try:
+                    end = self._link.append_data(offset, data, master_max)
+                except BrokerError as e:
+                    if e.code != "RESOURCE_EXHAUSTED":
+                        raise
+                    self._holding = True
+                    error = f"this slave's store refuses the master's bytes: {e.details or e.message}"
+                    if not self._store_refuses or self.status.error != error:
+                        log.error("not acknowledging: this slave's store refuses the master's bytes",
+                                  offset=offset, reason=e.details or e.message)
+                    self._store_refuses = True
+                    self._set_error(error)
+                    session.report_error(error[:1000])
+                    if self._stopped.wait(self._retry_s) or session.closed:
+                        return None
+                    continue
+                if self._store_refuses:
+                    self._store_refuses = False
+                    session.report_error("")
+                return end
+        finally:
+            self._holding = False
 
     @staticmethod
     def _mismatch(session: _Session, call: ReplicateCall, reason: str) -> None:
@@ -334,7 +415,9 @@ class HASlave:
                 session._cond.wait(min(0.5, self._housekeeping_s))
             if session.closed:
                 return
-            if time.monotonic() - self._last_read > self._housekeeping_s:
+            if self._holding:  # the receiving side waits for the appender, not for the master
+                self._last_read = time.monotonic()
+            elif time.monotonic() - self._last_read > self._housekeeping_s:
                 session.close(f"silent: nothing heard from the master for haHousekeepingInterval="
                               f"{self._housekeeping_s * 1000:.0f} ms")
                 call.cancel()

@@ -320,9 +320,18 @@ class ConsumeQueue:
                             expect_logic_offset=expected, current_logic_offset=current)
                 return True
             if expected != current:
-                log.warning("[BUG] logic queue order maybe wrong", topic=self.topic, queue_id=self.queue_id,
-                            expect_logic_offset=expected, current_logic_offset=current,
+                # RocketMQ appends at the next free slot here, which puts the unit at a queue offset not its
+                # own: readers and committed consumer offsets would then name other messages. The records in
+                # between are gone (dispatch skipped deleted CommitLog files): blank units keep the unit at
+                # its queue offset, as fillPreBlank does for a queue starting past 0.
+                log.warning("queue offsets skip ahead: blank units fill the gap", topic=self.topic,
+                            queue_id=self.queue_id, expect_logic_offset=expected, current_logic_offset=current,
                             diff=expected - current)
+                with self._lock:
+                    filled = self._fill_gap(mf, expected)
+                if filled is None:
+                    return False
+                mf = filled
         pos = mf.wrote_position
         if pos + CQ_STORE_UNIT_SIZE > mf.file_size:
             return False
@@ -347,6 +356,27 @@ class ConsumeQueue:
         mf = self._mfq.get_last_mapped_file(expected)
         assert mf is not None  # need_create: a file or OSError
         self._writing = mf
+        return mf
+
+    def _fill_gap(self, mf: MappedFile, expected: int) -> MappedFile | None:
+        """Blank units from the end of the queue up to byte offset ``expected``, across files; the file
+        where ``expected`` is. None when a file could not be created (``last_error`` says why)."""
+        # A full file is left too: the unit at ``expected`` then starts the next one.
+        while mf.wrote_position >= mf.file_size or mf.file_from_offset + mf.wrote_position < expected:
+            if mf.wrote_position >= mf.file_size:
+                try:
+                    nxt = self._mfq.get_last_mapped_file(expected)
+                except OSError as e:
+                    self.last_error = f"cannot create a file of ConsumeQueue {self.topic}/{self.queue_id}: {e}"
+                    return None
+                if nxt is None or nxt is mf:
+                    return None
+                mf = self._writing = nxt
+                continue
+            pos = mf.wrote_position
+            until = min(mf.file_size, expected - mf.file_from_offset)
+            mf.mm[pos:until] = BLANK_UNIT * ((until - pos) // CQ_STORE_UNIT_SIZE)
+            mf.wrote_position = until
         return mf
 
     def _fill_pre_blank(self, mf: MappedFile, until_where: int) -> None:

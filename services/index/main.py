@@ -35,7 +35,7 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int | None = None, 
           *, log_level: str = "info", commitlog: str) -> int:
     """Run the index service until SIGTERM/SIGINT; ``commitlog`` is the CommitLog service's endpoint."""
     configure_logging(json=True, level=log_level, service=SERVICE)
-    reader = RemoteCommitLog(commitlog)
+    reader = RemoteCommitLog(commitlog, settings.store_path_root_dir)
     store = IndexStore(settings, reader)
     try:
         store.start()

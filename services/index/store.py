@@ -48,7 +48,7 @@ from rocketstore.codec import (
 )
 from rocketstore.config_file import ConfigFileError, load_json, persist_json
 from rocketstore.file_lock import FileLockHeld, lock_file, unlock_file
-from rocketstore.log import get_logger
+from rocketstore.log import get_logger, lost_log_lines
 from rocketstore.message import (
     KEY_SEPARATOR,
     PROPERTY_KEYS,
@@ -66,6 +66,7 @@ from .dispatch_health import DispatchHealth
 from .dispatch_runs import ColumnBatch, PlainWriteFailed, apply_plain, remaining_columns
 from .get_message import CQ_UNIT, GetMessageResult, Limits, get_message
 from .index_file import IndexService, IndexWriteError
+from .retention import Subscriptions, consumed_floor
 
 __all__ = ["CommitLogReader", "DispatchGap", "DispatchRefused", "IndexStore", "QueueInfo", "StoreNotWritable"]
 
@@ -86,6 +87,8 @@ WATCH_INTERVAL = 0.5  # seconds between two checks of the dispatch progress
 VERIFY_INTERVAL = 0.1  # seconds between two CommitLog checks of batches that need none of their own
 MIN_WRITE_BACKOFF = 0.25  # seconds before a failed ConsumeQueue/IndexFile write is tried again, doubling
 MAX_WRITE_BACKOFF = 4.0
+# The retention floor is reported at least this often (and every cleanResourceInterval if shorter).
+FLOOR_INTERVAL_MS = 1000
 
 
 class CommitLogReader(Protocol):
@@ -95,7 +98,8 @@ class CommitLogReader(Protocol):
 
     def min_offset(self) -> int: ...
 
-    # Optional: ``max_offset() -> int``, the CommitLog's end, for the lag in stats().
+    # Optional: ``max_offset() -> int``, the CommitLog's end, for the lag in stats(); and
+    # ``set_retention_floor(dispatched, consumed, held_by)``, where the floor is reported.
 
 
 class DispatchGap(Exception):
@@ -154,6 +158,8 @@ class IndexStore:
         self._saved_queues: dict[str, dict[str, int]] = {}  # the queue table saved with the position
         self.health = DispatchHealth()
         self._watch_thread: threading.Thread | None = None
+        self._floor_thread: threading.Thread | None = None
+        self._subscriptions = Subscriptions(os.path.join(root, "config"))
         self._write_error = ""  # why the store is not writable ("" when it is)
         self._write_retry_at = 0.0
         self._write_backoff = 0.0
@@ -162,6 +168,7 @@ class IndexStore:
         self.quarantined = 0
         self.last_quarantined = ""
         self.queues_rebuilt = 0
+        self.retention_floor: tuple[int, int, str] = (-1, -1, "")  # as last reported to the CommitLog
 
     # --- life cycle ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -192,6 +199,9 @@ class IndexStore:
         self.health.advanced(self.position)
         self._watch_thread = threading.Thread(target=self._watch_loop, name="DispatchWatch", daemon=True)
         self._watch_thread.start()
+        # Its own thread: a CommitLog that is away must not hold up the ConsumeQueue flush.
+        self._floor_thread = threading.Thread(target=self._floor_loop, name="RetentionFloor", daemon=True)
+        self._floor_thread.start()
         _log.info("index store started", root=self._root, last_exit_ok=self.last_exit_ok, position=self.position,
                   queues=self._queue_count(), index_files=len(self.index.files),
                   consume_queue_max_physical_offset=self.consume_queues.max_physic_offset())
@@ -204,6 +214,8 @@ class IndexStore:
             self._flush_thread.join(10)
         if self._watch_thread is not None:
             self._watch_thread.join(10)
+        if self._floor_thread is not None:
+            self._floor_thread.join(10)
         with self._apply_lock:
             self._flush_all(thorough=True)
             self.consume_queues.shutdown()
@@ -497,6 +509,37 @@ class IndexStore:
             return None
         return read_record_info(record, 0).store_timestamp
 
+    def _floor_loop(self) -> None:
+        interval = min(self.settings.clean_resource_interval, FLOOR_INTERVAL_MS) / 1000
+        while True:
+            try:
+                self.report_retention_floor()
+            except Exception:  # noqa: BLE001 - the next pass reports again
+                _log.exception("retention floor report failed")
+            if self._stopped.wait(interval):
+                return
+
+    def report_retention_floor(self) -> bool:
+        """Tell the CommitLog what its clean-up must keep: the dispatch position (everything below is
+        dispatched) and the lowest offset a subscribed group has not consumed. False when not reported."""
+        report = getattr(self.commitlog, "set_retention_floor", None)
+        if report is None:
+            return False
+        dispatched = self.position  # read first: the consumed floor is computed from what is dispatched
+        try:
+            floor = consumed_floor(self.consume_queues, self._subscriptions.load())
+        except (OSError, ValueError, TypeError) as e:
+            _log.warning("cannot read the consumer offsets: the CommitLog keeps its last retention floor",
+                         error=str(e))
+            return False
+        try:
+            report(dispatched, floor.offset, floor.held_by)
+        except Exception as e:  # noqa: BLE001 - the CommitLog may be restarting; the next pass reports again
+            _log.debug("cannot report the retention floor", error=str(e))
+            return False
+        self.retention_floor = (dispatched, floor.offset, floor.held_by)
+        return True
+
     def _delete_expired(self) -> None:
         try:
             min_offset = self.commitlog.min_offset()
@@ -705,6 +748,9 @@ class IndexStore:
             "flushDiskType": self.settings.flush_disk_type.name,
             "syncFlushVisibility": self.settings.flush_disk_type == FlushDiskType.SYNC_FLUSH,
             "lastExitOk": self.last_exit_ok,
+            "retentionFloorReported": f"dispatched {self.retention_floor[0]}, consumed {self.retention_floor[1]}"
+                                      + (f" ({self.retention_floor[2]})" if self.retention_floor[2] else ""),
+            "lostLogLines": lost_log_lines()[0],
         }
 
 

@@ -147,10 +147,11 @@ def test_forced_clean_up_deletes_unconsumed_messages_only_when_the_operator_says
     assert not failures, failures
 
 
+@pytest.mark.cluster
 def test_clean_up_never_deletes_commitlog_files_not_yet_dispatched(small_disk: Path, tmp_path: Path) -> None:
     # Consumption is not what holds the files here: only dispatch does.
     settings = {**DEFAULT_BROKER_SETTINGS, **PRESSURE, "cleanUnconsumedFileForciblyEnable": "true"}
-    broker = Broker(small_disk / "store", settings, tmp_path)
+    broker = Broker(small_disk / "store", settings, tmp_path, mode="cluster")  # the dispatcher stops alone
     try:
         broker.start()
         _append(broker, _messages(100, "early", "Stalled"))

@@ -97,6 +97,7 @@ class AckReporter:
         self._cond = threading.Condition()
         self._state: dict[str, tuple[str, int, bool]] = {}
         self._errors: dict[str, str] = {}  # connection id -> why the slave acknowledges no more / was refused
+        self._refused: set[str] = set()  # connections the master closed with a reason
         self._gateways: dict[str, str] = {}  # connection id -> the slave's gateway endpoint
         self._dirty: dict[str, None] = {}
         self._closed: dict[str, tuple[str, int]] = {}  # connections closed since they were last sent
@@ -122,6 +123,12 @@ class AckReporter:
                 self._gateways[connection_id] = gateway
             if connected or error:  # a close without a reason keeps the refusal reported just before it
                 self._errors[connection_id] = error
+                if not connected:
+                    self._refused.add(connection_id)
+            elif connection_id not in self._refused:
+                # What the slave said while connected (say, its disk is full) is no refusal by the master: a
+                # connection that merely closes after it must not be shown as refused.
+                self._errors.pop(connection_id, None)
             if connected:
                 self._state[connection_id] = (address, acked, True)
             else:
@@ -139,6 +146,7 @@ class AckReporter:
                 self._dirty = dict.fromkeys(self._state)  # everything, to a CommitLog that may know nothing
                 self._closed.clear()
                 self._errors = {cid: e for cid, e in self._errors.items() if cid in self._state}
+                self._refused &= set(self._state)
             try:
                 # A new stream: the CommitLog drops what an ended stream reported, so send every
                 # open connection again (and forget the closed ones).
@@ -165,6 +173,7 @@ class AckReporter:
                                     self._errors.get(cid, "")))
                     else:
                         address, acked = self._closed.pop(cid, ("", 0))
+                        self._refused.discard(cid)
                         out.append((cid, address, acked, False, self._gateways.pop(cid, ""),
                                     self._errors.pop(cid, "")))
             yield from out

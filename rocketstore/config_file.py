@@ -23,7 +23,7 @@ from typing import Any
 
 from rocketstore.log import get_logger
 
-__all__ = ["BAK_SUFFIX", "TMP_SUFFIX", "ConfigFileError", "load_json", "persist_json", "to_json"]
+__all__ = ["BAK_SUFFIX", "TMP_SUFFIX", "ConfigFileError", "load_json", "persist_json", "persist_text", "to_json"]
 
 BAK_SUFFIX = ".bak"
 TMP_SUFFIX = ".tmp"
@@ -94,8 +94,20 @@ def persist_json(path: str | os.PathLike[str], data: object) -> None:
     at any point leaves either the new file or the previous one as ``.bak``, which ``load_json`` falls back
     to. OSError (disk full, read-only directory) propagates; the file and its backup are left as they were.
     """
+    persist_text(path, to_json(data))
+
+
+def persist_text(path: str | os.PathLike[str], json_text: str | bytes,
+                 written: tuple[int, int, int] | None = None) -> tuple[int, int, int] | None:
+    """``persist_json`` of JSON text already rendered (str, or bytes in UTF-8); answers the new file's
+    ``file_stamp``.
+
+    ``written``: the stamp this process's last ``persist_text`` of ``path`` answered. A file that still
+    carries it is the one written then (whole and fsynced), so it is not read again to check that it
+    parses before it becomes the backup: for a large table that check cost as much as the write.
+    """
     path = os.fspath(path)
-    text = to_json(data).encode("utf-8")
+    text = json_text.encode("utf-8") if isinstance(json_text, str) else json_text
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     tmp = path + TMP_SUFFIX
@@ -112,10 +124,12 @@ def persist_json(path: str | os.PathLike[str], data: object) -> None:
         except OSError:
             _remove_quietly(tmp)
             raise
-        if _read(path, None)[0] is not None:
+        current = file_stamp(path)
+        if current is not None and (current == written or _read(path, None)[0] is not None):
             os.replace(path, path + BAK_SUFFIX)
         os.replace(tmp, path)
         _fsync_dir(directory)
+        return file_stamp(path)
 
 
 def _read(path: str, check: Callable[[dict[str, Any]], object] | None) -> tuple[dict[str, Any] | None, str]:

@@ -179,6 +179,35 @@ def test_topics_json_has_rocketmqs_layout_and_system_topics(tmp_path: Path) -> N
     assert [t.topic_name for t in manager.list()] == sorted(SYSTEM_TOPICS)
 
 
+def test_topics_json_rendered_from_kept_entries_is_exactly_to_json_of_the_table(tmp_path: Path) -> None:
+    manager = TopicConfigManager(tmp_path)
+    manager.create_or_update(TopicConfig("Orders", 8, 4, message_type="FIFO"))
+    manager.create_or_update(TopicConfig("Extra", 2, 2))
+    manager.create_or_update(TopicConfig("Orders", 3, 3))  # a changed topic's text is rendered again
+    manager.delete("Extra")
+    version = manager.data_version
+    expected = to_json({"dataVersion": version.to_json(),
+                        "topicConfigTable": {t.topic_name: t.to_json() for t in manager.list()}})
+    assert (tmp_path / "topics.json").read_text() == expected
+    assert read(tmp_path / "topics.json")["topicConfigTable"]["Orders"]["readQueueNums"] == 3
+
+
+def test_a_failed_topics_write_drops_every_change_it_carried_and_the_next_one_succeeds(tmp_path: Path) -> None:
+    manager = TopicConfigManager(tmp_path)
+    manager.create_or_update(TopicConfig("Kept", 1, 1))
+    Path(f"{manager.path}.tmp").mkdir()  # the next write cannot create its temporary file
+    with pytest.raises(OSError):
+        manager.create_or_update(TopicConfig("Lost", 1, 1))
+    with pytest.raises(OSError):
+        manager.delete("Kept")
+    assert manager.get("Lost") is None and manager.get("Kept") is not None
+    assert manager.create_or_update(TopicConfig("Kept", 1, 1)) == TopicConfig("Kept", 1, 1)  # nothing to write
+    Path(f"{manager.path}.tmp").rmdir()
+    manager.create_or_update(TopicConfig("Later", 1, 1))
+    assert set(read(tmp_path / "topics.json")["topicConfigTable"]) >= {"Kept", "Later"}
+    assert "Lost" not in read(tmp_path / "topics.json")["topicConfigTable"]
+
+
 def test_system_topics_follow_the_settings(tmp_path: Path) -> None:
     settings = Settings(
         auto_create_topic_enable=False, broker_cluster_name="c1", broker_name="b1", message_delay_level="1s 5s 1m"

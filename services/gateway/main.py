@@ -76,6 +76,7 @@ class GatewayMetrics(AioRpcLatencyInterceptor):
 
         super().__init__("gateway", "Time to answer one gateway RPC (a long poll includes its wait).")
         stats, sender, hold, batch_read = gateway.stats, gateway.sender, gateway.context.hold, gateway.batch_read
+        topics = gateway.context.topics
 
         class Collector:
             # Read from the metrics thread: plain attribute reads of counters the event loop updates.
@@ -98,6 +99,9 @@ class GatewayMetrics(AioRpcLatencyInterceptor):
                                         value=float(hold.held))
                 yield GaugeMetricFamily("rocketstore_gateway_read_queue_streams", "ReadQueue streams open.",
                                         value=float(batch_read.open_streams))
+                yield CounterMetricFamily("rocketstore_gateway_topics_json_writes",
+                                          "Rewrites of topics.json (changes made at once share one).",
+                                          value=float(topics.writes))
                 yield GaugeMetricFamily("rocketstore_gateway_put_tps", "Messages stored per second (10 s window).",
                                         value=stats.put_tps())
 

@@ -53,7 +53,9 @@ class AioGrpcServer:
         self.host = host
         # Innermost: a request that cannot be decoded is answered INVALID_ARGUMENT, and the
         # interceptors given (latency) see that status.
-        self._server = grpc.aio.server(options=[*_OPTIONS, *options],
+        merged = dict(_OPTIONS)
+        merged.update(options)  # a given option replaces the default of the same name
+        self._server = grpc.aio.server(options=list(merged.items()),
                                        interceptors=[*interceptors, AioDecodeRequests()])
         address = _join_host_port(host, port)
         try:

@@ -402,6 +402,25 @@ KEYS: tuple[SettingKey, ...] = (
        "index service's default port (dispatcher 10913, schedule 10916), so the default is 10915, the port "
        "of the ha container in deploy/k8s; a master and its slaves must agree on it (haMasterAddress)",
        **_PORT),
+    _k("serverChannelMaxIdleTimeSeconds", int, 120,
+       "Seconds a client connection may stay idle before the broker closes it (NettyServerConfig).",
+       by="gateway", part="the gateway's gRPC max_connection_idle: a connection with no call open for this long "
+       "is sent GOAWAY and closed (a client reconnects on its next call); a held pull or an open stream is a "
+       "call, so it keeps its connection", minimum=1),
+    _k("grpcServerHandshakeTimeoutMillis", int, 10_000,
+       "Longest a new connection to the gateway may take to complete the HTTP/2 handshake (ms).",
+       by="gateway", part="not a RocketMQ key: gRPC's server handshake timeout; a connection that sends nothing "
+       "is closed after it (gRPC's default is 120 s)", minimum=100),
+    _k("grpcMaxConnections", int, 0,
+       "Most client connections the gateway holds at once; 0: its open file limit less 1,024.",
+       by="gateway", part="not a RocketMQ key: gRPC's max_allowed_incoming_connections (one more is closed at "
+       "once), so connections never take the descriptors the gateway needs for anything else; silent "
+       "connections are closed to keep a tenth of the places free for clients that speak", minimum=0),
+    _k("grpcMaxConnectionsPerAddress", int, 1000,
+       "Connections one client address may hold before the gateway closes those of them that sent nothing.",
+       by="gateway", part="not a RocketMQ key: over it, the address's connections that have not sent a byte (not "
+       "even the HTTP/2 preface) are closed, oldest first; connections that have spoken are never closed for "
+       "it", minimum=1),
     _k("useEpollNativeSelector", bool, False, "Use Netty's native epoll selector.",
        ignored="a Netty knob; gRPC chooses its own poller (epoll on Linux)"),
     _k("sendMessageThreadPoolNums", int, 16, "Threads handling sends.",

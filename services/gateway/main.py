@@ -12,6 +12,7 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from rocketstore.aio_server import AioGrpcServer, AioRpcLatencyInterceptor, serve_until_signal
+from rocketstore.connection_guard import ConnectionGuard, descriptor_limit, open_descriptors, raise_descriptor_limit
 from rocketstore.log import configure_logging, get_logger
 from rocketstore.server import start_metrics_server
 from rocketstore.v1 import gateway_pb2_grpc
@@ -31,6 +32,21 @@ DEFAULT_PORT = 8081
 
 _log = get_logger("rocketstore.gateway")
 
+DESCRIPTORS_KEPT = 1024  # of the open file limit, not given to client connections (files, internal channels)
+
+
+def connection_options(settings: Settings, max_connections: int) -> list[tuple[str, int]]:
+    """gRPC's side of the connection limits (issue 21): silent and idle connections are closed, at most
+    ``max_connections`` are held, and clients that ping too often are told to go away."""
+    return [
+        ("grpc.server_handshake_timeout_ms", settings.grpc_server_handshake_timeout_millis),
+        ("grpc.max_connection_idle_ms", settings.server_channel_max_idle_time_seconds * 1000),
+        ("grpc.max_allowed_incoming_connections", max_connections),
+        # Keepalive enforcement: pings more often than every 5 s without a call open are strikes, and the
+        # third is answered GOAWAY (the broker's own clients ping every 10 s).
+        ("grpc.http2.max_ping_strikes", 2),
+    ]
+
 
 def serve(settings: Settings, host: str = "127.0.0.1", port: int | None = None, metrics_port: int | None = None,
           *, log_level: str = "info", commitlog: str, index: str) -> int:
@@ -45,24 +61,39 @@ async def _serve(settings: Settings, host: str, port: int, metrics_port: int | N
     except (OSError, ValueError) as e:  # unreadable config/, corrupt topics.json with no usable backup
         _log.error("gateway cannot start", error=str(e), store_path_root_dir=settings.store_path_root_dir)
         return 1
+    soft, hard = raise_descriptor_limit()
+    max_connections = settings.grpc_max_connections or max(64, soft - DESCRIPTORS_KEPT)
     gateway.start()
+    guard: ConnectionGuard | None = None
     try:
         metrics = GatewayMetrics(gateway) if metrics_port is not None else None
-        server = AioGrpcServer(host, port, interceptors=[metrics] if metrics is not None else [])
+        server = AioGrpcServer(host, port, options=connection_options(settings, max_connections),
+                               interceptors=[metrics] if metrics is not None else [])
+        guard = ConnectionGuard(server.port, max_connections=max_connections,
+                                max_per_address=settings.grpc_max_connections_per_address)
+        if metrics is not None:
+            metrics.guard = guard
         server.add(gateway_pb2_grpc.add_GatewayServicer_to_server, GatewayServicer(gateway), GATEWAY_SERVICE)
         server.add(gateway_pb2_grpc.add_BatchReadServicer_to_server, BatchReadServicer(gateway), BATCH_READ_SERVICE)
         # RocketMQ 5's protocol, for its official clients (v2/)
         server.add(v2_grpc.add_MessagingServiceServicer_to_server, MessagingServicer(gateway, server.endpoint),
                    MESSAGING_SERVICE)
         await server.start()
+        guard.start()
         bound_metrics = start_metrics_server(metrics_port) if metrics_port is not None else None
     except BaseException:
+        if guard is not None:
+            guard.stop()
         await gateway.shutdown()
         raise
     _log.info("gateway serving", endpoint=server.endpoint, commitlog=commitlog, index=index,
-              metrics_port=bound_metrics)
-    # The producers' SendStreams end (their sends read answered) before the server drains its calls.
-    await serve_until_signal(server, gateway.shutdown, 5.0, on_signal=gateway.send_streams.stop)
+              metrics_port=bound_metrics, open_file_limit=soft, open_file_hard_limit=hard,
+              max_connections=max_connections, max_connections_per_address=guard.max_per_address)
+    try:
+        # The producers' SendStreams end (their sends read answered) before the server drains its calls.
+        await serve_until_signal(server, gateway.shutdown, 5.0, on_signal=gateway.send_streams.stop)
+    finally:
+        guard.stop()
     return 0
 
 
@@ -75,6 +106,8 @@ class GatewayMetrics(AioRpcLatencyInterceptor):
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         super().__init__("gateway", "Time to answer one gateway RPC (a long poll includes its wait).")
+        self.guard: ConnectionGuard | None = None
+        metrics = self
         stats, sender, hold, batch_read = gateway.stats, gateway.sender, gateway.context.hold, gateway.batch_read
         topics = gateway.context.topics
 
@@ -102,6 +135,19 @@ class GatewayMetrics(AioRpcLatencyInterceptor):
                 yield CounterMetricFamily("rocketstore_gateway_topics_json_writes",
                                           "Rewrites of topics.json (changes made at once share one).",
                                           value=float(topics.writes))
+                yield GaugeMetricFamily("rocketstore_gateway_open_fds", "File descriptors the gateway holds.",
+                                        value=float(open_descriptors()))
+                yield GaugeMetricFamily("rocketstore_gateway_max_fds",
+                                        "The gateway's open file limit (raised to the hard limit at start).",
+                                        value=float(descriptor_limit()))
+                guard = metrics.guard
+                if guard is not None:
+                    closed = CounterMetricFamily("rocketstore_gateway_silent_connections_closed",
+                                                 "Connections closed because they sent nothing while their address "
+                                                 "or the gateway held too many.", labels=["reason"])
+                    closed.add_metric(["address_limit"], float(guard.closed_over_address))
+                    closed.add_metric(["gateway_limit"], float(guard.closed_over_server))
+                    yield closed
                 yield GaugeMetricFamily("rocketstore_gateway_put_tps", "Messages stored per second (10 s window).",
                                         value=stats.put_tps())
 

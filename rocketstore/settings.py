@@ -450,6 +450,18 @@ KEYS: tuple[SettingKey, ...] = (
     _k("shortPollingTimeMills", int, 1000, "How long a pull waits when long polling is disabled (ms).",
        ignored="a pull is held for its own poll_timeout_ms, never for a broker-wide short-polling time",
        minimum=0),
+    _k("consumeStreamMaxBytesInFlight", int, 128 << 20,
+       "Record bytes all Consume streams of a gateway hold at once (read, not yet written to their clients).",
+       by="gateway", part="not a RocketMQ key: a read of a stream first takes its bytes from this budget and "
+       "gives them back once its batch is written, so streams whose clients read nothing cannot grow the "
+       "gateway beyond it; a stream that finds it spent waits. Each byte held costs about three in memory "
+       "(the batch as read, as a message, and serialized)", minimum=64 << 10),
+    _k("consumeStreamStallSeconds", int, 30,
+       "Seconds a Consume stream's client may read nothing of a batch while other streams wait for the "
+       "budget, before the gateway ends the stream.",
+       by="gateway", part="not a RocketMQ key: while consumeStreamMaxBytesInFlight is spent and a stream waits "
+       "for it, each stream whose batch has waited this long to be written is ended (RESOURCE_EXHAUSTED) and "
+       "its bytes come back", minimum=1),
     # --- topics, subscriptions, transactions (BrokerConfig)
     _k("defaultTopicQueueNums", int, 4, "Queues of a topic created automatically on first send.",
        by="gateway", minimum=1),

@@ -182,3 +182,89 @@ def test_readers_that_never_read_hold_bounded_memory_and_streams_are_capped(brok
                 call.cancel()
 
     asyncio.run(scenario())
+
+
+UNREAD_STREAMS = 60
+STREAM_CREDIT_BYTES = 16 << 20  # the Python client's default window; every stream could hold 960 MiB in all
+BUDGET = 1 << 20  # consumeStreamMaxBytesInFlight of the gateway under test: less than the unread streams take
+# (each holds at least one 64 KiB read), so the one that reads needs theirs
+STREAM_MEMORY_BOUND = 128 << 20  # what the unread streams may add to the gateway (it was their whole credit)
+RELEASED_BOUND = 48 << 20  # what may stay once they are gone
+
+
+def _consume_requests(group: str, stop: asyncio.Event, credit_bytes: int = STREAM_CREDIT_BYTES):  # type: ignore[no-untyped-def]
+    async def requests():  # type: ignore[no-untyped-def]
+        yield pb.ConsumeRequest(open=pb.ConsumeOpen(consumer_group=group, client_id=f"{group}-client"))
+        yield pb.ConsumeRequest(assign=pb.ConsumeAssign(queues=[
+            pb.StreamQueue(assign_id=1, topic="Bulk", queue_id=0, offset=0)]))
+        yield pb.ConsumeRequest(credit=pb.ConsumeCredit(messages=QUEUE_MESSAGES, bytes=credit_bytes))
+        await stop.wait()
+    return requests()
+
+
+def test_consume_streams_that_never_read_hold_a_bounded_budget_released_when_they_close(broker_factory) -> None:  # noqa: ANN001
+    broker, metrics_port = _gateway_with_metrics(broker_factory, {
+        "mapedFileSizeCommitLog": str(64 << 20), "consumeStreamMaxBytesInFlight": str(BUDGET),
+        "consumeStreamStallSeconds": "2"})
+    gateway = broker.gateway
+    assert gateway is not None and gateway.stub is not None and gateway.proc is not None
+    gateway.stub.CreateTopic(pb.CreateTopicRequest(topic="Bulk", read_queue_nums=1, write_queue_nums=1),
+                             timeout=RPC_TIMEOUT)
+    for _ in range(QUEUE_MESSAGES // 32):
+        gateway.stub.Send(pb.SendRequest(topic="Bulk", queue_id=0, messages=[pb.OutgoingMessage(body=BODY)] * 32),
+                          timeout=RPC_TIMEOUT)
+
+    async def read_all(stub: pb_grpc.GatewayStub, group: str) -> list[int]:
+        stop = asyncio.Event()
+        call = stub.Consume(_consume_requests(group, stop, credit_bytes=2 * QUEUE_MESSAGES * len(BODY)))
+        offsets: list[int] = []
+        async for batch in call:
+            offsets += batch.queue_offsets
+            if batch.next_offset >= QUEUE_MESSAGES:
+                break
+        stop.set()
+        call.cancel()
+        return offsets
+
+    async def scenario() -> None:
+        async with grpc.aio.insecure_channel(gateway.endpoint, options=_CHANNEL_OPTIONS) as channel:
+            stub = pb_grpc.GatewayStub(channel)
+            # One stream read to the end first, so caches and buffers are warm before the baseline.
+            assert await asyncio.wait_for(read_all(stub, "Warm"), 120) == list(range(QUEUE_MESSAGES))
+            baseline = _rss_bytes(gateway.proc.pid)
+
+        # Clients that open a stream, grant their whole window and then read nothing, each on its own
+        # connection (as separate consumers are), whose HTTP/2 window stays gRPC's first 64 KiB.
+        stop = asyncio.Event()
+        options = [*_CHANNEL_OPTIONS, ("grpc.http2.bdp_probe", 0)]
+        channels = [grpc.aio.insecure_channel(gateway.endpoint, options=options) for _ in range(UNREAD_STREAMS)]
+        unread = [pb_grpc.GatewayStub(ch).Consume(_consume_requests(f"Unread{i}", stop))
+                  for i, ch in enumerate(channels)]
+        await asyncio.sleep(5)  # time enough for a gateway that reads ahead to buffer what it can
+        grown = _rss_bytes(gateway.proc.pid) - baseline
+        print(f"{UNREAD_STREAMS} unread Consume streams grew the gateway by {grown >> 20} MiB")
+        assert grown < STREAM_MEMORY_BOUND, f"grown by {grown >> 20} MiB"
+        held = _metric(metrics_port, "rocketstore_gateway_consume_bytes_in_flight")
+        assert held <= BUDGET + len(BODY), held  # a read may take one message beyond its size
+
+        # A consumer that reads is not locked out by them: the streams that stalled longest are ended.
+        async with grpc.aio.insecure_channel(gateway.endpoint, options=_CHANNEL_OPTIONS) as channel:
+            assert await asyncio.wait_for(read_all(pb_grpc.GatewayStub(channel), "Reader"), 120) \
+                == list(range(QUEUE_MESSAGES))
+        assert _metric(metrics_port, "rocketstore_gateway_consume_streams_ended_stalled_total") > 0
+        assert "consume stream ended: its client reads nothing" in gateway.log_text()
+
+        # Closed, they give everything back, and the memory goes back to the system.
+        stop.set()
+        for call in unread:
+            call.cancel()
+        for ch in channels:
+            await ch.close()
+        await _until(lambda: _metric(metrics_port, "rocketstore_gateway_consume_streams") == 0, 30,
+                     "every stream closed")
+        assert _metric(metrics_port, "rocketstore_gateway_consume_bytes_in_flight") == 0
+        left = _rss_bytes(gateway.proc.pid) - baseline
+        print(f"after they closed, {left >> 20} MiB over the baseline")
+        assert left < RELEASED_BOUND, f"{left >> 20} MiB kept after the streams closed"
+
+    asyncio.run(scenario())

@@ -24,6 +24,19 @@ back to its master). With slaveReadEnable the reads go through the index service
 CommitLog's max offset the suggestion is computed from; without it the suggestion is always the master
 and reads may stay local.
 
+Memory: what a stream holds in the gateway is bounded twice. Per stream, a read starts only while fewer
+than ``READS_IN_FLIGHT`` batches are being read or wait to be written, so a client that grants credit and
+then reads nothing holds at most those and the one being written, not its whole credit. Across streams,
+every read first takes the bytes it may use from the gateway's ``InFlightBudget``
+(``consumeStreamMaxBytesInFlight``) and gives them back when its batch is written (gRPC took it) or the
+stream ends; a read that finds the budget spent waits for bytes to come back, and reads are smaller while
+little is left. So that streams whose clients read nothing cannot hold the budget from the others for
+ever, a read that waits ends every stream whose batch has waited to be written for
+``consumeStreamStallSeconds``: its write is cancelled (gRPC then frees what it buffered) and the stream
+ends with RESOURCE_EXHAUSTED. When the last bytes come back the freed memory is returned to the system
+(malloc_trim): 200 streams that never read took the gateway to 1.7 GB and kept it after they were
+cancelled.
+
 A queue that is caught up costs no request and no thread: the stream follows the queue on the pull
 hold service (the index's ``Watch`` stream) and reads it again when its max offset moves. While that
 stream is down, caught-up queues are read again every ``SHORT_WAIT``, as held pulls are.
@@ -32,6 +45,7 @@ stream is down, caught-up queues are read again every ``SHORT_WAIT``, as held pu
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -46,7 +60,8 @@ from .errors import GatewayError, check_group
 from .local_reads import LocalStoreReader
 from .pull_processor import SHORT_WAIT, matching, pull_status, suggest_pulling_from_slave
 
-__all__ = ["READS_IN_FLIGHT", "STREAM_BATCH_BYTES", "STREAM_BATCH_MESSAGES", "ConsumeStreamProcessor"]
+__all__ = ["READS_IN_FLIGHT", "STREAM_BATCH_BYTES", "STREAM_BATCH_MESSAGES", "ConsumeStreamProcessor",
+           "InFlightBudget"]
 
 _log = get_logger("rocketstore.gateway")
 
@@ -59,7 +74,98 @@ READS_IN_FLIGHT = 2
 MAX_CREDIT = 1 << 40
 READ_RETRY_SECONDS = 1.0  # after a read the index could not answer
 
+TRIM_DELAY = 1.0  # seconds from the budget emptying (or a stream ending) to the trim
+MIN_GRANT = 64 << 10
+"""Smallest read started when the budget is short (a smaller want is granted whole or not at all)."""
+
 Write = Callable[[pb.ConsumeBatch], Awaitable[None]]
+
+
+class InFlightBudget:
+    """Record bytes all Consume streams of the gateway hold at once: reserved by reads under way, and of
+    batches read and not yet written. Used on the event loop only."""
+
+    def __init__(self, capacity: int, stall_seconds: float) -> None:
+        if capacity < MIN_GRANT:
+            raise ValueError(f"consume stream budget of {capacity} bytes: at least {MIN_GRANT}")
+        self.capacity = capacity
+        self.stall_seconds = stall_seconds
+        self.held = 0
+        self.ended_stalled = 0  # streams ended because their client read nothing while others waited
+        self._streams: set[_Stream] = set()
+        self._waiting: set[asyncio.Event] = set()
+        self._trim: Callable[[], None] | None = _malloc_trim()
+        self._trim_scheduled = False
+
+    def take(self, want: int, wake: asyncio.Event) -> int:
+        """Up to ``want`` bytes, and no more than a fair share: a stream holds at most READS_IN_FLIGHT + 1
+        batches, so shares of capacity / (that many x open streams) let every stream read at once. 0 when
+        fewer than min(want, MIN_GRANT) are free, and then ``wake`` is set once bytes come back (after
+        stalled streams, if any, were ended to give theirs back; the caller asks again after
+        ``retry_after`` too, as streams stall while nothing comes back)."""
+        share = max(MIN_GRANT, self.capacity // ((READS_IN_FLIGHT + 1) * max(1, len(self._streams))))
+        free = self.capacity - self.held
+        grant = min(want, free, share)
+        if grant <= 0 or grant < min(want, MIN_GRANT):
+            self._waiting.add(wake)
+            self._end_stalled()
+            return 0
+        self.held += grant
+        return grant
+
+    @property
+    def retry_after(self) -> float:
+        return min(1.0, self.stall_seconds / 2)
+
+    def register(self, stream: _Stream) -> None:
+        self._streams.add(stream)
+
+    def unregister(self, stream: _Stream) -> None:
+        self._streams.discard(stream)
+
+    def _end_stalled(self) -> None:
+        now = asyncio.get_running_loop().time()
+        for stream in list(self._streams):
+            since = stream.writing_since
+            if stream.held > 0 and since is not None and now - since >= self.stall_seconds:
+                self.ended_stalled += 1
+                stream.end_stalled(now - since, self)
+
+    def give_back(self, size: int) -> None:
+        """Bytes come back; a negative size charges more (a read may return one message beyond its size)."""
+        self.held -= size
+        if size <= 0:
+            return
+        waiting, self._waiting = self._waiting, set()
+        for wake in waiting:
+            wake.set()
+        if self.held == 0:
+            self.trim_soon()
+
+    def trim_soon(self) -> None:
+        """Hand freed memory back to the system once gRPC has let go of what it buffered for streams that
+        ended (it frees that after the stream is gone): batches are megabytes, and freed they stay in the
+        allocator's heaps. One trim a second at most."""
+        if self._trim is None or self._trim_scheduled:
+            return
+        self._trim_scheduled = True
+
+        def trim() -> None:
+            self._trim_scheduled = False
+            if self._trim is not None:
+                self._trim()
+
+        asyncio.get_running_loop().call_later(TRIM_DELAY, trim)
+
+
+def _malloc_trim() -> Callable[[], None] | None:
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return lambda: trim(0)
 
 
 @dataclasses.dataclass(eq=False)
@@ -94,6 +200,8 @@ class ConsumeStreamProcessor:
         self._batch_messages = batch_messages
         self._batch_bytes = batch_bytes
         self.open_streams = 0
+        self.budget = InFlightBudget(context.settings.consume_stream_max_bytes_in_flight,
+                                     context.settings.consume_stream_stall_seconds)
 
     async def serve(self, requests: AsyncIterator[pb.ConsumeRequest], write: Write) -> None:
         """Run one stream until the client ends it (or it fails: the error ends the call)."""
@@ -107,17 +215,20 @@ class ConsumeStreamProcessor:
         check_group(first.open.consumer_group)
         self._ctx.group_for_consume(first.open.consumer_group)
         stream = _Stream(self._ctx, first.open.consumer_group, first.open.client_id, write, self._local,
-                         self._batch_messages, self._batch_bytes)
+                         self._batch_messages, self._batch_bytes, self.budget)
         self.open_streams += 1
         try:
             await stream.run(requests)
         finally:
             self.open_streams -= 1
+            if self.budget.held == 0:
+                self.budget.trim_soon()
 
 
 class _Stream:
     def __init__(self, ctx: GatewayContext, group: str, client_id: str, write: Write,
-                 local: LocalStoreReader | None, batch_messages: int, batch_bytes: int) -> None:
+                 local: LocalStoreReader | None, batch_messages: int, batch_bytes: int,
+                 budget: InFlightBudget) -> None:
         self._ctx = ctx
         self._local = local
         self._group = group
@@ -131,26 +242,37 @@ class _Stream:
         self._credit_bytes = 0
         self._wake = asyncio.Event()
         self._reads: set[asyncio.Task[None]] = set()
-        self._outbox: asyncio.Queue[pb.ConsumeBatch] = asyncio.Queue()
+        # Batches read and not yet written, each with the budget bytes it holds until it is.
+        self._outbox: asyncio.Queue[tuple[pb.ConsumeBatch, int]] = asyncio.Queue()
         self._rotation = 0
+        self._budget = budget
+        self.held = 0  # of the budget: reserved by reads under way, and of batches not yet written
+        self.writing_since: float | None = None  # when the batch being written was handed to gRPC
+        self._writer: asyncio.Task[None] | None = None
+        self._stalled: GatewayError | None = None
 
     async def run(self, requests: AsyncIterator[pb.ConsumeRequest]) -> None:
         loop = asyncio.get_running_loop()
         reader = loop.create_task(self._read_requests(requests), name="Consume.requests")
-        writer = loop.create_task(self._write_batches(), name="Consume.writer")
+        writer = self._writer = loop.create_task(self._write_batches(), name="Consume.writer")
         scheduler = loop.create_task(self._schedule(), name="Consume.scheduler")
         tasks = (reader, writer, scheduler)
+        self._budget.register(self)
         try:
             # The stream ends when the client ends its side (reader done) or a write fails (writer done).
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            if self._stalled is not None:
+                raise self._stalled
             for task in done:
                 task.result()  # a refusal (bad assignment, bad credit) ends the call with its status
         finally:
+            self._budget.unregister(self)
             for task in (*tasks, *self._reads):
                 task.cancel()
             await asyncio.gather(*tasks, *self._reads, return_exceptions=True)
             for q in list(self._queues.values()):
                 self._drop(q)
+            self._release(self.held)  # what reads reserved and batches not written: the stream is gone
 
     # --- the client's side -----------------------------------------------------------------
     async def _read_requests(self, requests: AsyncIterator[pb.ConsumeRequest]) -> None:
@@ -244,15 +366,23 @@ class _Stream:
             return None
         start = self._rotation % len(queues)
         for q in queues[start:] + queues[:start]:
-            if len(self._reads) >= READS_IN_FLIGHT or self._credit_messages <= 0 or self._credit_bytes <= 0:
+            # Batches being read or waiting to be written: a client that reads nothing stops the reads here.
+            if len(self._reads) + self._outbox.qsize() >= READS_IN_FLIGHT:
+                break
+            if self._credit_messages <= 0 or self._credit_bytes <= 0:
                 break
             if q.reading or (0 <= q.max_known <= q.offset):
                 continue
             if q.retry_at > now:
                 next_retry = q.retry_at if next_retry is None else min(next_retry, q.retry_at)
                 continue
+            size = self._budget.take(min(self._credit_bytes, self._batch_bytes), self._wake)
+            if size == 0:  # the gateway's budget is spent: woken when bytes come back, or asks again
+                retry = now + self._budget.retry_after
+                next_retry = retry if next_retry is None else min(next_retry, retry)
+                break
+            self.held += size
             messages = min(self._credit_messages, self._batch_messages)
-            size = min(self._credit_bytes, self._batch_bytes)
             self._credit_messages -= messages
             self._credit_bytes -= size
             q.reading = True
@@ -288,10 +418,10 @@ class _Stream:
                     if used_messages or local.next_offset != offset or q.suggested:
                         q.suggested = False  # without slaveReadEnable: always the master
                         self._ctx.stats.pulled(used_messages)
-                        self._outbox.put_nowait(pb.ConsumeBatch(
+                        self._outbox.put_nowait((pb.ConsumeBatch(
                             assign_id=q.assign_id, topic=q.topic, queue_id=q.queue_id, records=local.records,
                             queue_offsets=local.queue_offsets, sizes=local.sizes, next_offset=local.next_offset,
-                            max_offset=published))
+                            max_offset=published), used_bytes))
                     return
             try:
                 r = await self._ctx.index.get_message(q.topic, q.queue_id, offset, messages,
@@ -333,14 +463,39 @@ class _Stream:
             if used_messages or next_offset != offset or suggest != q.suggested:
                 q.suggested = suggest
                 self._ctx.stats.pulled(used_messages)
-                self._outbox.put_nowait(batch)  # in queue order: the queue's next read starts after this
+                self._outbox.put_nowait((batch, used_bytes))  # in queue order: its next read starts after this
         finally:
             q.reading = False
             self._credit_messages += messages - used_messages
             self._credit_bytes += size - used_bytes
+            self._release(size - used_bytes)  # the batch's bytes stay held until it is written
             self._wake.set()
 
     async def _write_batches(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
-            batch = await self._outbox.get()
-            await self._write(batch)
+            batch, held = await self._outbox.get()
+            self.writing_since = loop.time()
+            await self._write(batch)  # returns once gRPC took the batch: as fast as the client reads
+            self.writing_since = None
+            del batch
+            self._release(held)
+            self._wake.set()  # a read may start: the outbox has room
+
+    def end_stalled(self, waited: float, budget: InFlightBudget) -> None:
+        """The client has read nothing of a batch for ``waited`` seconds while other streams wait for the
+        budget: cancel the write (gRPC cancels the call and frees what it buffered) and end the stream."""
+        if self._stalled is not None or self._writer is None:
+            return
+        self._stalled = GatewayError(
+            "RESOURCE_EXHAUSTED", f"the client read nothing of a batch for {waited:.0f} s while other Consume "
+            f"streams waited for the gateway's {budget.capacity} bytes (consumeStreamMaxBytesInFlight); "
+            "read the stream, or grant less credit")
+        _log.warning("consume stream ended: its client reads nothing", consumer_group=self._group,
+                     client_id=self._client_id, waited_seconds=round(waited, 1), held_bytes=self.held,
+                     budget_bytes=budget.capacity)
+        self._writer.cancel()
+
+    def _release(self, size: int) -> None:
+        self.held -= size
+        self._budget.give_back(size)

@@ -109,7 +109,7 @@ class GatewayMetrics(AioRpcLatencyInterceptor):
         self.guard: ConnectionGuard | None = None
         metrics = self
         stats, sender, hold, batch_read = gateway.stats, gateway.sender, gateway.context.hold, gateway.batch_read
-        topics = gateway.context.topics
+        topics, consume = gateway.context.topics, gateway.consume_stream
 
         class Collector:
             # Read from the metrics thread: plain attribute reads of counters the event loop updates.
@@ -135,6 +135,14 @@ class GatewayMetrics(AioRpcLatencyInterceptor):
                 yield CounterMetricFamily("rocketstore_gateway_topics_json_writes",
                                           "Rewrites of topics.json (changes made at once share one).",
                                           value=float(topics.writes))
+                yield GaugeMetricFamily("rocketstore_gateway_consume_streams", "Consume streams open.",
+                                        value=float(consume.open_streams))
+                yield GaugeMetricFamily("rocketstore_gateway_consume_bytes_in_flight",
+                                        "Record bytes the Consume streams hold (consumeStreamMaxBytesInFlight).",
+                                        value=float(consume.budget.held))
+                yield CounterMetricFamily("rocketstore_gateway_consume_streams_ended_stalled",
+                                          "Consume streams ended because their client read nothing while others "
+                                          "waited for the budget.", value=float(consume.budget.ended_stalled))
                 yield GaugeMetricFamily("rocketstore_gateway_open_fds", "File descriptors the gateway holds.",
                                         value=float(open_descriptors()))
                 yield GaugeMetricFamily("rocketstore_gateway_max_fds",

@@ -40,7 +40,7 @@ def gateway_pid(data_dir: str) -> int:
                     words = f.read().split(b"\0")
             except OSError:
                 continue
-            if b"gateway" in words and data_dir.encode() in words:
+            if b"gateway" in words and any(data_dir.encode() in word for word in words):
                 return int(name)
     raise RuntimeError("no gateway process")
 

@@ -36,6 +36,7 @@ from rocketstore.services.commitlog.servicer import CommitLogServicer
 from rocketstore.services.commitlog.store import CommitLogStore, StoreStartError
 from rocketstore.services.dispatcher.dispatcher import Dispatcher
 from rocketstore.services.gateway.gateway import Gateway
+from rocketstore.services.gateway.main import GatewayMetrics, client_server
 from rocketstore.services.gateway.servicer import (
     BATCH_READ_SERVICE,
     GATEWAY_SERVICE,
@@ -58,8 +59,9 @@ from rocketstore.services.schedule.delay_offsets import DelayOffsetTable
 from rocketstore.services.schedule.schedule_service import ScheduleMessageService
 from rocketstore.services.schedule.timer_service import TimerMessageService
 
-from rocketstore.aio_server import AioGrpcServer, serve_until_signal
+from rocketstore.aio_server import serve_until_signal
 from rocketstore.codec import RECORD_SIZE_SLACK
+from rocketstore.connection_guard import ConnectionGuard
 from rocketstore.inprocess import InProcessServer, aio_channel_to, channel_to
 from rocketstore.log import configure_logging, get_logger
 from rocketstore.malloc_tuning import keep_freed_buffers
@@ -113,22 +115,25 @@ async def _serve_gateway(broker: LocalBroker, host: str, port: int, metrics_port
         await channel.close()
         return 1
     gateway.start()
+    guard: ConnectionGuard | None = None
     try:
         interceptors: list[grpc.aio.ServerInterceptor] = []
         if metrics_port is not None:
-            from rocketstore.services.gateway.main import GatewayMetrics
-
             interceptors.append(GatewayMetrics(gateway))
-        server = AioGrpcServer(host, port, interceptors=interceptors)
+        # The gateway's connection limits (silent and idle connections closed, per address and in all).
+        server, guard = client_server(settings, host, port, interceptors)
         server.add(gateway_pb2_grpc.add_GatewayServicer_to_server, GatewayServicer(gateway), GATEWAY_SERVICE)
         server.add(gateway_pb2_grpc.add_BatchReadServicer_to_server, BatchReadServicer(gateway), BATCH_READ_SERVICE)
         server.add(v2_grpc.add_MessagingServiceServicer_to_server, MessagingServicer(gateway, server.endpoint),
                    MESSAGING_SERVICE)
         await server.start()
+        guard.start()
         bound_metrics = start_metrics_server(metrics_port) if metrics_port is not None else None
         if bound_metrics is not None:
             broker.register_metrics()
     except BaseException:
+        if guard is not None:
+            guard.stop()
         await gateway.shutdown()
         await channel.close()
         raise
@@ -142,7 +147,10 @@ async def _serve_gateway(broker: LocalBroker, host: str, port: int, metrics_port
         await gateway.shutdown()
         await channel.close()
 
-    await serve_until_signal(server, stop, STOP_GRACE_SECONDS, on_signal=gateway.send_streams.stop)
+    try:
+        await serve_until_signal(server, stop, STOP_GRACE_SECONDS, on_signal=gateway.send_streams.stop)
+    finally:
+        guard.stop()
     return 0
 
 

@@ -9,7 +9,10 @@ drain, held pulls are answered, consumer offsets are persisted.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
+
+import grpc.aio
 
 from rocketstore.aio_server import AioGrpcServer, AioRpcLatencyInterceptor, serve_until_signal
 from rocketstore.connection_guard import ConnectionGuard, descriptor_limit, open_descriptors, raise_descriptor_limit
@@ -48,6 +51,28 @@ def connection_options(settings: Settings, max_connections: int) -> list[tuple[s
     ]
 
 
+def client_server(settings: Settings, host: str, port: int, interceptors: Sequence[grpc.aio.ServerInterceptor]
+                  ) -> tuple[AioGrpcServer, ConnectionGuard]:
+    """The server clients connect to (this process's, or the broker process's in local mode), bound, with
+    the connection limits of issue 21: the open file limit raised to the hard limit, gRPC's options, and
+    the guard that closes silent connections (start it once the server serves, stop it after)."""
+    soft, hard = raise_descriptor_limit()
+    max_connections = settings.grpc_max_connections or max(64, soft - DESCRIPTORS_KEPT)
+    server = AioGrpcServer(host, port, options=connection_options(settings, max_connections),
+                           interceptors=interceptors)
+    guard = ConnectionGuard(server.port, max_connections=max_connections,
+                            max_per_address=settings.grpc_max_connections_per_address)
+    for interceptor in interceptors:
+        if isinstance(interceptor, GatewayMetrics):
+            interceptor.guard = guard
+    _log.info("client connections limited", endpoint=server.endpoint, open_file_limit=soft,
+              open_file_hard_limit=hard, max_connections=max_connections,
+              max_connections_per_address=guard.max_per_address,
+              handshake_timeout_ms=settings.grpc_server_handshake_timeout_millis,
+              max_idle_seconds=settings.server_channel_max_idle_time_seconds)
+    return server, guard
+
+
 def serve(settings: Settings, host: str = "127.0.0.1", port: int | None = None, metrics_port: int | None = None,
           *, log_level: str = "info", commitlog: str, index: str) -> int:
     configure_logging(json=True, level=log_level, service=SERVICE)
@@ -61,18 +86,11 @@ async def _serve(settings: Settings, host: str, port: int, metrics_port: int | N
     except (OSError, ValueError) as e:  # unreadable config/, corrupt topics.json with no usable backup
         _log.error("gateway cannot start", error=str(e), store_path_root_dir=settings.store_path_root_dir)
         return 1
-    soft, hard = raise_descriptor_limit()
-    max_connections = settings.grpc_max_connections or max(64, soft - DESCRIPTORS_KEPT)
     gateway.start()
     guard: ConnectionGuard | None = None
     try:
         metrics = GatewayMetrics(gateway) if metrics_port is not None else None
-        server = AioGrpcServer(host, port, options=connection_options(settings, max_connections),
-                               interceptors=[metrics] if metrics is not None else [])
-        guard = ConnectionGuard(server.port, max_connections=max_connections,
-                                max_per_address=settings.grpc_max_connections_per_address)
-        if metrics is not None:
-            metrics.guard = guard
+        server, guard = client_server(settings, host, port, [metrics] if metrics is not None else [])
         server.add(gateway_pb2_grpc.add_GatewayServicer_to_server, GatewayServicer(gateway), GATEWAY_SERVICE)
         server.add(gateway_pb2_grpc.add_BatchReadServicer_to_server, BatchReadServicer(gateway), BATCH_READ_SERVICE)
         # RocketMQ 5's protocol, for its official clients (v2/)
@@ -87,8 +105,7 @@ async def _serve(settings: Settings, host: str, port: int, metrics_port: int | N
         await gateway.shutdown()
         raise
     _log.info("gateway serving", endpoint=server.endpoint, commitlog=commitlog, index=index,
-              metrics_port=bound_metrics, open_file_limit=soft, open_file_hard_limit=hard,
-              max_connections=max_connections, max_connections_per_address=guard.max_per_address)
+              metrics_port=bound_metrics)
     try:
         # The producers' SendStreams end (their sends read answered) before the server drains its calls.
         await serve_until_signal(server, gateway.shutdown, 5.0, on_signal=gateway.send_streams.stop)

@@ -460,8 +460,8 @@ KEYS: tuple[SettingKey, ...] = (
        "Seconds a Consume stream's client may read nothing of a batch while other streams wait for the "
        "budget, before the gateway ends the stream.",
        by="gateway", part="not a RocketMQ key: while consumeStreamMaxBytesInFlight is spent and a stream waits "
-       "for it, each stream whose batch has waited this long to be written is ended (RESOURCE_EXHAUSTED) and "
-       "its bytes come back", minimum=1),
+       "for it, each stream whose batch has waited this long to be written is ended (its call cancelled, the "
+       "reason logged) and its bytes come back", minimum=1),
     # --- topics, subscriptions, transactions (BrokerConfig)
     _k("defaultTopicQueueNums", int, 4, "Queues of a topic created automatically on first send.",
        by="gateway", minimum=1),

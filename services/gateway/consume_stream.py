@@ -32,10 +32,10 @@ every read first takes the bytes it may use from the gateway's ``InFlightBudget`
 stream ends; a read that finds the budget spent waits for bytes to come back, and reads are smaller while
 little is left. So that streams whose clients read nothing cannot hold the budget from the others for
 ever, a read that waits ends every stream whose batch has waited to be written for
-``consumeStreamStallSeconds``: its write is cancelled (gRPC then frees what it buffered) and the stream
-ends with RESOURCE_EXHAUSTED. When the last bytes come back the freed memory is returned to the system
-(malloc_trim): 200 streams that never read took the gateway to 1.7 GB and kept it after they were
-cancelled.
+``consumeStreamStallSeconds``: its write is cancelled, which cancels the call (the client sees
+CANCELLED; gRPC frees what it buffered), and the gateway logs why. When the last bytes come back the
+freed memory is returned to the system (malloc_trim): 200 streams that never read took the gateway to
+1.7 GB and kept it after they were cancelled.
 
 A queue that is caught up costs no request and no thread: the stream follows the queue on the pull
 hold service (the index's ``Watch`` stream) and reads it again when its max offset moves. While that
@@ -249,7 +249,7 @@ class _Stream:
         self.held = 0  # of the budget: reserved by reads under way, and of batches not yet written
         self.writing_since: float | None = None  # when the batch being written was handed to gRPC
         self._writer: asyncio.Task[None] | None = None
-        self._stalled: GatewayError | None = None
+        self._stalled = False
 
     async def run(self, requests: AsyncIterator[pb.ConsumeRequest]) -> None:
         loop = asyncio.get_running_loop()
@@ -262,7 +262,7 @@ class _Stream:
             # The stream ends when the client ends its side (reader done) or a write fails (writer done).
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             if self._stalled is not None:
-                raise self._stalled
+                return  # the cancelled write cancelled the call: no status can reach the client
             for task in done:
                 task.result()  # a refusal (bad assignment, bad credit) ends the call with its status
         finally:
@@ -484,13 +484,11 @@ class _Stream:
 
     def end_stalled(self, waited: float, budget: InFlightBudget) -> None:
         """The client has read nothing of a batch for ``waited`` seconds while other streams wait for the
-        budget: cancel the write (gRPC cancels the call and frees what it buffered) and end the stream."""
-        if self._stalled is not None or self._writer is None:
+        budget: cancel the write (gRPC cancels the call and frees what it buffered) and end the stream. A
+        status cannot follow the data the client does not read, so the reason goes to the log."""
+        if self._stalled or self._writer is None:
             return
-        self._stalled = GatewayError(
-            "RESOURCE_EXHAUSTED", f"the client read nothing of a batch for {waited:.0f} s while other Consume "
-            f"streams waited for the gateway's {budget.capacity} bytes (consumeStreamMaxBytesInFlight); "
-            "read the stream, or grant less credit")
+        self._stalled = True
         _log.warning("consume stream ended: its client reads nothing", consumer_group=self._group,
                      client_id=self._client_id, waited_seconds=round(waited, 1), held_bytes=self.held,
                      budget_bytes=budget.capacity)

@@ -61,9 +61,10 @@ def gateway_pid(data_dir: str) -> int:
                     words = f.read().split(b"\0")
             except OSError:
                 continue
-            if b"gateway" in words and any(data_dir.encode() in word for word in words):
+            # cluster mode's gateway process, or local mode's one broker process that serves clients
+            if (b"gateway" in words or b"broker" in words) and any(data_dir.encode() in word for word in words):
                 return int(name)
-    raise RuntimeError("no gateway process")
+    raise RuntimeError("no gateway or broker process")
 
 
 def descriptors(pid: int) -> str:

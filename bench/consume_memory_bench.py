@@ -40,17 +40,22 @@ def gateway_pid(data_dir: str) -> int:
                     words = f.read().split(b"\0")
             except OSError:
                 continue
-            if b"gateway" in words and any(data_dir.encode() in word for word in words):
+            # cluster mode's gateway process, or local mode's one broker process that serves clients
+            if (b"gateway" in words or b"broker" in words) and any(data_dir.encode() in word for word in words):
                 return int(name)
-    raise RuntimeError("no gateway process")
+    raise RuntimeError("no gateway or broker process")
 
 
-def rss_mib(pid: int) -> int:
+def rss_mib(pid: int) -> str:
+    """Resident MiB, and of it anonymous (the heap: what the streams cost) and file-backed (mapped store
+    files, which in local mode the same process writes and reads)."""
+    fields = {}
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) // 1024
-    raise RuntimeError("no VmRSS")
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "RssAnon", "RssFile"):
+                fields[key] = int(value.split()[0]) // 1024
+    return f"{fields['VmRSS']} (anon {fields['RssAnon']}, file {fields['RssFile']})"
 
 
 async def requests(group: str, credit: int, stop: asyncio.Event) -> AsyncIterator[pb.ConsumeRequest]:
@@ -75,19 +80,17 @@ async def run(endpoint: str, data_dir: str, streams: int, credit: int) -> None:
     stop = asyncio.Event()
     channels = [grpc.aio.insecure_channel(endpoint, options=_OPTIONS) for _ in range(streams)]
     calls = [pb_grpc.GatewayStub(ch).Consume(requests(f"Unread{i}", credit, stop)) for i, ch in enumerate(channels)]
-    peak = 0
-    for second in range(1, 21):
-        await asyncio.sleep(1)
-        peak = max(peak, rss_mib(pid))
-        if second % 5 == 0:
-            print(f"{streams} unread streams open {second} s: {rss_mib(pid)} MiB (peak {peak})", flush=True)
+    for second in range(5, 21, 5):
+        await asyncio.sleep(5)
+        print(f"{streams} unread streams open {second} s: {rss_mib(pid)} MiB", flush=True)
     stop.set()
     for call in calls:
         call.cancel()
     for ch in channels:
         await ch.close()
-    await asyncio.sleep(5)
-    print(f"5 s after they closed: {rss_mib(pid)} MiB; load average {os.getloadavg()[0]:.2f}", flush=True)
+    for after in (5, 15):
+        await asyncio.sleep(5 if after == 5 else 10)
+        print(f"{after} s after they closed: {rss_mib(pid)} MiB; load average {os.getloadavg()[0]:.2f}", flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Connection flood benchmark: silent connections from one address against a new client (issue 21).
+"""Connection flood benchmark: silent connections from one address against a new client.
 
 A script, not a test: it prints figures. Starts `rocketstore up` on a fresh temporary directory, opens
 ``--connections`` TCP connections to the gateway from 127.0.0.1 that never send a byte (from

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Consume streams that never read, against the gateway's memory (issue 21).
+"""Consume streams that never read, against the gateway's memory.
 
 A script, not a test: it prints figures. Starts `rocketstore up` on a fresh temporary directory, stores
 64 MiB in one queue, opens ``--streams`` Consume streams (each on its own connection) that grant

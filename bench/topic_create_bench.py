@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Topic creation benchmark: how long one CreateTopic takes as topics accumulate (issue 21).
+"""Topic creation benchmark: how long one CreateTopic takes as topics accumulate.
 
 A script, not a test: it prints figures. Starts `rocketstore up` on a fresh temporary directory, creates
 ``--topics`` topics one after another through the gateway (each answered once topics.json holds it),

@@ -1,4 +1,4 @@
-"""Keeps connections that never speak from locking clients out of a gRPC server (issue 21).
+"""Keeps connections that never speak from locking clients out of a gRPC server.
 
 A TCP connection that never sends a byte costs the server a file descriptor until gRPC's handshake
 timeout ends it. Thousands of them, opened faster than that timeout closes them, took every descriptor

@@ -2,7 +2,7 @@
 
 - A forced clean-up (cleanFileForciblyEnable=true, RocketMQ's default) never deletes a message a subscribed
   consumer group has not consumed unless cleanUnconsumedFileForciblyEnable says so; the full disk refuses
-  writes instead, naming the group, and writes resume once the group has consumed (issue 21, item 4).
+  writes instead, naming the group, and writes resume once the group has consumed.
 - No clean-up deletes CommitLog files not yet dispatched (item 7).
 - When the dispatcher must skip ahead (an operator deleted files the index never saw), every ConsumeQueue
   unit stays at its record's queue offset (item 7).

@@ -1,4 +1,4 @@
-"""Connections that never speak cannot lock clients out of the gateway (issue 21; real processes).
+"""Connections that never speak cannot lock clients out of the gateway (real processes).
 
 - A flood of silent TCP connections from one address, more than the gateway's open file limit allowed
   before (the test starts it with a small soft limit), does not stop a new client from sending: the

@@ -2,7 +2,7 @@
 
 - A full slave disk never deletes what its master counts as replicated: the slave stops acknowledging,
   the SYNC_MASTER answers SLAVE_NOT_AVAILABLE (or FLUSH_SLAVE_TIMEOUT), both statuses say why, and
-  replication resumes once space returns (issue 21, item 3).
+  replication resumes once space returns.
 - A slave whose log writes fail (its logs on the full disk, the default layout) keeps its replication
   going: it resumes once space returns, and its status shows the error while it lasts (item 6).
 - A slave its master refuses (its log diverged) says so on both sides (item 9).

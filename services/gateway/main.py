@@ -39,7 +39,7 @@ DESCRIPTORS_KEPT = 1024  # of the open file limit, not given to client connectio
 
 
 def connection_options(settings: Settings, max_connections: int) -> list[tuple[str, int]]:
-    """gRPC's side of the connection limits (issue 21): silent and idle connections are closed, at most
+    """gRPC's side of the connection limits: silent and idle connections are closed, at most
     ``max_connections`` are held, and clients that ping too often are told to go away."""
     return [
         ("grpc.server_handshake_timeout_ms", settings.grpc_server_handshake_timeout_millis),
@@ -54,7 +54,7 @@ def connection_options(settings: Settings, max_connections: int) -> list[tuple[s
 def client_server(settings: Settings, host: str, port: int, interceptors: Sequence[grpc.aio.ServerInterceptor]
                   ) -> tuple[AioGrpcServer, ConnectionGuard]:
     """The server clients connect to (this process's, or the broker process's in local mode), bound, with
-    the connection limits of issue 21: the open file limit raised to the hard limit, gRPC's options, and
+    the connection limits: the open file limit raised to the hard limit, gRPC's options, and
     the guard that closes silent connections (start it once the server serves, stop it after)."""
     soft, hard = raise_descriptor_limit()
     max_connections = settings.grpc_max_connections or max(64, soft - DESCRIPTORS_KEPT)

@@ -264,10 +264,15 @@ class TopicConfigManager:
     Thread-safe. Readers get immutable TopicConfig values; every change is persisted before it is applied.
     """
 
-    def __init__(self, config_dir: str | os.PathLike[str], settings: Settings | None = None) -> None:
+    def __init__(self, config_dir: str | os.PathLike[str], settings: Settings | None = None, *,
+                 read_only: bool = False) -> None:
+        """``read_only``: a reader beside the file's one writer (a front gateway): the file is loaded, and
+        loaded again by ``reload_if_changed``, never written."""
         self.settings = settings if settings is not None else Settings()
         self.path = os.path.join(os.fspath(config_dir), TOPICS_FILE)
         self._lock = threading.RLock()
+        self._read_only = read_only
+        stamp = file_stamp(self.path)  # before the load: a write after it is seen by the next reload
         system = self._system_topics()
         self._system_names = _STATIC_SYSTEM_TOPICS | frozenset(system)
         table = dict(system)
@@ -278,10 +283,11 @@ class TopicConfigManager:
             table.update(file_table)
         self._table = table
         self._version = version
-        self._stamp: tuple[int, int, int] | None = None
+        self._stamp: tuple[int, int, int] | None = stamp if read_only else None
         # Written at every start: adds system topics new to this version, and replaces a corrupt file when
         # the backup was used.
-        self._write(table, version)
+        if not read_only:
+            self._write(table, version)
         _log.info("topics loaded", path=self.path, topics=len(table), data_version=version.counter)
 
     def _system_topics(self) -> dict[str, TopicConfig]:
@@ -479,6 +485,8 @@ class TopicConfigManager:
         self._version = version
 
     def _write(self, table: Mapping[str, TopicConfig], version: DataVersion) -> None:
+        if self._read_only:
+            raise OSError(f"{self.path} is read-only here: only the owner gateway changes topics")
         persist_json(self.path, {
             "dataVersion": version.to_json(),
             "topicConfigTable": {name: table[name].to_json() for name in sorted(table)},

@@ -25,11 +25,12 @@ from pathlib import Path
 import grpc
 import pytest
 
-from rocketstore.client import ConsumeStatus, PullConsumer, PushConsumer
+from rocketstore.client import ConsumeStatus, Message, Producer, PullConsumer, PushConsumer
+from rocketstore.health_client import wait_serving
 from rocketstore.v1 import gateway_pb2 as pb
 from rocketstore.v1 import gateway_pb2_grpc as pb_grpc
 from tests.rmq5_venv import run_client
-from tests.test_launcher import STOP_TIMEOUT, UpProcess, wait_gone
+from tests.test_launcher import STOP_TIMEOUT, UpProcess, free_port, rocketstore_exe, wait_gone
 
 SENDER = Path(__file__).resolve().parent / "front_gateway_sender.py"
 CLIENT_TIMEOUT = 240.0  # seconds for one sending client process to finish
@@ -248,7 +249,52 @@ def test_front_forwards_what_it_cannot_serve_alone(up2: GatewaysUp) -> None:
         # Admin calls are the owner's.
         topics = {t.topic for t in stub.ListTopics(pb.ListTopicsRequest(), timeout=10).topics}
         assert "Fresh" in topics
-    assert sum(stored_ids(up2.endpoint, "Fresh").values()) == 1
+        known(up2)
+        # A transaction's half message is the owner's (its transaction table): invisible until committed.
+        half = stub.Send(pb.SendRequest(topic="Fresh", producer_group="tx-producers", transaction=True,
+                                        messages=[pb.OutgoingMessage(body=b"t")]), timeout=10).results[0]
+        assert sum(stored_ids(up2.endpoint, "Fresh").values()) == 1
+        stub.EndTransaction(pb.EndTransactionRequest(
+            producer_group="tx-producers", transaction_id=half.msg_id, commit_log_offset=half.commit_log_offset,
+            queue_offset=half.queue_offset, resolution=pb.TRANSACTION_COMMIT), timeout=10)
+    wait_until(lambda: sum(stored_ids(up2.endpoint, "Fresh").values()) == 2, "the committed message")
+
+
+def test_send_stream_through_the_front(up2: GatewaysUp) -> None:
+    """The Python Producer's SendStream served by the front: a topic it does not know yet is sent through the
+    owner, send by send (auto-created there); once its copy of topics.json has it, the front appends itself."""
+    with grpc.insecure_channel(up2.owner()) as channel:
+        owner = pb_grpc.GatewayStub(channel)
+
+        def owner_stored() -> int:
+            return int(owner.GetBrokerStatus(pb.GetBrokerStatusRequest(), timeout=10).put_messages)
+
+        with Producer(up2.own()) as producer:
+            first = [producer.send(Message("Streamed", b"a%d" % i)) for i in range(5)]
+            known(up2)
+            before = owner_stored()
+            later = [producer.send(Message("Streamed", b"b%d" % i)) for i in range(20)]
+            assert owner_stored() == before  # the front stored these itself
+    ids = stored_ids(up2.endpoint, "Streamed")
+    assert ids == Counter(r.msg_id for r in first + later)
+
+
+def test_front_with_its_owner_gone_answers_unavailable_naming_it(tmp_path: Path) -> None:
+    owner = f"127.0.0.1:{free_port()}"  # nobody listens there
+    port, own = free_port(), free_port()
+    proc = subprocess.Popen([rocketstore_exe(), "serve", "gateway", "--port", str(port), "--data-dir",
+                             str(tmp_path / "store"), "--commitlog", f"127.0.0.1:{free_port()}", "--owner", owner,
+                             "--own-port", str(own)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    try:
+        wait_serving(f"127.0.0.1:{own}", DEADLINE, name="front gateway")
+        with grpc.insecure_channel(f"127.0.0.1:{own}") as channel:
+            with pytest.raises(grpc.RpcError) as failed:
+                pb_grpc.GatewayStub(channel).ListTopics(pb.ListTopicsRequest(), timeout=10)
+        assert failed.value.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
+        assert f"the owner gateway at {owner} is unavailable" in failed.value.details()  # type: ignore[attr-defined]
+    finally:
+        proc.terminate()
+        assert proc.wait(STOP_TIMEOUT) == 0
 
 
 def test_streams_and_held_calls_are_relayed_through_the_front(up2: GatewaysUp) -> None:
@@ -324,8 +370,13 @@ def test_official_rocketmq5_client_through_the_front(up2: GatewaysUp) -> None:
         pb_grpc.GatewayStub(channel).CreateSubscriptionGroup(pb.SubscriptionGroup(group_name="official"),
                                                              timeout=10)
     own = up2.own()
-    sent = [{"body": f"m{i}", "tag": "TagA"} for i in range(10)]
-    receipts = run_client("produce.py", {"endpoint": own, "topic": "Official", "messages": sent})
+    known(up2)
+    with grpc.insecure_channel(up2.owner()) as channel:
+        owner = pb_grpc.GatewayStub(channel)
+        before = owner.GetBrokerStatus(pb.GetBrokerStatusRequest(), timeout=10).put_messages
+        sent = [{"body": f"m{i}", "tag": "TagA"} for i in range(10)]
+        receipts = run_client("produce.py", {"endpoint": own, "topic": "Official", "messages": sent})
+        assert owner.GetBrokerStatus(pb.GetBrokerStatusRequest(), timeout=10).put_messages == before  # the front's
     assert len({r["message_id"] for r in receipts}) == 10
     results = run_client("consume.py", {
         "endpoint": own, "group": "official", "topic": "Official", "expression": "TagA",

@@ -389,3 +389,27 @@ def test_official_rocketmq5_client_through_the_front(up2: GatewaysUp) -> None:
     more = run_client("produce.py", {"endpoint": up2.endpoint, "topic": "Official",
                                      "messages": [{"body": "shared", "tag": "TagA"}]})
     assert len(more) == 1
+
+
+def test_front_forwards_again_once_the_broker_is_restarted(up2: GatewaysUp) -> None:
+    """A kill -9 of the broker (the owner): the launcher restarts it on the same ports, and the front, which
+    lived on, forwards to it again and appends to its CommitLog again."""
+    create_topic(up2.endpoint, "Again")
+    known(up2)
+    broker = up2.pid("broker")
+    os.kill(broker, signal.SIGKILL)
+    up2.wait_for(lambda line: "broker" in line and "SERVING again" in line, DEADLINE, "the broker restarted")
+    with grpc.insecure_channel(up2.own()) as channel:
+        stub = pb_grpc.GatewayStub(channel)
+
+        def both_paths_work() -> bool:
+            try:
+                stub.ListTopics(pb.ListTopicsRequest(), timeout=10)  # forwarded
+                stub.Send(pb.SendRequest(topic="Again", messages=[pb.OutgoingMessage(body=b"x")]), timeout=10)
+            except grpc.RpcError as e:
+                assert e.code() == grpc.StatusCode.UNAVAILABLE, e  # type: ignore[attr-defined]
+                return False
+            return True
+
+        wait_until(both_paths_work, "forwarded calls and sends through the front after the broker's restart")
+    assert up2.pid("front1") in listening_pids(up2.port)

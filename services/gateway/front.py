@@ -64,6 +64,10 @@ _NOT_FORWARDED = frozenset({"user-agent", "content-type", "te", "host", CLIENT_H
 _CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    # The owner restarted by the launcher is back within seconds: reconnect at once, not after grpc's
+    # back-off of up to two minutes, during which every forwarded call would fail.
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
 ]
 
 

@@ -7,6 +7,7 @@
     rocketstore serve dispatcher --commitlog HOST:PORT --index HOST:PORT [same options]
     rocketstore serve schedule --commitlog HOST:PORT --index HOST:PORT [same options]
     rocketstore serve ha --commitlog HOST:PORT [--gateway HOST:PORT] [same options]
+    rocketstore serve gateway --commitlog HOST:PORT (--index HOST:PORT | --owner HOST:PORT [--own-port N])
     rocketstore demo [--data-dir DIR] [--port N] [--count N] [--no-wait] [--set KEY=VALUE ...]  (= up --demo)
     rocketstore up | send | consume | status | topic | group | query | bench   (rocketstore.commands)
 

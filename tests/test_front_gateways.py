@@ -413,3 +413,29 @@ def test_front_forwards_again_once_the_broker_is_restarted(up2: GatewaysUp) -> N
 
         wait_until(both_paths_work, "forwarded calls and sends through the front after the broker's restart")
     assert up2.pid("front1") in listening_pids(up2.port)
+
+
+class _Context:
+    def __init__(self, peer: str, metadata: tuple[tuple[str, str], ...]) -> None:
+        self._peer, self._metadata = peer, metadata
+
+    def peer(self) -> str:
+        return self._peer
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return self._metadata
+
+
+@pytest.mark.parametrize(("peer", "header", "expected"), [
+    ("ipv4:127.0.0.1:5000", "10.1.2.3:777", "10.1.2.3:777"),  # a front gateway forwarding its client's call
+    ("ipv6:%5B::1%5D:5000", "[2001:db8::5]:7", "[2001:db8::5]:7"),
+    ("ipv4:127.0.0.1:5000", None, "127.0.0.1:5000"),
+    ("ipv4:10.0.0.5:4000", "10.1.2.3:777", "10.0.0.5:4000"),  # a remote client cannot choose its born host
+    ("ipv6:%5B2001:db8::9%5D:4000", "10.1.2.3:777", "[2001:db8::9]:4000"),
+])
+def test_the_client_address_a_front_passes_on_is_honoured_from_loopback_only(peer: str, header: str | None,
+                                                                            expected: str) -> None:
+    from rocketstore.services.gateway.servicer import CLIENT_HOST_HEADER, peer_host
+
+    metadata = ((CLIENT_HOST_HEADER, header),) if header is not None else ()
+    assert peer_host(_Context(peer, metadata)) == expected  # type: ignore[arg-type]

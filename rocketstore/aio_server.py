@@ -71,6 +71,18 @@ class AioGrpcServer:
         self._started = False
         self._stopped = False
 
+    def listen_also(self, host: str, port: int = 0) -> str:
+        """Serve the same services on a second address too (before ``start``); returns its endpoint.
+        A gateway sharing its port with others (SO_REUSEPORT) is reached on this one alone."""
+        address = _join_host_port(host, port)
+        try:
+            bound = self._server.add_insecure_port(address)
+        except RuntimeError as exc:
+            raise OSError(f"cannot listen on {address}: {exc}") from exc
+        if bound == 0:
+            raise OSError(f"cannot listen on {address}")
+        return _join_host_port(host, bound)
+
     @property
     def service_names(self) -> tuple[str, ...]:
         return tuple(self._service_names)

@@ -7,6 +7,7 @@
     rocketstore serve dispatcher --commitlog HOST:PORT --index HOST:PORT [same options]
     rocketstore serve schedule --commitlog HOST:PORT --index HOST:PORT [same options]
     rocketstore serve ha --commitlog HOST:PORT [--gateway HOST:PORT] [same options]
+    rocketstore serve gateway --commitlog HOST:PORT (--index HOST:PORT | --owner HOST:PORT [--own-port N])
     rocketstore demo [--data-dir DIR] [--port N] [--count N] [--no-wait] [--set KEY=VALUE ...]  (= up --demo)
     rocketstore up | send | consume | status | topic | group | query | bench   (rocketstore.commands)
 
@@ -55,6 +56,8 @@ class ServiceEntry:
     # More ports it listens on: each an optional ``--<name>-port N``, and ``--<name>-host`` when in ``hosts``.
     ports: tuple[str, ...] = ()
     hosts: tuple[str, ...] = ()
+    # The help of an optional peer or port option, where the generic one does not fit.
+    helps: tuple[tuple[str, str], ...] = ()
 
 
 SERVICES: dict[str, ServiceEntry] = {
@@ -62,8 +65,10 @@ SERVICES: dict[str, ServiceEntry] = {
         "rocketstore.services.broker.main",
         "local mode: every service of one broker in one process (the gateway on --port, the ha service on "
         "--ha-port, the CommitLog and index services on --internal-port)",
-        ports=("internal", "ha"),
+        ports=("internal", "ha", "own"),
         hosts=("internal",),
+        helps=(("own", "a second port of the gateway on --internal-host, bound by this process alone: front "
+                       "gateways sharing --port (serve gateway --owner) forward to it (default: none)"),),
     ),
     "commitlog": ServiceEntry(
         "rocketstore.services.commitlog.main",
@@ -93,7 +98,17 @@ SERVICES: dict[str, ServiceEntry] = {
     "gateway": ServiceEntry(
         "rocketstore.services.gateway.main",
         "the gateway: send, pull with long polling, consumer groups, queries, admin and batch reads",
-        peers=("commitlog", "index"),
+        peers=("commitlog",),
+        optional_peers=("index", "owner"),
+        ports=("own",),
+        helps=(
+            ("index", "endpoint of the index service (required, except with --owner)"),
+            ("owner", "run as a front gateway of the owner gateway at HOST:PORT (its --own-port): share --port "
+                      "with it (SO_REUSEPORT), serve sends here over --commitlog, forward every other call to the "
+                      "owner, never write a config file (what `rocketstore up --gateways N` starts)"),
+            ("own", "with --owner: also listen on this loopback port, bound by this process alone (health checks "
+                    "and tests reach this one process there) (default: none)"),
+        ),
     ),
 }
 
@@ -152,14 +167,15 @@ def _add_serve(commands: SubParsers) -> None:
         for peer in entry.peers:
             p.add_argument(f"--{peer}", metavar="HOST:PORT", required=True, type=_endpoint,
                            help=f"endpoint of the {peer} service")
+        helps = dict(entry.helps)
         for peer in entry.optional_peers:
             p.add_argument(f"--{peer}", metavar="HOST:PORT", default=None, type=_endpoint,
-                           help=f"endpoint of this broker's {peer} service (a slave reports it to its master, "
-                                "whose clients then read from it)")
+                           help=helps.get(peer, f"endpoint of this broker's {peer} service (a slave reports it to "
+                                                "its master, whose clients then read from it)"))
         for name in entry.ports:
             p.add_argument(f"--{name}-port", type=_port, default=None,
-                           help=f"port of the {name} services (default: " +
-                                ("haListenPort" if name == "ha" else "a free one") + ")")
+                           help=helps.get(name, f"port of the {name} services (default: " +
+                                          ("haListenPort" if name == "ha" else "a free one") + ")"))
         for name in entry.hosts:
             p.add_argument(f"--{name}-host", default="127.0.0.1",
                            help=f"address the {name} services listen on (default: 127.0.0.1)")

@@ -174,6 +174,11 @@ def _add_up(commands: _SubParsers) -> None:
     p.add_argument("--mode", choices=("local", "cluster"), default="local",
                    help="local: every service in one process, calling each other in process (default); "
                         "cluster: every service its own process over gRPC, as deployed on Kubernetes")
+    p.add_argument("--gateways", type=_positive, default=1, metavar="N",
+                   help="local mode: N gateway processes on --port (SO_REUSEPORT; the kernel spreads client "
+                        "connections over them): the broker's own, which owns the state every gateway must see, "
+                        "and N-1 front gateways that serve sends themselves and forward every other call to it. "
+                        "One process uses one core: about one per core is what adds throughput (default: 1)")
     p.add_argument("--internal-host", default="127.0.0.1",
                    help="address the commitlog, index and dispatcher listen on (default: 127.0.0.1: their peers "
                         "are on this machine)")
@@ -195,6 +200,9 @@ def _run_up(args: argparse.Namespace) -> int:
     from rocketstore.launcher import run_up
     from rocketstore.settings import SettingsError
 
+    if args.gateways > 1 and (args.mode != "local" or args.with_slave):
+        print("rocketstore up: --gateways runs in local mode, without --with-slave", file=sys.stderr)
+        return EXIT_USAGE
     try:
         if args.with_slave:
             if args.demo:
@@ -208,7 +216,8 @@ def _run_up(args: argparse.Namespace) -> int:
         return run_up(args.data_dir, args.config, args.port, host=args.host, internal_host=args.internal_host,
                       settings=args.settings,
                       log_dir=args.log_dir, log_level=args.log_level,
-                      demo=args.demo_count if args.demo else 0, stop_after_demo=args.stop_after_demo, mode=args.mode)
+                      demo=args.demo_count if args.demo else 0, stop_after_demo=args.stop_after_demo, mode=args.mode,
+                      gateways=args.gateways)
     except SettingsError as e:
         print(f"rocketstore up: {e}", file=sys.stderr)
         return EXIT_USAGE

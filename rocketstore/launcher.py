@@ -4,7 +4,10 @@
   holds every service — CommitLog, index, dispatcher, schedule, ha and the gateway — and they call each
   other in process (``rocketstore.inprocess``); the gateway listens on ``--port``, the ha service on
   haListenPort, the CommitLog and index services on a free internal port (printed) for tools and for
-  more gateways.
+  more gateways. ``--gateways N`` adds N-1 front gateways (``rocketstore serve gateway --owner``) on the
+  same port (SO_REUSEPORT): each serves sends itself and forwards every other call to the broker's
+  gateway, the owner of the gateways' shared state, on its own loopback port (printed as ``(owner)``).
+  They start with the broker, are supervised as it is, and stop before it.
 * **cluster**: every service as its own process, talking gRPC over loopback, as in Kubernetes; what
   follows describes it, and holds for local mode's one process too (started, checked, supervised and
   stopped the same way).
@@ -107,6 +110,8 @@ class ManagedService:
     backoff: float = BACKOFF_INITIAL
     restart_at: float | None = None
     exit_codes: list[int] = field(default_factory=list)
+    # Where its health is checked when ``endpoint`` is shared with other processes (front gateways).
+    own_endpoint: str | None = None
 
     @property
     def endpoint(self) -> str:
@@ -143,7 +148,7 @@ class ManagedService:
                                   f"(log: {self.log_path}):\n{self.log_tail()}")
 
         try:
-            wait_serving(self.endpoint, timeout, name=self.name, check=check)
+            wait_serving(self.own_endpoint or self.endpoint, timeout, name=self.name, check=check)
         except DeadlineExceeded as e:
             raise LaunchError(f"{e} (log: {self.log_path}):\n{self.log_tail()}") from None
 
@@ -192,6 +197,7 @@ class Launcher:
         label: str = "",
         stop_event: threading.Event | None = None,
         preferred_ports: dict[str, int] | None = None,
+        gateways: int = 1,
     ) -> None:
         self.data_dir = data_dir
         self.config = config
@@ -202,7 +208,13 @@ class Launcher:
         self.stop_timeout = stop_timeout
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
-        self.order = tuple(services)
+        if gateways < 1:
+            raise ValueError(f"gateways {gateways}: at least 1")
+        if gateways > 1 and "broker" not in services:
+            raise ValueError("more gateways (--gateways) run in local mode only")
+        # Front gateways: after the broker, so they stop before it.
+        self.fronts = tuple(f"front{i}" for i in range(1, gateways))
+        self.order = (*services, *self.fronts)
         self.label = label  # prefixes every line printed ("slave: ")
         self._stop = stop_event or threading.Event()
         self.store_dir = Path(self._store_root())
@@ -219,7 +231,8 @@ class Launcher:
                 chosen[name] = free_port(self.host_of(name))
         # Ports the launcher picked itself may be taken by someone else between the pick and the bind:
         # such a service is started again on another port (the gateway's port is the user's to choose).
-        self._picked = {name for name in self.order if name != self.front and not (ports or {}).get(name)}
+        self._picked = {name for name in self.order
+                        if name != self.front and name not in self.fronts and not (ports or {}).get(name)}
         # Local mode: the ports the broker process listens on besides the gateway's (--ha-port, --internal-port).
         self.extra_ports: dict[str, int] = {}
         self._notes: list[str] = []
@@ -228,6 +241,8 @@ class Launcher:
             moved = bool(ha) and "ha" not in (ports or {}) and self._port_taken(host, ha or 0)
             self.extra_ports = {"ha": free_port(host) if moved or not ha else ha,
                                 "internal": (ports or {}).get("internal") or free_port(internal_host)}
+            if self.fronts:  # the owner gateway's own port, where the front gateways forward
+                self.extra_ports["owner"] = free_port(internal_host)
             if moved:  # haListenPort left at its default and someone else has it: said once started
                 self._notes.append(f"  ha: port {ha} is taken; listening on {self.extra_ports['ha']} instead "
                                    "(set haListenPort to choose the port)")
@@ -235,30 +250,44 @@ class Launcher:
         self._settings = list(settings)
         self.services: dict[str, ManagedService] = {}
         for name in self.order:
+            if name in self.fronts:
+                chosen[name] = chosen[self.front]  # the port they share with the broker's gateway
             self.services[name] = ManagedService(name, chosen[name], [], logs / f"{name}.log", self.host_of(name))
+        for name in self.fronts:
+            self.services[name].own_endpoint = f"{internal_host}:{free_port(internal_host)}"
+        if self.fronts:  # a health check on the shared port may reach a front: the broker's is on its own
+            self.services[self.front].own_endpoint = f"{internal_host}:{self.extra_ports['owner']}"
         for name in self.order:
             self.services[name].command = self._command(name)
 
     def host_of(self, name: str) -> str:
         """Where service ``name`` listens: the gateway and the ha service (which slaves reach) on ``host``,
         the others on ``internal_host``."""
-        return self.host if name in ("gateway", "ha", "broker") else self.internal_host
+        return self.host if name in ("gateway", "ha", "broker", *self.fronts) else self.internal_host
 
     def _command(self, name: str) -> list[str]:
         """``rocketstore serve <name>`` with the services' current ports."""
-        cmd = [sys.executable, "-m", "rocketstore", "serve", name, "--host", self.host_of(name), "--port",
-               str(self.services[name].port), "--log-level", self._log_level]
+        svc = self.services[name]
+        cmd = [sys.executable, "-m", "rocketstore", "serve", "gateway" if name in self.fronts else name,
+               "--host", self.host_of(name), "--port", str(svc.port), "--log-level", self._log_level]
         if self.data_dir is not None:
             cmd += ["--data-dir", self.data_dir]
         if self.config is not None:
             cmd += ["--config", self.config]
         for key, value in self._settings:
             cmd += ["--set", f"{key}={value}"]
+        if name in self.fronts:
+            assert svc.own_endpoint is not None
+            return [*cmd, "--commitlog", f"{self.internal_host}:{self.extra_ports['internal']}",
+                    "--owner", f"{self.internal_host}:{self.extra_ports['owner']}",
+                    "--own-port", svc.own_endpoint.rpartition(":")[2]]
         for peer in PEERS[name]:
             cmd += [f"--{peer}", self.services[peer].endpoint]
         if name == "broker":
             cmd += ["--ha-port", str(self.extra_ports["ha"]), "--internal-port", str(self.extra_ports["internal"]),
                     "--internal-host", self.internal_host]
+            if "owner" in self.extra_ports:
+                cmd += ["--own-port", str(self.extra_ports["owner"])]
         return cmd
 
     def _port_taken(self, host: str, port: int) -> bool:
@@ -315,10 +344,14 @@ class Launcher:
             # Every process is started at once: each spends most of its start importing and opening its
             # store, and needs its peers only once it serves (internal calls wait for a peer to be ready).
             # They are still reported, and must be SERVING, in order.
+            # Front gateways start once the broker serves: until then they could only answer UNAVAILABLE.
             for name in self.order:
-                self.services[name].start()
+                if name not in self.fronts:
+                    self.services[name].start()
             for i, name in enumerate(self.order):
                 svc = self.services[name]
+                if name in self.fronts and svc.proc is None:
+                    svc.start()
                 for attempt in range(3):
                     try:
                         svc.wait_serving(self.start_timeout, lambda: self._stop.is_set())
@@ -339,11 +372,16 @@ class Launcher:
                             self.services[later].stop(self.stop_timeout)
                     for later in self.order[i:]:
                         self.services[later].start()
-                self.say(f"  {name:<11} {svc.endpoint:<21} pid {svc.pid:<8} SERVING")
+                own = f" (alone on {svc.own_endpoint})" if name in self.fronts else ""
+                self.say(f"  {name:<11} {svc.endpoint:<21} pid {svc.pid:<8} SERVING{own}")
             if self.front == "broker":
                 self.say(f"  {'(ha)':<11} {self.ha_endpoint:<21} the ha service, in the broker process")
                 self.say(f"  {'(internal)':<11} {self.internal_host}:{self.extra_ports['internal']:<11} the "
                          "CommitLog and index services, for tools and more gateways")
+                if self.fronts:
+                    self.say(f"  {'(owner)':<11} {self.internal_host}:{self.extra_ports['owner']:<11} the broker's "
+                             f"gateway alone, where the {len(self.fronts)} front gateway(s) on "
+                             f"{self.gateway_endpoint} forward what they do not serve")
         except BaseException:
             self.stop()
             raise
@@ -462,13 +500,15 @@ def ha_port(config: str | None, settings: Sequence[tuple[str, str]],
 
 def run_up(data_dir: str | None, config: str | None, port: int, *, host: str = "127.0.0.1",
            internal_host: str = "127.0.0.1", settings: Sequence[tuple[str, str]] = (), log_dir: str | None = None,
-           log_level: str = "info", demo: int = 0, stop_after_demo: bool = False, mode: str = "local") -> int:
+           log_level: str = "info", demo: int = 0, stop_after_demo: bool = False, mode: str = "local",
+           gateways: int = 1) -> int:
     """``rocketstore up``: the embedded broker in the foreground until Ctrl-C or SIGTERM; with ``demo``,
     a producer and a consumer exchange that many messages once it is up."""
     ha, explicit = ha_port(config, settings)
     launcher = Launcher(data_dir, config, port, host=host, internal_host=internal_host, settings=settings,
                         log_dir=log_dir, log_level=log_level, services=services_of(mode),
-                        ports={"ha": ha} if explicit else None, preferred_ports=None if explicit else {"ha": ha})
+                        ports={"ha": ha} if explicit else None, preferred_ports=None if explicit else {"ha": ha},
+                        gateways=gateways)
 
     def run_demo(up: Launcher) -> None:
         from rocketstore.demo import run_broker_demo

@@ -14,7 +14,11 @@ What listens:
 * the ha service on ``--ha-port`` (default haListenPort), where slaves and masters reach it;
 * the CommitLog and index services on ``--internal-host``/``--internal-port`` (default: loopback, a free
   port), for what reaches them from outside the process: more gateways in front of this store
-  (``serve gateway --commitlog … --index …``), tools and tests.
+  (``serve gateway --commitlog … --index …``), tools and tests;
+* with ``--own-port``, the gateway a second time on ``--internal-host``: front gateways share ``--port``
+  with this one (SO_REUSEPORT: the kernel spreads new connections over the processes bound to it), serve
+  sends themselves and forward every other call to this gateway, the owner of the state all gateways must
+  see, on this port that no other process binds (``serve gateway --owner …``).
 
 One file owner each, as before: this process is the only writer of the CommitLog, the ConsumeQueues and
 IndexFiles, the config files and the timer's files. SIGTERM stops it in the reverse of the data flow:
@@ -87,7 +91,7 @@ _log = get_logger("rocketstore.broker")
 
 def serve(settings: Settings, host: str = "127.0.0.1", port: int | None = None, metrics_port: int | None = None,
           *, log_level: str = "info", internal_host: str = "127.0.0.1", internal_port: int | None = None,
-          ha_port: int | None = None) -> int:
+          ha_port: int | None = None, own_port: int | None = None) -> int:
     """Run the whole broker until SIGTERM/SIGINT; returns the process exit code. Main thread only."""
     configure_logging(json=True, level=log_level, service=SERVICE)
     keep_freed_buffers()  # batches, tail reads and replicated appends of a MiB or more
@@ -99,12 +103,14 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int | None = None, 
         broker.close()
         return 1
     try:
-        return asyncio.run(_serve_gateway(broker, host, DEFAULT_PORT if port is None else port, metrics_port))
+        return asyncio.run(_serve_gateway(broker, host, DEFAULT_PORT if port is None else port, metrics_port,
+                                          (internal_host, own_port)))
     finally:
         broker.close()
 
 
-async def _serve_gateway(broker: LocalBroker, host: str, port: int, metrics_port: int | None) -> int:
+async def _serve_gateway(broker: LocalBroker, host: str, port: int, metrics_port: int | None,
+                         own: tuple[str, int | None]) -> int:
     settings = broker.settings
     channel = aio_channel_to(broker.local)
     try:
@@ -120,8 +126,12 @@ async def _serve_gateway(broker: LocalBroker, host: str, port: int, metrics_port
         interceptors: list[grpc.aio.ServerInterceptor] = []
         if metrics_port is not None:
             interceptors.append(GatewayMetrics(gateway))
-        # The gateway's connection limits (silent and idle connections closed, per address and in all).
-        server, guard = client_server(settings, host, port, interceptors)
+        # The gateway's connection limits (silent and idle connections closed, per address and in all), and
+        # SO_REUSEPORT (grpc's default on Linux, said here because front gateways rely on it): the front
+        # gateways of `rocketstore up --gateways N` bind this same port.
+        server, guard = client_server(settings, host, port, interceptors, options=[("grpc.so_reuseport", 1)])
+        own_host, own_port = own
+        owner_endpoint = server.listen_also(own_host, own_port) if own_port is not None else None
         server.add(gateway_pb2_grpc.add_GatewayServicer_to_server, GatewayServicer(gateway), GATEWAY_SERVICE)
         server.add(gateway_pb2_grpc.add_BatchReadServicer_to_server, BatchReadServicer(gateway), BATCH_READ_SERVICE)
         server.add(v2_grpc.add_MessagingServiceServicer_to_server, MessagingServicer(gateway, server.endpoint),
@@ -138,7 +148,8 @@ async def _serve_gateway(broker: LocalBroker, host: str, port: int, metrics_port
         await channel.close()
         raise
     broker.start_ha(server.endpoint)
-    _log.info("broker serving", mode="local", gateway=server.endpoint, internal=broker.internal_endpoint,
+    _log.info("broker serving", mode="local", gateway=server.endpoint, owner=owner_endpoint,
+              internal=broker.internal_endpoint,
               ha=broker.ha_endpoint, metrics_port=bound_metrics, store_path_root_dir=settings.store_path_root_dir,
               broker_role=settings.broker_role.name, flush_disk_type=settings.flush_disk_type.name,
               min_offset=broker.commitlog.min_offset, max_offset=broker.commitlog.max_offset)

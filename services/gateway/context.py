@@ -22,7 +22,7 @@ from .rebalance import ConsumerGroupRegistry
 from .subscription_groups import SubscriptionGroupConfig, SubscriptionGroupManager
 from .topics import TopicConfig, TopicConfigManager, TopicError, is_not_allowed_send_topic
 
-__all__ = ["BrokerStats", "GatewayContext", "parse_subscription"]
+__all__ = ["BrokerStats", "GatewayContext", "SendContext", "parse_subscription"]
 
 
 class _Rate:
@@ -81,17 +81,14 @@ def parse_subscription(expression: str) -> Subscription:
 _SEND_NAMES_LIMIT = 65536
 
 
-class GatewayContext:
-    def __init__(self, settings: Settings, commitlog: AsyncCommitLogClient, index: AsyncIndexClient) -> None:
+class SendContext:
+    """What the send path needs (the settings, the CommitLog, the topic table, the counters): all of a
+    front gateway's context, which serves sends and forwards everything else to the owner gateway."""
+
+    def __init__(self, settings: Settings, commitlog: AsyncCommitLogClient, topics: TopicConfigManager) -> None:
         self.settings = settings
         self.commitlog = commitlog
-        self.index = index
-        config_dir = f"{settings.store_path_root_dir}/config"
-        self.topics = TopicConfigManager(config_dir, settings)
-        self.offsets = ConsumerOffsetManager(config_dir)
-        self.subscription_groups = SubscriptionGroupManager(config_dir, settings.auto_create_subscription_group)
-        self.groups = ConsumerGroupRegistry()
-        self.hold = PullRequestHoldService(index.watch)
+        self.topics = topics
         self.stats = BrokerStats()
         self._send_names: set[str] = set()  # topic names that passed the send checks
 
@@ -111,18 +108,37 @@ class GatewayContext:
             self._send_names.add(topic)
         config = self.topics.get(topic)
         if config is None:
-            try:
-                # Creating writes topics.json (and syncs it): off the event loop.
-                config = await asyncio.to_thread(self.topics.create_topic_in_send_message_method, topic,
-                                                 queue_nums=self.settings.default_topic_queue_nums)
-            except TopicError as e:
-                raise GatewayError("INVALID_ARGUMENT", str(e)) from None
-            if config is None:
-                raise GatewayError("NOT_FOUND", f"topic {topic!r} does not exist and autoCreateTopicEnable is off; "
-                                                "create it first (rocketstore topic create)")
+            config = await self.create_topic_for_send(topic)
         if not config.writeable:
             raise GatewayError("PERMISSION_DENIED", f"topic {topic!r} is not writable (perm {config.perm})")
         return config
+
+    async def create_topic_for_send(self, topic: str) -> TopicConfig:
+        """A topic the table does not hold, created as the settings allow (autoCreateTopicEnable)."""
+        try:
+            # Creating writes topics.json (and syncs it): off the event loop.
+            config = await asyncio.to_thread(self.topics.create_topic_in_send_message_method, topic,
+                                             queue_nums=self.settings.default_topic_queue_nums)
+        except TopicError as e:
+            raise GatewayError("INVALID_ARGUMENT", str(e)) from None
+        if config is None:
+            raise GatewayError("NOT_FOUND", f"topic {topic!r} does not exist and autoCreateTopicEnable is off; "
+                                            "create it first (rocketstore topic create)")
+        return config
+
+
+
+class GatewayContext(SendContext):
+    """The owner gateway's context: the send path's, and every piece of state all gateways must see."""
+
+    def __init__(self, settings: Settings, commitlog: AsyncCommitLogClient, index: AsyncIndexClient) -> None:
+        config_dir = f"{settings.store_path_root_dir}/config"
+        super().__init__(settings, commitlog, TopicConfigManager(config_dir, settings))
+        self.index = index
+        self.offsets = ConsumerOffsetManager(config_dir)
+        self.subscription_groups = SubscriptionGroupManager(config_dir, settings.auto_create_subscription_group)
+        self.groups = ConsumerGroupRegistry()
+        self.hold = PullRequestHoldService(index.watch)
 
     def topic_for_read(self, topic: str) -> TopicConfig:
         try:

@@ -12,7 +12,7 @@ import re
 
 from rocketstore.errors import BrokerError
 
-__all__ = ["GROUP_NAME", "MAX_GROUP_LENGTH", "GatewayError", "check_group", "client_facing"]
+__all__ = ["GROUP_NAME", "MAX_GROUP_LENGTH", "GatewayError", "OwnerNeeded", "check_group", "client_facing"]
 
 GROUP_NAME = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 MAX_GROUP_LENGTH = 255
@@ -26,6 +26,12 @@ _PASSED_THROUGH = frozenset({"INVALID_ARGUMENT", "RESOURCE_EXHAUSTED", "DEADLINE
 
 class GatewayError(BrokerError):
     """A request refused or failed; ``code`` is the name of the grpc.StatusCode to answer."""
+
+
+class OwnerNeeded(Exception):  # noqa: N818 - not an error: a request to hand on
+    """A front gateway cannot serve this request alone (a topic it does not know, which the owner may
+    auto-create; a transaction's half message): it is forwarded, unchanged, to the owner gateway.
+    Never raised in the owner, and never a status: not a ``BrokerError``."""
 
 
 def client_facing(error: BrokerError) -> BrokerError:

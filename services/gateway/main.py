@@ -1,4 +1,5 @@
-"""Entry point of the gateway: ``rocketstore serve gateway --commitlog HOST:PORT --index HOST:PORT``.
+"""Entry point of the gateway: ``rocketstore serve gateway --commitlog HOST:PORT --index HOST:PORT``, or
+with ``--owner HOST:PORT`` a front gateway of that owner gateway (``front.py``).
 
 Serves ``rocketstore.v1.Gateway`` (send, pull with long polling, consumer groups and offsets, queries,
 administration) and ``rocketstore.v1.BatchRead`` (bulk queue reads) with health and reflection, on
@@ -9,6 +10,7 @@ drain, held pulls are answered, consumer offsets are persisted.
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -51,14 +53,14 @@ def connection_options(settings: Settings, max_connections: int) -> list[tuple[s
     ]
 
 
-def client_server(settings: Settings, host: str, port: int, interceptors: Sequence[grpc.aio.ServerInterceptor]
-                  ) -> tuple[AioGrpcServer, ConnectionGuard]:
+def client_server(settings: Settings, host: str, port: int, interceptors: Sequence[grpc.aio.ServerInterceptor],
+                  options: Sequence[tuple[str, int]] = ()) -> tuple[AioGrpcServer, ConnectionGuard]:
     """The server clients connect to (this process's, or the broker process's in local mode), bound, with
     the connection limits: the open file limit raised to the hard limit, gRPC's options, and
     the guard that closes silent connections (start it once the server serves, stop it after)."""
     soft, hard = raise_descriptor_limit()
     max_connections = settings.grpc_max_connections or max(64, soft - DESCRIPTORS_KEPT)
-    server = AioGrpcServer(host, port, options=connection_options(settings, max_connections),
+    server = AioGrpcServer(host, port, options=[*connection_options(settings, max_connections), *options],
                            interceptors=interceptors)
     guard = ConnectionGuard(server.port, max_connections=max_connections,
                             max_per_address=settings.grpc_max_connections_per_address)
@@ -74,8 +76,21 @@ def client_server(settings: Settings, host: str, port: int, interceptors: Sequen
 
 
 def serve(settings: Settings, host: str = "127.0.0.1", port: int | None = None, metrics_port: int | None = None,
-          *, log_level: str = "info", commitlog: str, index: str) -> int:
+          *, log_level: str = "info", commitlog: str, index: str | None = None, owner: str | None = None,
+          own_port: int | None = None) -> int:
     configure_logging(json=True, level=log_level, service=SERVICE)
+    if owner is not None:
+        from .front import serve_front
+
+        return serve_front(settings, host, DEFAULT_PORT if port is None else port, metrics_port, commitlog, owner,
+                           ("127.0.0.1", own_port) if own_port is not None else None)
+    if index is None:
+        print("rocketstore serve gateway: --index HOST:PORT is required (except for a front gateway, --owner)",
+              file=sys.stderr)
+        return 2
+    if own_port is not None:
+        print("rocketstore serve gateway: --own-port goes with --owner", file=sys.stderr)
+        return 2
     return asyncio.run(_serve(settings, host, DEFAULT_PORT if port is None else port, metrics_port, commitlog, index))
 
 

@@ -14,7 +14,7 @@ from rocketstore.settings import snap_timer_precision
 from rocketstore.statuses import PutMessageStatus, is_disk_full
 from rocketstore.v1 import gateway_pb2 as pb
 
-from .context import GatewayContext
+from .context import SendContext
 from .delay import delay_level_of, to_schedule_topic
 from .errors import GatewayError, check_group
 from .sender import AppendedColumns, EncodedSend, SendBatcher, TagsCache, encode_send
@@ -54,7 +54,7 @@ class PreparedSend:
 
 
 class SendMessageProcessor:
-    def __init__(self, context: GatewayContext, batcher: SendBatcher) -> None:
+    def __init__(self, context: SendContext, batcher: SendBatcher) -> None:
         self._ctx = context
         self.batcher = batcher
         self._tags = TagsCache()

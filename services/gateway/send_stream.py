@@ -29,7 +29,7 @@ from rocketstore.errors import BrokerError
 from rocketstore.log import get_logger
 from rocketstore.v1 import gateway_pb2 as pb
 
-from .errors import GatewayError, client_facing
+from .errors import GatewayError, OwnerNeeded, client_facing
 from .send_processor import SEND_TIMEOUT, PreparedSend, SendMessageProcessor
 from .sender import AppendedColumns
 
@@ -38,7 +38,9 @@ __all__ = ["SendStreamCall", "SendStreams"]
 _log = get_logger("rocketstore.gateway")
 
 HalfSend = Callable[[pb.SendRequest, str], Awaitable[pb.SendResponse]]
-"""How a transaction's half message is sent (``TransactionProcessor.send_half``)."""
+"""How a send this gateway does not append itself is sent: a transaction's half message
+(``TransactionProcessor.send_half``); on a front gateway, that and any send only the owner gateway can
+serve (``OwnerNeeded``), as a unary Send to the owner."""
 
 
 def _status_number(code: str) -> int:
@@ -96,18 +98,24 @@ class SendStreamCall:
         timeout = min(item.timeout_ms / 1000, SEND_TIMEOUT) if item.timeout_ms else SEND_TIMEOUT
         self._in_flight += 1
         if request.transaction:  # a half message: the transaction processor's own path, in a task
-            task = asyncio.get_running_loop().create_task(self._half(request_id, request, timeout))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._send_elsewhere(request_id, request, timeout)
             return
         try:
             prepared = await self._sender.prepare(request, self._peer)
             done = self._sender.batcher.submit(prepared.encoded)
+        except OwnerNeeded:  # a front gateway: the owner serves this send (it may create its topic)
+            self._send_elsewhere(request_id, request, timeout)
+            return
         except Exception as e:  # noqa: BLE001 - a refusal answers this send only
             self._fail(request_id, e, request)
             return
         timer = asyncio.get_running_loop().call_later(timeout, _give_up, done, timeout)
         done.add_done_callback(functools.partial(self._stored, request_id, prepared, timer))
+
+    def _send_elsewhere(self, request_id: int, request: pb.SendRequest, timeout: float) -> None:
+        task = asyncio.get_running_loop().create_task(self._half(request_id, request, timeout))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _stored(self, request_id: int, prepared: PreparedSend, timer: asyncio.TimerHandle,
                 done: asyncio.Future[AppendedColumns]) -> None:

@@ -23,7 +23,8 @@ from .gateway import Gateway
 from .producer_channels import stream_checks
 from .send_stream import SendStreamCall
 
-__all__ = ["BATCH_READ_SERVICE", "GATEWAY_SERVICE", "BatchReadServicer", "GatewayServicer", "peer_host"]
+__all__ = ["BATCH_READ_SERVICE", "CLIENT_HOST_HEADER", "GATEWAY_SERVICE", "BatchReadServicer", "GatewayServicer",
+           "peer_host"]
 
 GATEWAY_SERVICE = "rocketstore.v1.Gateway"
 BATCH_READ_SERVICE = "rocketstore.v1.BatchRead"
@@ -44,15 +45,34 @@ def _facing(method: Callable[..., Awaitable[_R]]) -> Callable[..., Awaitable[_R]
     return call
 
 
+CLIENT_HOST_HEADER = "x-rocketstore-client-host"
+"""Metadata a front gateway adds to what it forwards: its client's "ip:port" (the born host of a send)."""
+
+
 def peer_host(context: _Context) -> str:
-    """The client's "ip:port" as gRPC names it ("ipv4:1.2.3.4:5" / "ipv6:[::1]:5")."""
+    """The client's "ip:port" as gRPC names it ("ipv4:1.2.3.4:5" / "ipv6:[::1]:5"). A call from loopback
+    may be a front gateway forwarding its client's call: then the address it names in CLIENT_HOST_HEADER.
+    Honoured from loopback only (front gateways run beside their owner), so a remote client cannot choose
+    the born host stored with its messages; a local one could, as it could bind any local address."""
     peer = context.peer() or ""
     kind, _, address = peer.partition(":")
     if kind == "ipv4":
+        if address.startswith("127."):
+            return _forwarded_host(context) or address
         return address
     if kind == "ipv6":
-        return address.replace("%5B", "[").replace("%5D", "]")
+        address = address.replace("%5B", "[").replace("%5D", "]")
+        if address.startswith("[::1]"):
+            return _forwarded_host(context) or address
+        return address
     return "127.0.0.1:0"
+
+
+def _forwarded_host(context: _Context) -> str | None:
+    for key, value in context.invocation_metadata() or ():
+        if key == CLIENT_HOST_HEADER and isinstance(value, str):
+            return value
+    return None
 
 
 class GatewayServicer(pb_grpc.GatewayServicer):

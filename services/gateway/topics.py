@@ -272,7 +272,10 @@ class TopicConfigManager:
     Thread-safe. Readers get immutable TopicConfig values; every change is persisted before it is applied.
     """
 
-    def __init__(self, config_dir: str | os.PathLike[str], settings: Settings | None = None) -> None:
+    def __init__(self, config_dir: str | os.PathLike[str], settings: Settings | None = None, *,
+                 read_only: bool = False) -> None:
+        """``read_only``: a reader beside the file's one writer (a front gateway): the file is loaded, and
+        loaded again by ``reload_if_changed``, never written."""
         self.settings = settings if settings is not None else Settings()
         self.path = os.path.join(os.fspath(config_dir), TOPICS_FILE)
         # _lock guards the tables; _write_lock makes one rewrite at a time (taken before _lock, never after).
@@ -284,6 +287,8 @@ class TopicConfigManager:
         self._texts: list[bytes] = []  # UTF-8: the file is megabytes at 10,000 topics, encoded once per topic
         self._dirty: set[str] = set()
         self.writes = 0  # rewrites of topics.json made (a metric: group commit makes fewer than changes)
+        self._read_only = read_only
+        stamp = file_stamp(self.path)  # before the load: a write after it is seen by the next reload
         system = self._system_topics()
         self._system_names = _STATIC_SYSTEM_TOPICS | frozenset(system)
         table = dict(system)
@@ -303,10 +308,11 @@ class TopicConfigManager:
         self._durable_seq = 0
         # The callers of a failed write are waiting for _write_lock when it fails: the latest few suffice.
         self._failures: collections.deque[tuple[int, int, OSError]] = collections.deque(maxlen=256)
-        self._stamp: tuple[int, int, int] | None = None
+        self._stamp: tuple[int, int, int] | None = stamp if read_only else None
         # Written at every start: adds system topics new to this version, and replaces a corrupt file when
         # the backup was used.
-        self._write(table, version)
+        if not read_only:
+            self._write(table, version)
         _log.info("topics loaded", path=self.path, topics=len(table), data_version=version.counter)
 
     def _system_topics(self) -> dict[str, TopicConfig]:
@@ -556,6 +562,8 @@ class TopicConfigManager:
         """Rewrite topics.json (caller holds _write_lock) with the text ``to_json`` makes of
         ``{"dataVersion": ..., "topicConfigTable": {name: config, ...}}``, names sorted: the text kept of
         the last write with the topics named in ``dirty`` (changed since) rendered again."""
+        if self._read_only:
+            raise OSError(f"{self.path} is read-only here: only the owner gateway changes topics")
         try:
             names, texts = self._names, self._texts
             if names is None:

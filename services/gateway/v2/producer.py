@@ -19,7 +19,8 @@ from rocketstore.v1 import gateway_pb2 as v1
 from rocketstore.v2 import definition_pb2 as d
 from rocketstore.v2 import service_pb2 as s
 
-from ..context import GatewayContext
+from ..context import SendContext
+from ..errors import OwnerNeeded
 from ..send_processor import SendMessageProcessor
 from ..timer import slot_time
 from ..transaction_processor import CHECK_IMMUNITY
@@ -45,7 +46,8 @@ _SEND_STATUS = {
 
 
 class V2SendProcessor:
-    def __init__(self, context: GatewayContext, send: SendMessageProcessor, transactions: V2Transactions) -> None:
+    def __init__(self, context: SendContext, send: SendMessageProcessor, transactions: V2Transactions | None) -> None:
+        """``transactions`` None: a front gateway's sender, whose half messages the owner gateway stores."""
         self._ctx = context
         self._send = send
         self._transactions = transactions
@@ -91,6 +93,8 @@ class V2SendProcessor:
             else:
                 queue_id = next(self._round_robin.setdefault(topic, itertools.count())) % config.write_queue_nums
             if transaction:
+                if self._transactions is None:
+                    raise OwnerNeeded("a transaction's half message is stored by the owner gateway")
                 sent = await self._transactions.send_half(topic, queue_id, outgoing[0], peer_host)
             else:
                 sent = await self._send.send(v1.SendRequest(topic=topic, queue_id=queue_id, messages=outgoing),

@@ -1,0 +1,384 @@
+"""A front gateway: ``rocketstore serve gateway --owner HOST:PORT`` — one more process on the gateway's port.
+
+A grpcio call costs its server hundreds of microseconds of CPU, and one Python process uses one core:
+the gateway's port is served by several processes (``rocketstore up --gateways N``), all bound to it with
+SO_REUSEPORT, the kernel spreading new connections over them. One of them, the broker's own gateway, is
+the **owner** of the state every gateway must see (topics.json, offsets and subscription groups, group
+membership and rebalance, held pulls and pop receives, FIFO locks, pop checkpoints, transaction producers'
+channels and checks). A front gateway keeps none of it:
+
+* it serves the hot, stateless path itself — v1 ``Send`` and ``SendStream``, v2 ``SendMessage`` of normal,
+  FIFO, delay and timer messages — with the owner's own processors (``SendMessageProcessor``,
+  ``V2SendProcessor``: the same checks, encoding and answers), appending over the CommitLog service of the
+  broker's internal port;
+* it forwards every other call, unchanged (raw bytes, metadata, deadline, status), to the owner at its own
+  port (which no other process binds), and so any send it cannot serve alone: a transaction's half
+  message, a topic its copy of topics.json does not hold (the owner applies autoCreateTopicEnable);
+* it never writes a config file: it reads topics.json and reads it again when the owner replaces it.
+
+A client cannot tell which process answered it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+import grpc.aio
+from rocketstore.services.commitlog.client import AsyncCommitLogClient
+
+from rocketstore.aio_server import AioGrpcServer, serve_until_signal
+from rocketstore.log import get_logger
+from rocketstore.server import MAX_MESSAGE_BYTES, start_metrics_server
+from rocketstore.servicing import rpc_errors
+from rocketstore.settings import Settings
+from rocketstore.v1 import gateway_pb2 as pb
+from rocketstore.v2 import service_pb2 as s
+
+from .context import SendContext
+from .errors import GatewayError, OwnerNeeded
+from .send_processor import SEND_TIMEOUT, SendMessageProcessor
+from .send_stream import SendStreamCall, SendStreams
+from .sender import SendBatcher
+from .servicer import BATCH_READ_SERVICE, CLIENT_HOST_HEADER, GATEWAY_SERVICE, _facing, peer_host
+from .topics import TopicConfig, TopicConfigManager
+from .v2.producer import V2SendProcessor
+from .v2.servicer import MESSAGING_SERVICE, _answers, _client_id
+
+__all__ = ["FrontContext", "FrontGateway", "OwnerRelay", "serve_front"]
+
+_log = get_logger("rocketstore.gateway.front")
+_Context = grpc.aio.ServicerContext[Any, Any]
+
+TOPICS_RELOAD_SECONDS = 0.5  # the owner's topic changes reach a front gateway within this (plus a file read)
+STOP_GRACE_SECONDS = 5.0
+SEND = f"/{GATEWAY_SERVICE}/Send"
+SEND_STREAM = f"/{GATEWAY_SERVICE}/SendStream"
+SEND_MESSAGE = f"/{MESSAGING_SERVICE}/SendMessage"
+
+# Headers grpc sets itself on the outgoing call; the client's own metadata goes through as it came.
+_NOT_FORWARDED = frozenset({"user-agent", "content-type", "te", "host", CLIENT_HOST_HEADER})
+_CHANNEL_OPTIONS = [
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    # The owner restarted by the launcher is back within seconds: reconnect at once, not after grpc's
+    # back-off of up to two minutes, during which every forwarded call would fail.
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
+
+
+def _methods() -> dict[str, tuple[bool, bool]]:
+    """Every method of the client-facing services: its path and (client streaming, server streaming)."""
+    from rocketstore.v1 import gateway_pb2
+    from rocketstore.v2 import service_pb2
+
+    methods = {}
+    for file, names in ((gateway_pb2.DESCRIPTOR, (GATEWAY_SERVICE, BATCH_READ_SERVICE)),
+                        (service_pb2.DESCRIPTOR, (MESSAGING_SERVICE,))):
+        for full_name in names:
+            service = file.services_by_name[full_name.rsplit(".", 1)[-1]]
+            for m in service.methods:
+                methods[f"/{full_name}/{m.name}"] = (m.client_streaming, m.server_streaming)
+    return methods
+
+
+class OwnerRelay:
+    """Calls relayed to the owner gateway as raw bytes: the client's metadata (plus its address, for the
+    born host of what the owner stores), its deadline, and back the owner's answer, metadata and status."""
+
+    def __init__(self, owner: str) -> None:
+        self.owner = owner
+        self._channel = grpc.aio.insecure_channel(owner, options=_CHANNEL_OPTIONS)
+        self.forwarded = 0  # calls forwarded
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    @staticmethod
+    def metadata(context: _Context) -> tuple[tuple[str, str | bytes], ...]:
+        kept = tuple((k, v) for k, v in context.invocation_metadata() or ()
+                     if k not in _NOT_FORWARDED and not k.startswith((":", "grpc-")))
+        return (*kept, (CLIENT_HOST_HEADER, peer_host(context)))
+
+    def handler(self, method: str, client_streaming: bool,
+                server_streaming: bool) -> grpc.RpcMethodHandler[Any, Any]:
+        if client_streaming and server_streaming:
+            return grpc.stream_stream_rpc_method_handler(self._bidi(method))
+        if client_streaming:
+            return grpc.stream_unary_rpc_method_handler(self._client_stream(method))
+        if server_streaming:
+            return grpc.unary_stream_rpc_method_handler(self._server_stream(method))
+        return grpc.unary_unary_rpc_method_handler(self.unary(method))
+
+    async def _failed(self, e: grpc.aio.AioRpcError, context: _Context) -> None:
+        details = e.details() or ""
+        if e.code() is grpc.StatusCode.UNAVAILABLE and not e.trailing_metadata():
+            # No answer from the owner at all (not the owner answering UNAVAILABLE): say whom we could not reach.
+            details = f"the owner gateway at {self.owner} is unavailable: {details}"
+        await context.abort(e.code(), details, tuple(e.trailing_metadata() or ()))
+
+    async def _relayed(self, call: Any, context: _Context) -> None:
+        initial = await call.initial_metadata()
+        if initial:
+            await context.send_initial_metadata(tuple(initial))
+
+    def unary(self, method: str) -> Callable[[bytes, _Context], Awaitable[bytes]]:
+        """The relay of one unary method."""
+        stub: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = self._channel.unary_unary(method)
+
+        async def relay(request: bytes, context: _Context) -> bytes:
+            self.forwarded += 1
+            call = stub(request, metadata=self.metadata(context), timeout=context.time_remaining())
+            try:
+                response: bytes = await call
+                await self._relayed(call, context)
+            except grpc.aio.AioRpcError as e:
+                await self._failed(e, context)
+                raise  # abort raised already; for the type checker
+            finally:
+                call.cancel()  # a no-op once done; ends the owner's call if this one was cancelled
+            context.set_trailing_metadata(tuple(await call.trailing_metadata() or ()))
+            return response
+
+        return relay
+
+    async def _stream(self, call: Any, context: _Context) -> AsyncIterator[bytes]:
+        self.forwarded += 1
+        try:
+            await self._relayed(call, context)
+            async for response in call:
+                yield response
+            context.set_trailing_metadata(tuple(await call.trailing_metadata() or ()))
+        except grpc.aio.AioRpcError as e:
+            await self._failed(e, context)
+        finally:
+            call.cancel()
+
+    def _server_stream(self, method: str) -> Callable[[bytes, _Context], AsyncIterator[bytes]]:
+        stub: grpc.aio.UnaryStreamMultiCallable[bytes, bytes] = self._channel.unary_stream(method)
+
+        async def relay(request: bytes, context: _Context) -> AsyncIterator[bytes]:
+            # An async generator function itself: grpc.aio runs any other kind of handler as synchronous.
+            call = stub(request, metadata=self.metadata(context), timeout=context.time_remaining())
+            async for response in self._stream(call, context):
+                yield response
+
+        return relay
+
+    def _bidi(self, method: str) -> Callable[[AsyncIterator[bytes], _Context], AsyncIterator[bytes]]:
+        stub: grpc.aio.StreamStreamMultiCallable[bytes, bytes] = self._channel.stream_stream(method)
+
+        async def relay(requests: AsyncIterator[bytes], context: _Context) -> AsyncIterator[bytes]:
+            call = stub(requests, metadata=self.metadata(context), timeout=context.time_remaining())
+            async for response in self._stream(call, context):
+                yield response
+
+        return relay
+
+    def _client_stream(self, method: str) -> Callable[[AsyncIterator[bytes], _Context], Awaitable[bytes]]:
+        stub: grpc.aio.StreamUnaryMultiCallable[bytes, bytes] = self._channel.stream_unary(method)
+
+        async def relay(requests: AsyncIterator[bytes], context: _Context) -> bytes:
+            self.forwarded += 1
+            call = stub(requests, metadata=self.metadata(context), timeout=context.time_remaining())
+            try:
+                response: bytes = await call
+                await self._relayed(call, context)
+            except grpc.aio.AioRpcError as e:
+                await self._failed(e, context)
+                raise
+            finally:
+                call.cancel()
+            context.set_trailing_metadata(tuple(await call.trailing_metadata() or ()))
+            return response
+
+        return relay
+
+    async def send(self, request: pb.SendRequest, metadata: tuple[tuple[str, str | bytes], ...],
+                   timeout: float) -> pb.SendResponse:
+        """One send of a SendStream that only the owner can serve, as a unary Send to it."""
+        self.forwarded += 1
+        stub: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = self._channel.unary_unary(SEND)
+        try:
+            raw = await stub(request.SerializeToString(), metadata=metadata, timeout=timeout)
+        except grpc.aio.AioRpcError as e:
+            details = e.details() or ""
+            if e.code() is grpc.StatusCode.UNAVAILABLE:
+                details = f"the owner gateway at {self.owner}: {details}"
+            raise GatewayError(e.code().name, details) from None
+        return pb.SendResponse.FromString(raw)
+
+
+class FrontContext(SendContext):
+    """A front gateway's context: the topic table read, never written; a topic it does not hold is the
+    owner's to find or create."""
+
+    def __init__(self, settings: Settings, commitlog: AsyncCommitLogClient) -> None:
+        topics = TopicConfigManager(f"{settings.store_path_root_dir}/config", settings, read_only=True)
+        super().__init__(settings, commitlog, topics)
+
+    async def create_topic_for_send(self, topic: str) -> TopicConfig:
+        raise OwnerNeeded(f"topic {topic!r} is not in this front gateway's copy of topics.json")
+
+
+class FrontGateway(grpc.GenericRpcHandler):
+    """The calls of one front gateway: sends served here, everything else relayed to the owner."""
+
+    def __init__(self, settings: Settings, commitlog: AsyncCommitLogClient, relay: OwnerRelay) -> None:
+        self.context = FrontContext(settings, commitlog)
+        self.relay = relay
+        self.sender = SendBatcher(commitlog.append)
+        self.send = SendMessageProcessor(self.context, self.sender)
+        self.v2 = V2SendProcessor(self.context, self.send, None)
+        self.send_streams = SendStreams()
+        self._reloader: asyncio.Task[None] | None = None
+        relayed = {path: relay.handler(path, *kind) for path, kind in _methods().items()}
+        self._handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
+            **relayed,
+            SEND: grpc.unary_unary_rpc_method_handler(
+                self._send, request_deserializer=pb.SendRequest.FromString,
+                response_serializer=lambda m: m if isinstance(m, bytes) else m.SerializeToString()),
+            SEND_STREAM: grpc.stream_stream_rpc_method_handler(
+                self.SendStream, request_deserializer=pb.SendStreamRequest.FromString,
+                response_serializer=pb.SendStreamResponse.SerializeToString),
+            SEND_MESSAGE: grpc.unary_unary_rpc_method_handler(
+                self._send_message, request_deserializer=s.SendMessageRequest.FromString,
+                response_serializer=lambda m: m if isinstance(m, bytes) else m.SerializeToString()),
+        }
+        self._send_relay = relay.unary(SEND)
+        self._send_message_relay = relay.unary(SEND_MESSAGE)
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler[Any, Any] | None:
+        return self._handlers.get(handler_call_details.method)
+
+    @property
+    def served(self) -> int:
+        """Messages this process stored itself."""
+        return self.context.stats.put_messages
+
+    # --- served here -------------------------------------------------------------------------------
+    async def _send(self, request: pb.SendRequest, context: _Context) -> pb.SendResponse | bytes:
+        if not request.transaction:
+            response = await self.Send(request, context)
+            if response is not None:
+                return response
+        relayed: bytes = await self._send_relay(request.SerializeToString(), context)
+        return relayed
+
+    @rpc_errors
+    @_facing
+    async def Send(self, request: pb.SendRequest, context: _Context) -> pb.SendResponse | None:
+        """The owner's Send of a non-transactional message; None when the owner must serve it."""
+        try:
+            return await self.send.send(request, peer_host(context))
+        except OwnerNeeded:
+            return None
+
+    async def _send_message(self, request: s.SendMessageRequest, context: _Context) -> s.SendMessageResponse | bytes:
+        response = await self.SendMessage(request, context)
+        if response is not None:
+            return response
+        relayed: bytes = await self._send_message_relay(request.SerializeToString(), context)
+        return relayed
+
+    @_answers(s.SendMessageResponse)
+    async def SendMessage(self, request: s.SendMessageRequest, context: _Context) -> s.SendMessageResponse | None:
+        """The owner's SendMessage; None when the owner must serve it."""
+        _client_id(context)
+        try:
+            return await self.v2.send(request, peer_host(context))
+        except OwnerNeeded:
+            return None
+
+    @rpc_errors
+    @_facing
+    async def SendStream(self, request_iterator: AsyncIterator[pb.SendStreamRequest], context: _Context) -> None:
+        metadata = self.relay.metadata(context)
+
+        async def at_owner(request: pb.SendRequest, _peer: str) -> pb.SendResponse:
+            # SendStreamCall bounds the wait by the send's own timeout (and cancels this call past it).
+            return await self.relay.send(request, metadata, SEND_TIMEOUT)
+
+        call = SendStreamCall(self.send, at_owner, peer_host(context), context.write)
+        with self.send_streams.open(call):
+            await call.run(request_iterator)
+
+    # --- life --------------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._reloader = asyncio.get_running_loop().create_task(self._reload_topics(), name="front-topics")
+
+    async def _reload_topics(self) -> None:
+        while True:
+            await asyncio.sleep(TOPICS_RELOAD_SECONDS)
+            try:
+                await asyncio.to_thread(self.context.topics.reload_if_changed)
+            except Exception as e:  # noqa: BLE001 - a file mid-replace is read again next time
+                _log.warning("topics.json not reloaded", error=repr(e))
+
+    async def shutdown(self) -> None:
+        if self._reloader is not None:
+            self._reloader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reloader
+        self.sender.close()
+        await self.context.commitlog.close()
+        await self.relay.close()
+        _log.info("front gateway stopped", messages_stored=self.served, calls_forwarded=self.relay.forwarded)
+
+
+def serve_front(settings: Settings, host: str, port: int, metrics_port: int | None, commitlog: str, owner: str,
+                own: tuple[str, int] | None) -> int:
+    return asyncio.run(_serve(settings, host, port, metrics_port, commitlog, owner, own))
+
+
+async def _serve(settings: Settings, host: str, port: int, metrics_port: int | None, commitlog: str, owner: str,
+                 own: tuple[str, int] | None) -> int:
+    try:
+        front = FrontGateway(settings, AsyncCommitLogClient(commitlog), OwnerRelay(owner))
+    except (OSError, ValueError) as e:  # unreadable config/ or topics.json
+        _log.error("front gateway cannot start", error=str(e), store_path_root_dir=settings.store_path_root_dir)
+        return 1
+    front.start()
+    try:
+        # SO_REUSEPORT (grpc's default on Linux, said here because this is what the front relies on):
+        # the port is shared with the owner gateway and the other front gateways.
+        server = AioGrpcServer(host, port, options=[("grpc.so_reuseport", 1)])
+        own_endpoint = server.listen_also(*own) if own is not None else None
+        server.add(lambda handler, srv: srv.add_generic_rpc_handlers((handler,)), front, GATEWAY_SERVICE)
+        for name in (BATCH_READ_SERVICE, MESSAGING_SERVICE):  # served by the same handler: named for health
+            server.add(lambda handler, srv: None, front, name)
+        await server.start()
+        bound_metrics = start_metrics_server(metrics_port) if metrics_port is not None else None
+        if bound_metrics is not None:
+            _register_metrics(front)
+    except BaseException:
+        await front.shutdown()
+        raise
+    _log.info("front gateway serving", endpoint=server.endpoint, own=own_endpoint, owner=owner, commitlog=commitlog,
+              metrics_port=bound_metrics)
+    await serve_until_signal(server, front.shutdown, STOP_GRACE_SECONDS, on_signal=front.send_streams.stop)
+    return 0
+
+
+def _register_metrics(front: FrontGateway) -> None:
+    from prometheus_client import REGISTRY
+    from prometheus_client.core import CounterMetricFamily
+
+    stats, relay = front.context.stats, front.relay
+
+    class Collector:
+        def describe(self) -> list[object]:
+            return []
+
+        def collect(self):  # type: ignore[no-untyped-def]
+            yield CounterMetricFamily("rocketstore_gateway_put_messages", "Messages stored through this gateway.",
+                                      value=float(stats.put_messages))
+            yield CounterMetricFamily("rocketstore_gateway_forwarded_calls",
+                                      "Calls this front gateway forwarded to the owner gateway.",
+                                      value=float(relay.forwarded))
+
+    REGISTRY.register(Collector())

@@ -74,6 +74,11 @@ _CHANNEL_OPTIONS = [
 ]
 
 
+# Every service process a test started: whatever a failed teardown left running is killed at the session's end
+# (they run in sessions of their own, so nothing else would stop them).
+_STARTED: list[subprocess.Popen[bytes]] = []
+
+
 def free_port() -> int:
     """A loopback port nobody listens on right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -139,6 +144,7 @@ class ServiceProcess:
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
                                          env=_clean_environ(), start_new_session=True)
+        _STARTED.append(self.proc)
         self._connect()
 
     def _connect(self) -> None:
@@ -565,6 +571,15 @@ def gateway(request: pytest.FixtureRequest, broker_factory: Callable[..., Broker
     """A running broker with its gateway (``broker.gateway.stub`` / ``.batch_read``); indirect
     parametrisation passes a dict of settings overrides."""
     return broker_factory(getattr(request, "param", None) or {}, gateway=True)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    left = [proc for proc in _STARTED if proc.poll() is None]
+    for proc in left:
+        proc.kill()
+        proc.wait(STOP_TIMEOUT)
+    if left:
+        session.config.get_terminal_writer().line(f"killed {len(left)} service process(es) a test left running")
 
 
 def pytest_configure(config: pytest.Config) -> None:

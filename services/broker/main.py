@@ -40,14 +40,7 @@ from rocketstore.services.commitlog.servicer import CommitLogServicer
 from rocketstore.services.commitlog.store import CommitLogStore, StoreStartError
 from rocketstore.services.dispatcher.dispatcher import Dispatcher
 from rocketstore.services.gateway.gateway import Gateway
-from rocketstore.services.gateway.main import GatewayMetrics, client_server
-from rocketstore.services.gateway.servicer import (
-    BATCH_READ_SERVICE,
-    GATEWAY_SERVICE,
-    BatchReadServicer,
-    GatewayServicer,
-)
-from rocketstore.services.gateway.v2.servicer import MESSAGING_SERVICE, MessagingServicer
+from rocketstore.services.gateway.main import GatewayMetrics, add_gateway_services, client_server
 from rocketstore.services.ha.client import HAClient
 from rocketstore.services.ha.config_sync import ConfigSync, config_dir_of
 from rocketstore.services.ha.master import HAMaster
@@ -72,8 +65,7 @@ from rocketstore.malloc_tuning import keep_freed_buffers
 from rocketstore.operator_token import ensure_token, token_path
 from rocketstore.server import GrpcServer, start_metrics_server
 from rocketstore.settings import BrokerRole, FlushDiskType, snap_timer_precision
-from rocketstore.v1 import commitlog_pb2_grpc, gateway_pb2_grpc, ha_pb2_grpc, index_pb2_grpc
-from rocketstore.v2 import service_pb2_grpc as v2_grpc
+from rocketstore.v1 import commitlog_pb2_grpc, ha_pb2_grpc, index_pb2_grpc
 
 if TYPE_CHECKING:
     from rocketstore.settings import Settings
@@ -132,10 +124,7 @@ async def _serve_gateway(broker: LocalBroker, host: str, port: int, metrics_port
         server, guard = client_server(settings, host, port, interceptors, options=[("grpc.so_reuseport", 1)])
         own_host, own_port = own
         owner_endpoint = server.listen_also(own_host, own_port) if own_port is not None else None
-        server.add(gateway_pb2_grpc.add_GatewayServicer_to_server, GatewayServicer(gateway), GATEWAY_SERVICE)
-        server.add(gateway_pb2_grpc.add_BatchReadServicer_to_server, BatchReadServicer(gateway), BATCH_READ_SERVICE)
-        server.add(v2_grpc.add_MessagingServiceServicer_to_server, MessagingServicer(gateway, server.endpoint),
-                   MESSAGING_SERVICE)
+        add_gateway_services(server, gateway)
         await server.start()
         guard.start()
         bound_metrics = start_metrics_server(metrics_port) if metrics_port is not None else None

@@ -75,6 +75,15 @@ def client_server(settings: Settings, host: str, port: int, interceptors: Sequen
     return server, guard
 
 
+def add_gateway_services(server: AioGrpcServer, gateway: Gateway) -> None:
+    """What clients call on a gateway: rocketstore.v1's Gateway and BatchRead (Spark), and RocketMQ 5's
+    MessagingService for its official clients (v2/)."""
+    server.add(gateway_pb2_grpc.add_GatewayServicer_to_server, GatewayServicer(gateway), GATEWAY_SERVICE)
+    server.add(gateway_pb2_grpc.add_BatchReadServicer_to_server, BatchReadServicer(gateway), BATCH_READ_SERVICE)
+    server.add(v2_grpc.add_MessagingServiceServicer_to_server, MessagingServicer(gateway, server.endpoint),
+               MESSAGING_SERVICE)
+
+
 def serve(settings: Settings, host: str = "127.0.0.1", port: int | None = None, metrics_port: int | None = None,
           *, log_level: str = "info", commitlog: str, index: str | None = None, owner: str | None = None,
           own_port: int | None = None) -> int:
@@ -106,11 +115,7 @@ async def _serve(settings: Settings, host: str, port: int, metrics_port: int | N
     try:
         metrics = GatewayMetrics(gateway) if metrics_port is not None else None
         server, guard = client_server(settings, host, port, [metrics] if metrics is not None else [])
-        server.add(gateway_pb2_grpc.add_GatewayServicer_to_server, GatewayServicer(gateway), GATEWAY_SERVICE)
-        server.add(gateway_pb2_grpc.add_BatchReadServicer_to_server, BatchReadServicer(gateway), BATCH_READ_SERVICE)
-        # RocketMQ 5's protocol, for its official clients (v2/)
-        server.add(v2_grpc.add_MessagingServiceServicer_to_server, MessagingServicer(gateway, server.endpoint),
-                   MESSAGING_SERVICE)
+        add_gateway_services(server, gateway)
         await server.start()
         guard.start()
         bound_metrics = start_metrics_server(metrics_port) if metrics_port is not None else None

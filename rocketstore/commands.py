@@ -174,11 +174,13 @@ def _add_up(commands: _SubParsers) -> None:
     p.add_argument("--mode", choices=("local", "cluster"), default="local",
                    help="local: every service in one process, calling each other in process (default); "
                         "cluster: every service its own process over gRPC, as deployed on Kubernetes")
-    p.add_argument("--gateways", type=_positive, default=1, metavar="N",
+    p.add_argument("--gateways", type=_positive, default=None, metavar="N",
                    help="local mode: N gateway processes on --port (SO_REUSEPORT; the kernel spreads client "
                         "connections over them): the broker's own, which owns the state every gateway must see, "
                         "and N-1 front gateways that serve sends themselves and forward every other call to it. "
-                        "One process uses one core: about one per core is what adds throughput (default: 1)")
+                        "One process uses one core: about one per core is what adds throughput (default: half "
+                        "the machine's cores, at least 1 — the other half for the broker process and clients "
+                        "on the same machine; 1 in cluster mode and with --with-slave)")
     p.add_argument("--internal-host", default="127.0.0.1",
                    help="address the commitlog, index and dispatcher listen on (default: 127.0.0.1: their peers "
                         "are on this machine)")
@@ -196,10 +198,18 @@ def _add_up(commands: _SubParsers) -> None:
     p.set_defaults(handler=_run_up)
 
 
+def default_gateways(mode: str, with_slave: bool, cores: int) -> int:
+    """Gateway processes of ``up`` when ``--gateways`` is not given: in local mode half the cores (one process
+    uses one core; the broker process and clients on the machine want the rest), else 1."""
+    return max(1, cores // 2) if mode == "local" and not with_slave else 1
+
+
 def _run_up(args: argparse.Namespace) -> int:
     from rocketstore.launcher import run_up
     from rocketstore.settings import SettingsError
 
+    if args.gateways is None:
+        args.gateways = default_gateways(args.mode, args.with_slave, os.cpu_count() or 1)
     if args.gateways > 1 and (args.mode != "local" or args.with_slave):
         print("rocketstore up: --gateways runs in local mode, without --with-slave", file=sys.stderr)
         return EXIT_USAGE

@@ -439,3 +439,13 @@ def test_the_client_address_a_front_passes_on_is_honoured_from_loopback_only(pee
 
     metadata = ((CLIENT_HOST_HEADER, header),) if header is not None else ()
     assert peer_host(_Context(peer, metadata)) == expected  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("mode", "with_slave", "cores", "expected"), [
+    ("local", False, 2, 1), ("local", False, 16, 8), ("local", False, 1, 1),
+    ("cluster", False, 16, 1), ("local", True, 16, 1),
+])
+def test_up_runs_a_gateway_per_two_cores_unless_told(mode: str, with_slave: bool, cores: int, expected: int) -> None:
+    from rocketstore.commands import default_gateways
+
+    assert default_gateways(mode, with_slave, cores) == expected

@@ -77,6 +77,7 @@ DEFAULT_PORT = 8081
 INPROCESS = "inprocess"  # the endpoint the in-process clients name in their errors and logs
 INTERNAL_WORKERS = 64  # Tail, Watch and ReadQueue streams of other gateways and tools hold a worker each
 STOP_GRACE_SECONDS = 5.0
+INTERNAL_STOP_GRACE_SECONDS = 1.0  # calls of other processes (front gateways, tools) stopped ahead of the store
 
 _log = get_logger("rocketstore.broker")
 
@@ -136,6 +137,7 @@ async def _serve_gateway(broker: LocalBroker, host: str, port: int, metrics_port
         await gateway.shutdown()
         await channel.close()
         raise
+    broker.serve_internal()
     broker.start_ha(server.endpoint)
     _log.info("broker serving", mode="local", gateway=server.endpoint, owner=owner_endpoint,
               internal=broker.internal_endpoint,
@@ -171,6 +173,7 @@ class LocalBroker:
         self._ha_host = "127.0.0.1"
         self._ha_port = 0
         self._index: IndexStore | None = None
+        self._internal: GrpcServer | None = None
         self._dispatcher: Dispatcher | None = None
         self._on_append: Callable[..., None] | None = None
 
@@ -203,9 +206,10 @@ class LocalBroker:
         internal = GrpcServer(internal_host, internal_port, max_workers=INTERNAL_WORKERS)
         internal.add(commitlog_pb2_grpc.add_CommitLogServicer_to_server, commitlog_servicer, COMMITLOG_SERVICE)
         internal.add(index_pb2_grpc.add_IndexServicer_to_server, index_servicer, INDEX_SERVICE)
-        internal.start()
+        # Bound now (a port taken fails the start at once), served once the gateway serves: a broker whose
+        # gateway cannot start (say, an unreadable config file) never looks up on any of its ports.
+        self._internal = internal
         self.internal_endpoint = internal.endpoint
-        self._stops.append(lambda: internal.stop(STOP_GRACE_SECONDS))
         self._stops.append(index_servicer.close)  # open Watch and ReadQueue streams end first
 
         # With SYNC_FLUSH a message becomes visible only once it is on disk (ReputMessageService's
@@ -230,6 +234,13 @@ class LocalBroker:
         timer.start()
         self._stops.append(timer.stop)
         self._ha_host, self._ha_port = ha_host, ha_port
+
+    def serve_internal(self) -> None:
+        """Serve the CommitLog and index services on the internal port (bound by ``open``)."""
+        internal = self._internal
+        assert internal is not None
+        internal.start()
+        self._stops.append(lambda: internal.stop(INTERNAL_STOP_GRACE_SECONDS))
 
     def start_ha(self, gateway_endpoint: str) -> None:
         """The ha service, once the gateway's endpoint (which a slave reports to its master) is known."""

@@ -37,6 +37,7 @@ are removed at the end and every process it started is stopped, on failure and C
 
 from __future__ import annotations
 
+import abc
 import argparse
 import hashlib
 import json
@@ -339,7 +340,7 @@ class Build:
 
 
 # --- the servers ----------------------------------------------------------------------------------------------
-class Server:
+class Server(abc.ABC):
     name = ""
     endpoint = ""  # where the official (gRPC) clients go
 
@@ -350,8 +351,9 @@ class Server:
     def cpu(self) -> float:
         return cpu_seconds(process_tree(self.roots))
 
+    @abc.abstractmethod
     def close(self) -> None:
-        raise NotImplementedError
+        """Stop every process of the server and remove what it stored."""
 
 
 class RocketMQ(Server):

@@ -449,3 +449,63 @@ def test_up_runs_a_gateway_per_two_cores_unless_told(mode: str, with_slave: bool
     from rocketstore.commands import default_gateways
 
     assert default_gateways(mode, with_slave, cores) == expected
+
+
+_EXTRA = re.compile(r"^\s+\((ha|internal)\)\s+(\S+:\d+)\s")
+
+
+def test_a_front_of_its_own_copies_topics_from_the_owners_ha_service(up2: GatewaysUp, tmp_path: Path) -> None:
+    """A front that does not share the store's disk (a pod of the Kubernetes Deployment): ``--ha`` names the owner
+    broker's ha service, whose topics.json it copies into its own data directory; it then stores sends itself."""
+    extra = {m.group(1): m.group(2) for line in up2.output().splitlines() if (m := _EXTRA.match(line))}
+    port, own = free_port(), free_port()
+    pod_dir = tmp_path / "front-pod"
+    proc = subprocess.Popen([rocketstore_exe(), "serve", "gateway", "--port", str(port), "--own-port", str(own),
+                             "--data-dir", str(pod_dir), "--commitlog", extra["internal"], "--owner", up2.owner(),
+                             "--ha", extra["ha"]], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_serving(f"127.0.0.1:{own}", DEADLINE, name="front gateway")
+        create_topic(up2.endpoint, "Podded")
+        copy = pod_dir / "config" / "topics.json"
+        wait_until(lambda: copy.exists() and "Podded" in json.loads(copy.read_text())["topicConfigTable"],
+                   "the owner's topics.json copied")
+        with grpc.insecure_channel(up2.owner()) as channel:
+            owner = pb_grpc.GatewayStub(channel)
+            before = owner.GetBrokerStatus(pb.GetBrokerStatusRequest(), timeout=10).put_messages
+
+            def front_has_it() -> bool:  # the copy is written, then loaded within TOPICS_RELOAD_SECONDS
+                with grpc.insecure_channel(f"127.0.0.1:{own}") as ch:
+                    pb_grpc.GatewayStub(ch).Send(pb.SendRequest(
+                        topic="Podded", messages=[pb.OutgoingMessage(body=b"probe")]), timeout=10)
+                return owner.GetBrokerStatus(pb.GetBrokerStatusRequest(), timeout=10).put_messages == before
+
+            wait_until(front_has_it, "a send stored by the front itself")
+            with grpc.insecure_channel(f"127.0.0.1:{own}") as ch:
+                stub = pb_grpc.GatewayStub(ch)
+                for i in range(20):
+                    stub.Send(pb.SendRequest(topic="Podded", messages=[pb.OutgoingMessage(body=b"%d" % i)]),
+                              timeout=10)
+            assert owner.GetBrokerStatus(pb.GetBrokerStatusRequest(), timeout=10).put_messages == before
+        ids = stored_ids(up2.endpoint, "Podded")
+        assert sum(ids.values()) >= 21 and all(n == 1 for n in ids.values())
+        assert not (pod_dir / "commitlog").exists()  # the store stays the owner's alone
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=STOP_TIMEOUT)
+    assert proc.returncode == 0, out
+    serving = next(json.loads(line) for line in out.splitlines() if '"front gateway serving"' in line)
+    assert serving["topics_from"] == extra["ha"], serving
+
+
+def test_the_ha_service_hands_out_only_the_config_files_asked_for(up2: GatewaysUp) -> None:
+    from rocketstore.services.ha.client import HAClient
+
+    from rocketstore.errors import BrokerError
+
+    extra = {m.group(1): m.group(2) for line in up2.output().splitlines() if (m := _EXTRA.match(line))}
+    with HAClient(extra["ha"]) as ha:
+        files = ha.config_files(["topics.json"], timeout=10)
+        assert [name for name, _ in files] == ["topics.json"] and files[0][1]
+        assert len(ha.config_files(timeout=10)) == 4
+        with pytest.raises(BrokerError, match="no such config file to copy: passwords"):
+            ha.config_files(["passwords"], timeout=10)

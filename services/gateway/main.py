@@ -86,13 +86,16 @@ def add_gateway_services(server: AioGrpcServer, gateway: Gateway) -> None:
 
 def serve(settings: Settings, host: str = "127.0.0.1", port: int | None = None, metrics_port: int | None = None,
           *, log_level: str = "info", commitlog: str, index: str | None = None, owner: str | None = None,
-          own_port: int | None = None) -> int:
+          own_port: int | None = None, ha: str | None = None) -> int:
     configure_logging(json=True, level=log_level, service=SERVICE)
     if owner is not None:
         from .front import serve_front
 
         return serve_front(settings, host, DEFAULT_PORT if port is None else port, metrics_port, commitlog, owner,
-                           ("127.0.0.1", own_port) if own_port is not None else None)
+                           ("127.0.0.1", own_port) if own_port is not None else None, ha)
+    if ha is not None:
+        print("rocketstore serve gateway: --ha goes with --owner", file=sys.stderr)
+        return 2
     if index is None:
         print("rocketstore serve gateway: --index HOST:PORT is required (except for a front gateway, --owner)",
               file=sys.stderr)

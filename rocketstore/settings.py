@@ -376,24 +376,34 @@ _DELETE_AT_ONCE = ("a deleted file is closed and unlinked at once (no reference 
 KEYS: tuple[SettingKey, ...] = (
     # --- identity and networking (BrokerConfig / NettyServerConfig)
     _k("brokerClusterName", str, "DefaultCluster", "Name of the cluster the broker belongs to.",
-       by="gateway", part="names the cluster's system topic and its reply topic; there is no name server to "
-       "register with", check=_non_empty),
+       by="gateway", part="names the cluster's system topic and its reply topic, and, with etcdEndpoints, the "
+       "cluster the broker registers in (docs/cluster.md)", check=_non_empty),
     _k("brokerName", str, "broker-a", "Broker name; a master and its slaves share it.",
        by="gateway ha", part="names the broker's system topic, is reported in the broker status and is sent by a "
        "slave when it connects to its master",
        check=_non_empty),
     _k("brokerId", int, 0, "0 is the master; a slave needs an id > 0. Masters are always given 0.",
-       by="ha", part="checked (a SLAVE needs an id > 0, a master's is forced to 0) and sent by a slave when it "
-       "connects to its master",
+       by="gateway ha", part="checked (a SLAVE needs an id > 0, a master's is forced to 0), sent by a slave when it "
+       "connects to its master and registered in the cluster (etcdEndpoints)",
        minimum=0),
     _k("brokerIP1", str, "127.0.0.1", "Address the broker advertises to clients and writes into messages.",
-       by="commitlog", part="the host of the store address written into every record (STOREHOST) and into "
-       "offset msgIds; nothing is advertised, clients reach the gateway directly"),
+       by="commitlog gateway", part="the host of the store address written into every record (STOREHOST) and "
+       "into offset msgIds, and, with etcdEndpoints, of the gateway address registered when the gateway listens "
+       "on every interface"),
     _k("brokerIP2", str, "", "Address the master advertises for HA replication; empty means brokerIP1.",
        ignored="there is no name server to advertise to: a slave is given its master's ha address "
        "(haMasterAddress)"),
     _k("namesrvAddr", str, "", "Name server addresses separated by ';' (empty: none).",
-       ignored="there is no name server; clients and tools connect to the gateway's address directly"),
+       ignored="there is no RocketMQ name server: a cluster's name service is etcd (etcdEndpoints), and clients "
+       "learn the cluster's routes from any gateway"),
+    _k("etcdEndpoints", str, "", "Not a RocketMQ key: the etcd endpoints (HOST:PORT, ';'-separated) of the "
+       "cluster's name service and metadata store; empty: the broker stands alone.",
+       by="gateway", part="the broker registers its group member (brokerClusterName, brokerName, brokerId, role, "
+       "gateway and ha addresses) under a lease, publishes its topics' queues, and its gateway answers routes "
+       "for every group of the cluster (docs/cluster.md)"),
+    _k("etcdLeaseTtlSeconds", int, 10, "Not a RocketMQ key: the TTL of the broker's registration lease (s); "
+       "a broker that stops renewing it leaves every route within this time.",
+       by="gateway", part="renewed every third of it", minimum=1, maximum=3600),
     _k("listenPort", int, 10911, "Port the broker listens on for clients.",
        by="commitlog", part="the CommitLog service's default port and the port of the store address in "
        "records and offset msgIds; the gateway listens on its own --port (8081)", **_PORT),

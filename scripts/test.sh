@@ -7,6 +7,11 @@ if ! command -v java >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless >/dev/null
     else sudo apt-get update -qq && sudo apt-get install -y -qq openjdk-17-jre-headless >/dev/null; fi
 fi
+# The cluster tests run etcd (the name service of a cluster of broker groups): Debian's etcd-server.
+if ! command -v etcd >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq etcd-server >/dev/null
+    else sudo apt-get update -qq && sudo apt-get install -y -qq etcd-server >/dev/null; fi
+fi
 python3 -m pip install --quiet --disable-pip-version-check -e '.[test]'
 python3 -m rocketstore.protogen --check
 ruff check .

@@ -571,6 +571,70 @@ class BrokerStatus(_message.Message):
     slave_gateways: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, broker_name: _Optional[str] = ..., broker_role: _Optional[str] = ..., flush_disk_type: _Optional[str] = ..., put_tps: _Optional[float] = ..., get_tps: _Optional[float] = ..., put_messages: _Optional[int] = ..., get_messages: _Optional[int] = ..., put_bytes: _Optional[int] = ..., commitlog_min_offset: _Optional[int] = ..., commitlog_max_offset: _Optional[int] = ..., dispatch_behind_bytes: _Optional[int] = ..., dispatch_behind_millis: _Optional[int] = ..., disk_used_ratio: _Optional[float] = ..., stats: _Optional[_Mapping[str, str]] = ..., slave_gateways: _Optional[_Iterable[str]] = ...) -> None: ...
 
+class GetClusterInfoRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ClusterMember(_message.Message):
+    __slots__ = ("cluster_name", "broker_name", "broker_id", "broker_role", "gateway", "ha", "epoch")
+    CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ROLE_FIELD_NUMBER: _ClassVar[int]
+    GATEWAY_FIELD_NUMBER: _ClassVar[int]
+    HA_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    cluster_name: str
+    broker_name: str
+    broker_id: int
+    broker_role: str
+    gateway: str
+    ha: str
+    epoch: int
+    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., broker_role: _Optional[str] = ..., gateway: _Optional[str] = ..., ha: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...
+
+class ClusterInfo(_message.Message):
+    __slots__ = ("cluster_name", "registered", "registry_connected", "registry", "members")
+    CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    REGISTERED_FIELD_NUMBER: _ClassVar[int]
+    REGISTRY_CONNECTED_FIELD_NUMBER: _ClassVar[int]
+    REGISTRY_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    cluster_name: str
+    registered: bool
+    registry_connected: bool
+    registry: str
+    members: _containers.RepeatedCompositeFieldContainer[ClusterMember]
+    def __init__(self, cluster_name: _Optional[str] = ..., registered: _Optional[bool] = ..., registry_connected: _Optional[bool] = ..., registry: _Optional[str] = ..., members: _Optional[_Iterable[_Union[ClusterMember, _Mapping]]] = ...) -> None: ...
+
+class QueryRouteRequest(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    def __init__(self, topic: _Optional[str] = ...) -> None: ...
+
+class QueueData(_message.Message):
+    __slots__ = ("broker_name", "gateway", "read_queue_nums", "write_queue_nums", "perm")
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    GATEWAY_FIELD_NUMBER: _ClassVar[int]
+    READ_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
+    WRITE_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
+    PERM_FIELD_NUMBER: _ClassVar[int]
+    broker_name: str
+    gateway: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+    def __init__(self, broker_name: _Optional[str] = ..., gateway: _Optional[str] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[int] = ...) -> None: ...
+
+class TopicRoute(_message.Message):
+    __slots__ = ("topic", "queues")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queues: _containers.RepeatedCompositeFieldContainer[QueueData]
+    def __init__(self, topic: _Optional[str] = ..., queues: _Optional[_Iterable[_Union[QueueData, _Mapping]]] = ...) -> None: ...
+
 class ListQueuesRequest(_message.Message):
     __slots__ = ("topics", "topic_pattern", "start_timestamp", "end_timestamp")
     TOPICS_FIELD_NUMBER: _ClassVar[int]

@@ -114,6 +114,16 @@ class GatewayStub:
                 request_serializer=rocketstore_dot_v1_dot_gateway__pb2.GetBrokerStatusRequest.SerializeToString,
                 response_deserializer=rocketstore_dot_v1_dot_gateway__pb2.BrokerStatus.FromString,
                 _registered_method=True)
+        self.GetClusterInfo = channel.unary_unary(
+                '/rocketstore.v1.Gateway/GetClusterInfo',
+                request_serializer=rocketstore_dot_v1_dot_gateway__pb2.GetClusterInfoRequest.SerializeToString,
+                response_deserializer=rocketstore_dot_v1_dot_gateway__pb2.ClusterInfo.FromString,
+                _registered_method=True)
+        self.QueryRoute = channel.unary_unary(
+                '/rocketstore.v1.Gateway/QueryRoute',
+                request_serializer=rocketstore_dot_v1_dot_gateway__pb2.QueryRouteRequest.SerializeToString,
+                response_deserializer=rocketstore_dot_v1_dot_gateway__pb2.TopicRoute.FromString,
+                _registered_method=True)
         self.ConsumerSendBack = channel.unary_unary(
                 '/rocketstore.v1.Gateway/ConsumerSendBack',
                 request_serializer=rocketstore_dot_v1_dot_gateway__pb2.ConsumerSendBackRequest.SerializeToString,
@@ -298,6 +308,20 @@ class GatewayServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetClusterInfo(self, request, context):
+        """The cluster this broker is registered in (broker groups in etcd: docs/cluster.md), and a topic's
+        queues on every live group of it; a broker standing alone answers itself.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def QueryRoute(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ConsumerSendBack(self, request, context):
         """--- delay, retry and dead letters
         RocketMQ's CONSUMER_SEND_MSG_BACK: a message the consumer could not process is stored again,
@@ -475,6 +499,16 @@ def add_GatewayServicer_to_server(servicer, server):
                     servicer.GetBrokerStatus,
                     request_deserializer=rocketstore_dot_v1_dot_gateway__pb2.GetBrokerStatusRequest.FromString,
                     response_serializer=rocketstore_dot_v1_dot_gateway__pb2.BrokerStatus.SerializeToString,
+            ),
+            'GetClusterInfo': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetClusterInfo,
+                    request_deserializer=rocketstore_dot_v1_dot_gateway__pb2.GetClusterInfoRequest.FromString,
+                    response_serializer=rocketstore_dot_v1_dot_gateway__pb2.ClusterInfo.SerializeToString,
+            ),
+            'QueryRoute': grpc.unary_unary_rpc_method_handler(
+                    servicer.QueryRoute,
+                    request_deserializer=rocketstore_dot_v1_dot_gateway__pb2.QueryRouteRequest.FromString,
+                    response_serializer=rocketstore_dot_v1_dot_gateway__pb2.TopicRoute.SerializeToString,
             ),
             'ConsumerSendBack': grpc.unary_unary_rpc_method_handler(
                     servicer.ConsumerSendBack,
@@ -969,6 +1003,60 @@ class Gateway:
             '/rocketstore.v1.Gateway/GetBrokerStatus',
             rocketstore_dot_v1_dot_gateway__pb2.GetBrokerStatusRequest.SerializeToString,
             rocketstore_dot_v1_dot_gateway__pb2.BrokerStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetClusterInfo(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketstore.v1.Gateway/GetClusterInfo',
+            rocketstore_dot_v1_dot_gateway__pb2.GetClusterInfoRequest.SerializeToString,
+            rocketstore_dot_v1_dot_gateway__pb2.ClusterInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def QueryRoute(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketstore.v1.Gateway/QueryRoute',
+            rocketstore_dot_v1_dot_gateway__pb2.QueryRouteRequest.SerializeToString,
+            rocketstore_dot_v1_dot_gateway__pb2.TopicRoute.FromString,
             options,
             channel_credentials,
             insecure,

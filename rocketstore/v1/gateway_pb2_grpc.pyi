@@ -90,6 +90,11 @@ class GatewayStub:
     """One topic: its configuration and per-queue min/max offsets and last store time."""
     GetBrokerStatus: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.GetBrokerStatusRequest, _gateway_pb2.BrokerStatus]
     """Put/get rates, bytes, disk use, dispatch lag, flush mode, role."""
+    GetClusterInfo: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.GetClusterInfoRequest, _gateway_pb2.ClusterInfo]
+    """The cluster this broker is registered in (broker groups in etcd: docs/cluster.md), and a topic's
+    queues on every live group of it; a broker standing alone answers itself.
+    """
+    QueryRoute: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.QueryRouteRequest, _gateway_pb2.TopicRoute]
     ConsumerSendBack: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.ConsumerSendBackRequest, _gateway_pb2.ConsumerSendBackResponse]
     """--- delay, retry and dead letters
     RocketMQ's CONSUMER_SEND_MSG_BACK: a message the consumer could not process is stored again,
@@ -177,6 +182,11 @@ class GatewayAsyncStub(GatewayStub):
     """One topic: its configuration and per-queue min/max offsets and last store time."""
     GetBrokerStatus: _aio.UnaryUnaryMultiCallable[_gateway_pb2.GetBrokerStatusRequest, _gateway_pb2.BrokerStatus]  # type: ignore[assignment]
     """Put/get rates, bytes, disk use, dispatch lag, flush mode, role."""
+    GetClusterInfo: _aio.UnaryUnaryMultiCallable[_gateway_pb2.GetClusterInfoRequest, _gateway_pb2.ClusterInfo]  # type: ignore[assignment]
+    """The cluster this broker is registered in (broker groups in etcd: docs/cluster.md), and a topic's
+    queues on every live group of it; a broker standing alone answers itself.
+    """
+    QueryRoute: _aio.UnaryUnaryMultiCallable[_gateway_pb2.QueryRouteRequest, _gateway_pb2.TopicRoute]  # type: ignore[assignment]
     ConsumerSendBack: _aio.UnaryUnaryMultiCallable[_gateway_pb2.ConsumerSendBackRequest, _gateway_pb2.ConsumerSendBackResponse]  # type: ignore[assignment]
     """--- delay, retry and dead letters
     RocketMQ's CONSUMER_SEND_MSG_BACK: a message the consumer could not process is stored again,
@@ -357,6 +367,23 @@ class GatewayServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_gateway_pb2.BrokerStatus, _abc.Awaitable[_gateway_pb2.BrokerStatus]]:
         """Put/get rates, bytes, disk use, dispatch lag, flush mode, role."""
+
+    @_abc_1.abstractmethod
+    def GetClusterInfo(
+        self,
+        request: _gateway_pb2.GetClusterInfoRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.ClusterInfo, _abc.Awaitable[_gateway_pb2.ClusterInfo]]:
+        """The cluster this broker is registered in (broker groups in etcd: docs/cluster.md), and a topic's
+        queues on every live group of it; a broker standing alone answers itself.
+        """
+
+    @_abc_1.abstractmethod
+    def QueryRoute(
+        self,
+        request: _gateway_pb2.QueryRouteRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.TopicRoute, _abc.Awaitable[_gateway_pb2.TopicRoute]]: ...
 
     @_abc_1.abstractmethod
     def ConsumerSendBack(

@@ -39,6 +39,7 @@ from rocketstore.services.commitlog.servicer import SERVICE_NAME as COMMITLOG_SE
 from rocketstore.services.commitlog.servicer import CommitLogServicer
 from rocketstore.services.commitlog.store import CommitLogStore, StoreStartError
 from rocketstore.services.dispatcher.dispatcher import Dispatcher
+from rocketstore.services.gateway.cluster import join_cluster
 from rocketstore.services.gateway.gateway import Gateway
 from rocketstore.services.gateway.main import GatewayMetrics, add_gateway_services, client_server
 from rocketstore.services.ha.client import HAClient
@@ -59,6 +60,7 @@ from rocketstore.services.schedule.timer_service import TimerMessageService
 from rocketstore.aio_server import serve_until_signal
 from rocketstore.codec import RECORD_SIZE_SLACK
 from rocketstore.connection_guard import ConnectionGuard
+from rocketstore.errors import BrokerError
 from rocketstore.inprocess import InProcessServer, aio_channel_to, channel_to
 from rocketstore.log import configure_logging, get_logger
 from rocketstore.malloc_tuning import keep_freed_buffers
@@ -139,6 +141,15 @@ async def _serve_gateway(broker: LocalBroker, host: str, port: int, metrics_port
         raise
     broker.serve_internal()
     broker.start_ha(server.endpoint)
+    try:
+        await join_cluster(settings, gateway, server.endpoint, broker.ha_endpoint)
+    except (BrokerError, ValueError) as e:  # etcd unreachable, the name and id taken by another broker
+        _log.error("broker cannot join its cluster", error=str(e))
+        guard.stop()
+        await server.stop(0)
+        await gateway.shutdown()
+        await channel.close()
+        return 1
     _log.info("broker serving", mode="local", gateway=server.endpoint, owner=owner_endpoint,
               internal=broker.internal_endpoint,
               ha=broker.ha_endpoint, metrics_port=bound_metrics, store_path_root_dir=settings.store_path_root_dir,

@@ -23,10 +23,13 @@ Everything runs on one event loop: a held pull or a stream costs a coroutine, no
 
 from __future__ import annotations
 
+import asyncio
+
 import grpc.aio
 from rocketstore.services.commitlog.client import AsyncCommitLogClient
 from rocketstore.services.index.client import AsyncIndexClient
 
+from rocketstore.cluster.membership import ClusterMembership
 from rocketstore.server import MAX_MESSAGE_BYTES
 from rocketstore.settings import Settings
 
@@ -86,6 +89,7 @@ class Gateway:
         self.producers = ProducerChannels()
         self.transactions = TransactionProcessor(context, self.sender, self.send.choose_queue)
         self.transaction_check = TransactionCheckService(self.transactions, self.producers)
+        self.cluster: ClusterMembership | None = None  # set when the broker joins a cluster (cluster.py)
 
     @classmethod
     def connect(cls, settings: Settings, commitlog_endpoint: str, index_endpoint: str) -> Gateway:
@@ -105,7 +109,10 @@ class Gateway:
         self.pop.start()
 
     async def shutdown(self) -> None:
-        """Stop taking sends, answer the held pulls, persist the consumer offsets, close the clients."""
+        """Leave the cluster, stop taking sends, answer the held pulls, persist the consumer offsets, close
+        the clients."""
+        if self.cluster is not None:
+            await asyncio.to_thread(self.cluster.stop)
         await self.transaction_check.stop()
         await self.pop.stop()
         self.sender.close()

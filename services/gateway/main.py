@@ -18,11 +18,13 @@ import grpc.aio
 
 from rocketstore.aio_server import AioGrpcServer, AioRpcLatencyInterceptor, serve_until_signal
 from rocketstore.connection_guard import ConnectionGuard, descriptor_limit, open_descriptors, raise_descriptor_limit
+from rocketstore.errors import BrokerError
 from rocketstore.log import configure_logging, get_logger
 from rocketstore.server import start_metrics_server
 from rocketstore.v1 import gateway_pb2_grpc
 from rocketstore.v2 import service_pb2_grpc as v2_grpc
 
+from .cluster import join_cluster
 from .gateway import Gateway
 from .servicer import BATCH_READ_SERVICE, GATEWAY_SERVICE, BatchReadServicer, GatewayServicer
 from .v2.servicer import MESSAGING_SERVICE, MessagingServicer
@@ -127,6 +129,14 @@ async def _serve(settings: Settings, host: str, port: int, metrics_port: int | N
             guard.stop()
         await gateway.shutdown()
         raise
+    try:
+        await join_cluster(settings, gateway, server.endpoint, "")
+    except (BrokerError, ValueError) as e:  # etcd unreachable, the name and id taken by another broker
+        _log.error("gateway cannot join its cluster", error=str(e))
+        guard.stop()
+        await server.stop(0)
+        await gateway.shutdown()
+        return 1
     _log.info("gateway serving", endpoint=server.endpoint, commitlog=commitlog, index=index,
               metrics_port=bound_metrics)
     try:

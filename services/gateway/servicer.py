@@ -18,6 +18,7 @@ from rocketstore.servicing import rpc_errors
 from rocketstore.v1 import gateway_pb2 as pb
 from rocketstore.v1 import gateway_pb2_grpc as pb_grpc
 
+from .cluster import cluster_info, topic_route
 from .errors import GatewayError, client_facing
 from .gateway import Gateway
 from .producer_channels import stream_checks
@@ -168,6 +169,16 @@ class GatewayServicer(pb_grpc.GatewayServicer):
     @_facing
     async def GetBrokerStatus(self, request: pb.GetBrokerStatusRequest, context: _Context) -> pb.BrokerStatus:
         return await self._g.admin.broker_status()
+
+    @rpc_errors
+    @_facing
+    async def GetClusterInfo(self, request: pb.GetClusterInfoRequest, context: _Context) -> pb.ClusterInfo:
+        return cluster_info(self._g)
+
+    @rpc_errors
+    @_facing
+    async def QueryRoute(self, request: pb.QueryRouteRequest, context: _Context) -> pb.TopicRoute:
+        return topic_route(self._g, request.topic)
 
     # --- delay, retry and dead letters
     @rpc_errors

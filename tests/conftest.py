@@ -617,3 +617,13 @@ def hot_loops(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
 
     use_hot_loops(request.param, monkeypatch)
     return str(request.param)
+
+
+@pytest.fixture
+def etcd(tmp_path: Path) -> Iterator[object]:
+    """A real etcd on loopback ports (the cluster tests' name service); stopped at teardown."""
+    from etcd_process import EtcdProcess
+
+    server = EtcdProcess(tmp_path / "etcd").start()
+    yield server
+    server.stop()

@@ -84,6 +84,15 @@ class Admin:
         return self._conn.call(self._conn.gateway.GetBrokerStatus, pb.GetBrokerStatusRequest())
 
     # --- consumer groups -------------------------------------------------------------------
+    def cluster_info(self) -> pb.ClusterInfo:
+        """The cluster the gateway's broker is registered in: every member (``registered`` False when the
+        broker stands alone)."""
+        return self._conn.call(self._conn.gateway.GetClusterInfo, pb.GetClusterInfoRequest())
+
+    def query_route(self, topic: str) -> pb.TopicRoute:
+        """The topic's queues on every live broker group, each with its master's gateway."""
+        return self._conn.call(self._conn.gateway.QueryRoute, pb.QueryRouteRequest(topic=topic))
+
     def list_groups(self) -> list[pb.GroupInfo]:
         """consumerConnection for every group: members, subscriptions, version."""
         return list(self._conn.call(self._conn.gateway.ListGroups, pb.ListGroupsRequest()).groups)

@@ -62,6 +62,7 @@ from rocketstore.message import PROPERTY_RETRY_TOPIC
 from rocketstore.subscription import parse_expression
 from rocketstore.v1 import gateway_pb2 as pb
 
+from .cluster_routes import ClusterRoutes, allocate_averagely
 from .connection import DEFAULT_TIMEOUT, Connection, split_endpoints
 from .consume_stream import DEFAULT_CREDIT_BYTES, DEFAULT_CREDIT_MESSAGES, ConsumeStream, StreamQueue
 from .errors import ClientError, InvalidArgumentError, NotFoundError, UnavailableError, from_rpc_error
@@ -487,7 +488,10 @@ class _Subscription:
 class PushConsumer:
     """Subscribe, register a listener, start: the consumer pulls, calls the listener and commits offsets.
 
-    ``endpoints`` may name several gateways (brokers): each one's queues are shared among the group.
+    ``endpoints`` may name several gateways (brokers): each one's queues are shared among the group. In a
+    cluster of broker groups one gateway is enough: the consumer learns every group from it, heartbeats to
+    each group's master and takes its share of the global queue list (AllocateMessageQueueAveragely over all
+    groups' queues); a group that cannot be reached never stops the work on the others.
     """
 
     def __init__(
@@ -516,6 +520,7 @@ class PushConsumer:
         consume_stream: bool = True,
         stream_credit_messages: int = DEFAULT_CREDIT_MESSAGES,
         stream_credit_bytes: int = DEFAULT_CREDIT_BYTES,
+        route_refresh_interval: float = 30.0,
     ) -> None:
         self.endpoints = split_endpoints(endpoints if isinstance(endpoints, str) else list(endpoints))
         self.group = group
@@ -545,6 +550,10 @@ class PushConsumer:
         self._listener = listener
         self._subscriptions: dict[str, _Subscription] = {}
         self._conns = {e: Connection(e, timeout) for e in self.endpoints}
+        self._conns_lock = threading.Lock()
+        self._cluster = ClusterRoutes(self.endpoints, self._conn, refresh_interval=route_refresh_interval,
+                                      timeout=min(timeout, 5.0))
+        self._clustered = False
         # Each gateway's slave (its status' slave_gateways, learned at every re-balance): where the pulls
         # of a queue go while the broker suggests the slave (suggestWhichBrokerId) or cannot be reached.
         self._slaves: dict[str, Connection] = {}
@@ -642,6 +651,10 @@ class PushConsumer:
         self._scheduler = _Scheduler(f"pull-scheduler-{self.group}")
         self._started = True
         try:
+            try:
+                self._clustered = self._cluster.clustered
+            except ClientError:  # nothing answers: the heartbeat below says so
+                self._clustered = False
             self._heartbeat()
             if self.consume_stream:
                 self._open_streams()
@@ -687,7 +700,7 @@ class PushConsumer:
         except ClientError as e:
             _log.warning("offsets not committed at shutdown", group=self.group, error=str(e))
         if self.message_model == MessageModel.CLUSTERING:
-            for conn in self._conns.values():
+            for conn in list(self._conns.values()):
                 try:
                     conn.call(conn.gateway.Unregister,
                               pb.UnregisterRequest(client_id=self.client_id, consumer_group=self.group),
@@ -723,23 +736,61 @@ class PushConsumer:
             except Exception:
                 _log.exception("re-balance failed", group=self.group)
 
+    def _conn(self, endpoint: str) -> Connection:
+        """The connection to a gateway (a group's master learned from the cluster is connected at first use)."""
+        conn = self._conns.get(endpoint)
+        if conn is None:
+            with self._conns_lock:
+                conn = self._conns.get(endpoint)
+                if conn is None:
+                    conn = self._conns[endpoint] = Connection(endpoint, self._timeout)
+        return conn
+
+    def _gateways(self) -> list[str]:
+        """The gateways heartbeats go to: every group master's in a cluster, else the ones given."""
+        if not self._clustered:
+            return list(self.endpoints)
+        masters = self._cluster.masters()
+        for endpoint in masters:
+            if endpoint not in self._conns:
+                self._conn(endpoint)
+                if self.consume_stream and self._streams:
+                    self._open_stream(endpoint)
+        return masters
+
     def _heartbeat(self) -> bool:
-        """Heartbeat every gateway; True when a group's membership changed since the last one."""
+        """Heartbeat every gateway; True when a group's membership changed since the last one. A gateway that
+        cannot be reached is skipped (and the cluster's members asked again); a refusal, or no gateway
+        answering at all, raises."""
         subs = [pb.SubscriptionEntry(topic=s.topic, expression=s.expression) for s in self._subscriptions.values()]
         changed = False
-        for endpoint, conn in self._conns.items():
-            reply = conn.call(conn.gateway.Heartbeat, pb.HeartbeatRequest(
-                client_id=self.client_id, consumer_group=self.group, subscriptions=subs,
-                consume_type="CONSUME_PASSIVELY", message_model=self.message_model.value))
+        answered = 0
+        unreachable: ClientError | None = None
+        for endpoint in self._gateways():
+            conn = self._conn(endpoint)
+            try:
+                reply = conn.call(conn.gateway.Heartbeat, pb.HeartbeatRequest(
+                    client_id=self.client_id, consumer_group=self.group, subscriptions=subs,
+                    consume_type="CONSUME_PASSIVELY", message_model=self.message_model.value))
+            except ClientError as e:
+                if not e.retryable:
+                    raise
+                unreachable = e
+                self._cluster.invalidate()
+                _log.warning("heartbeat failed", group=self.group, endpoint=endpoint, error=str(e))
+                continue
+            answered += 1
             if self._versions.get(endpoint) != reply.group_version:
                 self._versions[endpoint] = reply.group_version
                 changed = True
-        return changed
+        if not answered and unreachable is not None:
+            raise unreachable
+        return changed or unreachable is not None
 
     def _learn_slaves(self) -> None:
         """Each gateway's slave from its status; an unreachable gateway keeps the slave known before (the
         queue's pulls go there while it is away)."""
-        for endpoint, conn in self._conns.items():
+        for endpoint, conn in list(self._conns.items()):
             try:
                 status = conn.call(conn.gateway.GetBrokerStatus, pb.GetBrokerStatusRequest())
             except ClientError:
@@ -756,23 +807,7 @@ class PushConsumer:
     def _rebalance(self) -> None:
         """Take this consumer's share of every subscribed topic's queues; drop the queues it lost."""
         self._learn_slaves()
-        wanted: dict[MessageQueue, _Subscription] = {}
-        for sub in list(self._subscriptions.values()):
-            for endpoint, conn in self._conns.items():
-                if self.message_model == MessageModel.BROADCASTING:
-                    stats = conn.call(conn.gateway.GetTopicStats, pb.GetTopicStatsRequest(topic=sub.topic))
-                    ids: Iterable[int] = range(stats.topic.read_queue_nums)
-                else:
-                    try:
-                        reply = conn.call(conn.gateway.GetAssignment, pb.GetAssignmentRequest(
-                            consumer_group=self.group, client_id=self.client_id, topic=sub.topic))
-                    except NotFoundError:
-                        if sub.topic == self.retry_topic:  # a group with retryQueueNums 0 has none
-                            continue
-                        raise
-                    ids = reply.queue_ids
-                for qid in ids:
-                    wanted[MessageQueue(sub.topic, endpoint, qid)] = sub
+        wanted = self._cluster_wanted() if self._clustered else self._wanted()
         with self._pqs_lock:
             removed = [pq for mq, pq in self._pqs.items() if mq not in wanted]
             for pq in removed:
@@ -793,7 +828,7 @@ class PushConsumer:
                 _log.warning("offsets of dropped queues not committed", group=self.group, error=str(e))
         starts = self._start_offsets(added)
         assigned: dict[str, list[StreamQueue]] = {}
-        for mq in sorted(added):
+        for mq in sorted(mq for mq in added if mq in starts):
             pq = _ProcessQueue(mq, starts[mq])
             pq.committed_offset = starts[mq] if self.message_model == MessageModel.CLUSTERING else -1
             stream = self._streams.get(mq.broker)
@@ -816,6 +851,73 @@ class PushConsumer:
             _log.info("re-balanced", group=self.group, client_id=self.client_id,
                       queues=[str(mq) for mq in self.assignment()], added=len(added), removed=len(removed))
 
+    def _held(self, topic: str, endpoint: str | None = None) -> dict[MessageQueue, _Subscription]:
+        """The queues of ``topic`` (on ``endpoint``) this consumer holds now: kept while their gateway cannot
+        be asked."""
+        with self._pqs_lock:
+            mqs = [mq for mq in self._pqs if mq.topic == topic and endpoint in (None, mq.broker)]
+        sub = self._subscriptions.get(topic)
+        return {mq: sub for mq in mqs} if sub is not None else {}
+
+    def _wanted(self) -> dict[MessageQueue, _Subscription]:
+        """Each gateway's share for this consumer (gateways given, standing alone)."""
+        wanted: dict[MessageQueue, _Subscription] = {}
+        for sub in list(self._subscriptions.values()):
+            for endpoint in self.endpoints:
+                conn = self._conn(endpoint)
+                try:
+                    if self.message_model == MessageModel.BROADCASTING:
+                        stats = conn.call(conn.gateway.GetTopicStats, pb.GetTopicStatsRequest(topic=sub.topic))
+                        ids: Iterable[int] = range(stats.topic.read_queue_nums)
+                    else:
+                        reply = conn.call(conn.gateway.GetAssignment, pb.GetAssignmentRequest(
+                            consumer_group=self.group, client_id=self.client_id, topic=sub.topic))
+                        ids = reply.queue_ids
+                except NotFoundError:
+                    if sub.topic == self.retry_topic:  # a group with retryQueueNums 0 has none
+                        continue
+                    raise
+                except ClientError as e:
+                    if not e.retryable or len(self.endpoints) == 1:
+                        raise
+                    _log.warning("assignment not answered; keeping the gateway's queues", endpoint=endpoint,
+                                 topic=sub.topic, error=str(e))
+                    wanted.update(self._held(sub.topic, endpoint))
+                    continue
+                for qid in ids:
+                    wanted[MessageQueue(sub.topic, endpoint, qid)] = sub
+        return wanted
+
+    def _cluster_wanted(self) -> dict[MessageQueue, _Subscription]:
+        """This consumer's share of the global queue list: every live group's queues of each topic, allocated
+        averagely over the group's members (the union of what each group's gateway knows of them)."""
+        wanted: dict[MessageQueue, _Subscription] = {}
+        for sub in list(self._subscriptions.values()):
+            groups = self._cluster.route(sub.topic)
+            if groups is None:  # no gateway answered: keep the queues held
+                wanted.update(self._held(sub.topic))
+                continue
+            queues = [mq for g in groups for mq in g.readable(sub.topic)]
+            if self.message_model == MessageModel.BROADCASTING:
+                wanted.update({mq: sub for mq in queues})
+                continue
+            members: set[str] = set()
+            for gateway in sorted({g.gateway for g in groups}):
+                conn = self._conn(gateway)
+                try:
+                    reply = conn.call(conn.gateway.GetAssignment, pb.GetAssignmentRequest(
+                        consumer_group=self.group, client_id=self.client_id, topic=sub.topic))
+                except ClientError as e:
+                    _log.debug("group members not answered", endpoint=gateway, topic=sub.topic, error=str(e))
+                    continue
+                members.update(reply.members)
+            if not members:
+                wanted.update(self._held(sub.topic))
+                continue
+            members.add(self.client_id)
+            wanted.update({mq: sub for mq in allocate_averagely(self.client_id, queues, sorted(members))})
+        return wanted
+
     def _start_offsets(self, queues: Sequence[MessageQueue]) -> dict[MessageQueue, int]:
         """computePullFromWhere: the committed offset, else per consume_from_where."""
         out: dict[MessageQueue, int] = {}
@@ -823,11 +925,19 @@ class PushConsumer:
         for mq in queues:
             by_topic.setdefault((mq.broker, mq.topic), []).append(mq)
         for (endpoint, topic), mqs in by_topic.items():
-            conn = self._conns[endpoint]
+            conn = self._conn(endpoint)
             committed: dict[int, int] = {}
             if self.message_model == MessageModel.CLUSTERING:
-                reply = conn.call(conn.gateway.QueryOffsets,
-                                  pb.QueryOffsetsRequest(consumer_group=self.group, topic=topic))
+                try:
+                    reply = conn.call(conn.gateway.QueryOffsets,
+                                      pb.QueryOffsetsRequest(consumer_group=self.group, topic=topic))
+                except ClientError as e:
+                    if not self._clustered or not e.retryable:
+                        raise
+                    # A group that cannot be reached now: its queues are taken at the next re-balance.
+                    _log.warning("offsets not answered; queues left for now", endpoint=endpoint, topic=topic,
+                                 error=str(e))
+                    continue
                 committed = {e.queue_id: e.offset for e in reply.offsets}
             missing = [mq for mq in mqs if committed.get(mq.queue_id, -1) < 0]
             fallback: dict[int, int] = {}
@@ -862,18 +972,31 @@ class PushConsumer:
             offset = pq.consumed_offset
             if offset > pq.committed_offset:
                 by_endpoint.setdefault(pq.mq.broker, []).append((pq, offset))
-        for endpoint, items in by_endpoint.items():
-            conn = self._conns[endpoint]
-            conn.call(conn.gateway.CommitOffsets, pb.CommitOffsetsRequest(
-                consumer_group=self.group,
-                offsets=[pb.OffsetEntry(topic=pq.mq.topic, queue_id=pq.mq.queue_id, offset=o) for pq, o in items]))
+        failed: ClientError | None = None
+        for endpoint, items in by_endpoint.items():  # one gateway failing does not keep the others' commits
+            conn = self._conn(endpoint)
+            try:
+                conn.call(conn.gateway.CommitOffsets, pb.CommitOffsetsRequest(
+                    consumer_group=self.group,
+                    offsets=[pb.OffsetEntry(topic=pq.mq.topic, queue_id=pq.mq.queue_id, offset=o) for pq, o in items]))
+            except ClientError as e:
+                failed = e
+                continue
             for pq, offset in items:
                 pq.committed_offset = max(pq.committed_offset, offset)
+        if failed is not None:
+            raise failed
 
     # --- streaming: batches pushed by the gateway under the consumer's credit --------------
     def _open_streams(self) -> None:
-        for endpoint, conn in self._conns.items():
-            stream = ConsumeStream(conn, self.group, self.client_id,
+        for endpoint in self._gateways():
+            self._open_stream(endpoint)
+
+    def _open_stream(self, endpoint: str) -> None:
+        with self._route_lock:
+            if endpoint in self._streams:
+                return
+            stream = ConsumeStream(self._conn(endpoint), self.group, self.client_id,
                                    lambda batch, e=endpoint: self._on_batch(self._streams[e], batch),  # type: ignore[misc]
                                    on_error=lambda error, e=endpoint: self._stream_failed(e, error),  # type: ignore[misc]
                                    credit_messages=self.stream_credit_messages,
@@ -1002,6 +1125,9 @@ class PushConsumer:
     def _stream_failed(self, endpoint: str, error: ClientError) -> None:
         if self._scheduler is None or self._stopping.is_set():
             return
+        if self._clustered and error.retryable:  # the group may have left: ask the cluster again
+            self._cluster.invalidate()
+            self._wake.set()
         if error.code == grpc.StatusCode.UNAVAILABLE and endpoint in self._slaves:
             # The gateway cannot be reached: its queues are read from its slave until it answers again.
             self._masters_down.add(endpoint)
@@ -1016,7 +1142,7 @@ class PushConsumer:
             return
         back = endpoint in self._masters_down
         if back:
-            conn = self._conns[endpoint]
+            conn = self._conn(endpoint)
             try:
                 conn.call(conn.gateway.GetBrokerStatus, pb.GetBrokerStatusRequest(), timeout=min(self._timeout, 5.0))
             except ClientError:
@@ -1086,7 +1212,7 @@ class PushConsumer:
                                  poll_timeout_ms=int(self.poll_timeout * 1000), raw_records=True)
         # suggestWhichBrokerId: the slave while the broker suggests it (pullFromWhichNodeTable).
         slave = self._slaves.get(pq.mq.broker) if pq.pull_from_slave else None
-        conn = slave or self._conns[pq.mq.broker]
+        conn = slave or self._conn(pq.mq.broker)
         if slave is None and self.message_model == MessageModel.CLUSTERING and pq.consumed_offset > pq.committed_offset:
             # RocketMQ's pull carries the commit offset, but not to a slave (pullKernelImpl clears the
             # flag; a slave would not store it): the periodic commit to the broker covers those.
@@ -1206,7 +1332,7 @@ class PushConsumer:
 
     def _send_back(self, pq: _ProcessQueue, m: ReceivedMessage, delay_level: int) -> bool:
         """Hand ``m`` back to its broker (ConsumerSendBack); False when the broker could not take it."""
-        conn = self._conns[pq.mq.broker]
+        conn = self._conn(pq.mq.broker)
         try:
             conn.call(conn.gateway.ConsumerSendBack, pb.ConsumerSendBackRequest(
                 consumer_group=self.group, commit_log_offset=m.commit_log_offset, delay_level=delay_level,

@@ -38,8 +38,10 @@ from rocketstore.log import get_logger
 from rocketstore.message_id import UniqKeyGenerator
 from rocketstore.v1 import gateway_pb2 as pb
 
+from .cluster_routes import ClusterRoutes
 from .connection import Connection, split_endpoints
 from .errors import ClientError, DeadlineExceededError, NotFoundError, ResourceExhaustedError
+from .fault_tolerance import LatencyFaultTolerance
 from .messages import Message, MessageQueue, SendResult, SendStatus
 from .selector import HashSelector, QueueSelector, RoundRobinSelector
 
@@ -77,6 +79,7 @@ class _SendPlan:
         self.last_failed: str | None = None
         self.last_error: ClientError | None = None
         self.tried = 0
+        self.started = 0.0  # when the current try went out
         self._fixed: MessageQueue | None = None
         if queue_id is not None:
             self._fixed = MessageQueue(topic, broker or producer.endpoints[0], queue_id)
@@ -97,6 +100,7 @@ class _SendPlan:
             return None
         self.tries_left -= 1
         self.tried += 1
+        self.started = time.monotonic()
         if self._fixed is not None:
             mq: MessageQueue | None = self._fixed
         else:
@@ -117,6 +121,9 @@ class _SendPlan:
         self.last_error = error
         self.last_failed = error.endpoint or None
         if isinstance(error, NotFoundError):
+            self.producer.invalidate_route(self.topic)
+        elif error.retryable and error.endpoint:  # unreachable or slow: left out a while, the route asked again
+            self.producer._faults.update(error.endpoint, 0, failed=True)
             self.producer.invalidate_route(self.topic)
         return error.retryable and self.tries_left > 0 and time.monotonic() < self.deadline
 
@@ -159,7 +166,12 @@ class Producer:
         route_refresh_interval: float = 30.0,
         client_ip: str = "127.0.0.1",
         send_stream: bool = True,
+        send_latency_fault_enable: bool = True,
+        broker_isolation_seconds: float = 10.0,
     ) -> None:
+        """In a cluster of broker groups any one gateway is enough: the producer learns every group from it
+        (``cluster_routes.py``) and spreads the sends over every group's writable queues, leaving out a
+        group that failed (``send_latency_fault_enable``, ``fault_tolerance.py``)."""
         self.endpoints = split_endpoints(endpoints if isinstance(endpoints, str) else list(endpoints))
         self.group = group
         self.send_timeout = send_timeout
@@ -181,6 +193,10 @@ class Producer:
         self._callbacks = ThreadPoolExecutor(max_workers=4, thread_name_prefix="producer-callback")
         self._send_stream = send_stream
         self._closed = False
+        self.send_latency_fault_enable = send_latency_fault_enable
+        self._faults = LatencyFaultTolerance(broker_isolation_seconds)
+        self._cluster = ClusterRoutes(self.endpoints, self._connection, refresh_interval=route_refresh_interval,
+                                      timeout=send_timeout)
 
     # --- life cycle ------------------------------------------------------------------------
     def __enter__(self) -> Producer:
@@ -223,7 +239,14 @@ class Producer:
         now = time.monotonic()
         if route is not None and not refresh and now < route.expires:
             return route.queues
-        queues: list[MessageQueue] = []
+        if self._in_cluster():
+            groups = self._cluster.route(topic, refresh)
+            if groups is None:  # no gateway answered: keep what was known
+                return route.queues if route is not None else []
+            queues = sorted(mq for g in groups for mq in g.writable(topic))
+            self._routes[topic] = _Route(queues, now + (self.route_refresh_interval if queues else 0.0))
+            return queues
+        queues = []
         deadline = now + (self.send_timeout if timeout is None else timeout)  # for every endpoint together
         for endpoint in self.endpoints:
             try:
@@ -244,17 +267,27 @@ class Producer:
         self._routes[topic] = _Route(queues, now + (self.route_refresh_interval if queues else 0.0))
         return queues
 
+    def _in_cluster(self) -> bool:
+        try:
+            return self._cluster.clustered
+        except ClientError:  # no gateway answers now: the sends will say so
+            return False
+
     def invalidate_route(self, topic: str) -> None:
         self._routes.pop(topic, None)
+        self._cluster.invalidate(topic)
 
     def _select(self, topic: str, last_failed: str | None, timeout: float | None = None) -> MessageQueue | None:
-        queues = self.queues(topic, timeout=timeout)
+        queues: Sequence[MessageQueue] = self.queues(topic, timeout=timeout)
+        if self.send_latency_fault_enable:
+            queues = self._faults.filter(queues)
         return self._round_robin.select_one(queues, last_failed) if queues else None
 
     def _next_endpoint(self, last_failed: str | None) -> str:
-        if len(self.endpoints) == 1:
-            return self.endpoints[0]
-        brokers = [MessageQueue("", e, 0) for e in self.endpoints]
+        endpoints = self._cluster.masters() if self._in_cluster() else self.endpoints
+        if len(endpoints) == 1:
+            return endpoints[0]
+        brokers = [MessageQueue("", e, 0) for e in endpoints]
         return self._round_robin.select_one(brokers, last_failed).broker
 
     # --- preparing messages ----------------------------------------------------------------
@@ -287,6 +320,8 @@ class Producer:
                          retries=retries)
 
     def _results(self, plan: _SendPlan, endpoint: str, response: pb.SendResponse) -> list[SendResult]:
+        if self.send_latency_fault_enable:
+            self._faults.update(endpoint, (time.monotonic() - plan.started) * 1000)
         # Columns when the gateway honours columnar_results; one result per message from one that does not.
         if response.HasField("columns"):
             return SendResult.from_columns(response.columns, endpoint)

@@ -14,10 +14,10 @@ import uuid
 from rocketstore.cluster.membership import ClusterMembership
 from rocketstore.cluster.records import BrokerMember, QueueData, RouteEntry
 from rocketstore.cluster.registry import EtcdRegistry
-from rocketstore.errors import NotFound
 from rocketstore.settings import Settings
 from rocketstore.v1 import gateway_pb2 as pb
 
+from .errors import GatewayError
 from .gateway import Gateway
 from .topics import TopicConfig, TopicConfigManager
 
@@ -72,7 +72,7 @@ def cluster_info(gateway: Gateway) -> pb.ClusterInfo:
 
 def route_entries(gateway: Gateway, topic: str) -> list[tuple[QueueData, str]]:
     """The topic's queues on every live group with the group master's gateway ("" for this gateway when
-    the broker stands alone). Raises NotFound when no group holds the topic."""
+    the broker stands alone). Raises NOT_FOUND (GatewayError) when no group holds the topic."""
     local = gateway.context.topics.get(topic)
     membership = gateway.cluster
     entries: list[tuple[QueueData, str]] = []
@@ -91,8 +91,8 @@ def route_entries(gateway: Gateway, topic: str) -> list[tuple[QueueData, str]]:
                             me.gateway))
         entries.sort(key=lambda e: e[0].broker_name)
     if not entries:
-        raise NotFound(f"topic {topic!r} does not exist" + (" on any broker group of the cluster"
-                                                             if membership is not None else ""))
+        raise GatewayError("NOT_FOUND", f"topic {topic!r} does not exist" + (
+            " on any broker group of the cluster" if membership is not None else ""))
     return entries
 
 

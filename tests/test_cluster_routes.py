@@ -1,0 +1,87 @@
+"""Two broker groups registered in a real etcd: every gateway answers for the whole cluster, a topic created
+with --cluster lives on both, and the project's client spreads sends and the group's queues over both."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable
+
+import pytest
+from cluster_helpers import CLUSTER, endpoint, route_groups, start_group, wait_for, wait_members
+from conftest import Broker
+from etcd_process import EtcdProcess
+
+from rocketstore.client import Admin, ConsumeStatus, Message, Producer, PushConsumer
+from rocketstore.client.cluster_admin import cluster_status, create_topic_on_groups
+from rocketstore.client.errors import NotFoundError
+
+
+@pytest.fixture
+def two_groups(etcd: EtcdProcess, broker_factory: Callable[..., Broker]) -> tuple[Broker, Broker]:
+    groups = start_group(broker_factory, etcd, "broker-a"), start_group(broker_factory, etcd, "broker-b")
+    wait_members(list(groups), ["broker-a/0", "broker-b/0"])
+    return groups
+
+
+def test_any_gateway_answers_for_the_cluster(two_groups: tuple[Broker, Broker]) -> None:
+    a, b = two_groups
+    created = create_topic_on_groups(endpoint(a), "Orders", cluster=CLUSTER, write_queue_nums=4, read_queue_nums=4)
+    assert sorted(name for name, _ in created) == ["broker-a", "broker-b"]
+    expected = {"broker-a": (endpoint(a), 4), "broker-b": (endpoint(b), 4)}
+    wait_for(lambda: route_groups(endpoint(a), "Orders") == expected, 10, "broker-a's route lists both groups")
+    wait_for(lambda: route_groups(endpoint(b), "Orders") == expected, 10, "broker-b's route lists both groups")
+    # --broker: one group only; an unknown group is refused by name.
+    create_topic_on_groups(endpoint(b), "OnlyA", broker="broker-a", write_queue_nums=2, read_queue_nums=2)
+    wait_for(lambda: route_groups(endpoint(b), "OnlyA") == {"broker-a": (endpoint(a), 2)}, 10, "OnlyA on broker-a")
+    with pytest.raises(NotFoundError, match="broker-z"):
+        create_topic_on_groups(endpoint(a), "Nope", broker="broker-z")
+    with pytest.raises(NotFoundError, match="Other"):
+        create_topic_on_groups(endpoint(a), "Nope", cluster="Other")
+    info, rows = cluster_status(endpoint(b))
+    assert info.registered and info.registry_connected and info.cluster_name == CLUSTER
+    assert [(m.broker_name, m.broker_id, m.broker_role, m.gateway) for m in info.members] == [
+        ("broker-a", 0, "ASYNC_MASTER", endpoint(a)), ("broker-b", 0, "ASYNC_MASTER", endpoint(b))]
+    assert all(r.status is not None and r.status.broker_name == r.member.broker_name for r in rows)
+
+
+def test_clients_spread_over_both_groups_and_consume_each_message_once(two_groups: tuple[Broker, Broker]) -> None:
+    a, b = two_groups
+    create_topic_on_groups(endpoint(a), "Spread", write_queue_nums=4, read_queue_nums=4)
+    wait_for(lambda: len(route_groups(endpoint(a), "Spread")) == 2, 10, "Spread on both groups")
+    received: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def listener(msgs: list, _ctx: object) -> ConsumeStatus:  # type: ignore[type-arg]
+        with lock:
+            received.update(m.body.decode() for m in msgs)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    # Eight consumers of one group, each given one gateway only: 2 groups x 4 queues, one queue each.
+    consumers = [PushConsumer(endpoint(a if i % 2 else b), "spreaders", listener, heartbeat_interval=0.3,
+                              rebalance_interval=1.0, route_refresh_interval=1.0) for i in range(8)]
+    try:
+        for c in consumers:
+            c.subscribe("Spread")
+            c.start()
+
+        def even() -> bool:
+            held = [mq for c in consumers for mq in c.assignment() if mq.topic == "Spread"]
+            return len(held) == 8 and len(set(held)) == 8 and all(
+                len([mq for mq in c.assignment() if mq.topic == "Spread"]) == 1 for c in consumers)
+
+        wait_for(even, 60, "each of 8 consumers holds one of the 8 queues of both groups")
+        with Producer(endpoint(b)) as producer:
+            results = [producer.send(Message("Spread", f"m{i}".encode())) for i in range(200)]
+        assert {r.broker for r in results} == {endpoint(a), endpoint(b)}  # both groups took sends
+        per_queue = Counter((r.broker, r.queue_id) for r in results)
+        assert len(per_queue) == 8
+        wait_for(lambda: sum(received.values()) >= 200, 60, "every message consumed")
+        with lock:
+            assert set(received) == {f"m{i}" for i in range(200)}
+            assert max(received.values()) == 1, "a message was consumed twice"
+        with Admin(endpoint(a)) as admin:
+            assert admin.query_route("Spread").queues[0].broker_name == "broker-a"
+    finally:
+        for c in consumers:
+            c.shutdown()

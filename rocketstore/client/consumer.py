@@ -575,6 +575,7 @@ class PushConsumer:
         self.stream_credit_messages = stream_credit_messages
         self.stream_credit_bytes = stream_credit_bytes
         self._streams: dict[str, ConsumeStream] = {}
+        self._streaming = False  # streams opened: a group joining the cluster later gets one too
         # Each gateway's slave stream (opened when a queue first moves there) and the gateways whose stream
         # failed UNAVAILABLE (their queues are read from the slave until they answer again).
         self._slave_streams: dict[str, ConsumeStream] = {}
@@ -752,10 +753,9 @@ class PushConsumer:
             return list(self.endpoints)
         masters = self._cluster.masters()
         for endpoint in masters:
-            if endpoint not in self._conns:
-                self._conn(endpoint)
-                if self.consume_stream and self._streams:
-                    self._open_stream(endpoint)
+            self._conn(endpoint)
+            if self._streaming and endpoint not in self._streams:  # a group that joined (or came back)
+                self._open_stream(endpoint)
         return masters
 
     def _heartbeat(self) -> bool:
@@ -845,7 +845,9 @@ class PushConsumer:
             else:
                 self._pull(pq, wanted[mq])
         for endpoint, queues in assigned.items():
-            self._streams[endpoint].assign(queues)
+            target = self._streams.get(endpoint)
+            if target is not None:  # None: its group left meanwhile, and the next re-balance drops the queues
+                target.assign(queues)
         if removed or added:
             self._rebalances += 1
             _log.info("re-balanced", group=self.group, client_id=self.client_id,
@@ -991,13 +993,19 @@ class PushConsumer:
     def _open_streams(self) -> None:
         for endpoint in self._gateways():
             self._open_stream(endpoint)
+        self._streaming = True
+
+    def _on_stream_batch(self, endpoint: str, batch: pb.ConsumeBatch) -> None:
+        stream = self._streams.get(endpoint)
+        if stream is not None:
+            self._on_batch(stream, batch)
 
     def _open_stream(self, endpoint: str) -> None:
         with self._route_lock:
             if endpoint in self._streams:
                 return
             stream = ConsumeStream(self._conn(endpoint), self.group, self.client_id,
-                                   lambda batch, e=endpoint: self._on_batch(self._streams[e], batch),  # type: ignore[misc]
+                                   lambda batch, e=endpoint: self._on_stream_batch(e, batch),  # type: ignore[misc]
                                    on_error=lambda error, e=endpoint: self._stream_failed(e, error),  # type: ignore[misc]
                                    credit_messages=self.stream_credit_messages,
                                    credit_bytes=self.stream_credit_bytes)
@@ -1140,6 +1148,14 @@ class PushConsumer:
         that was unreachable is asked first; once it answers, the queues read from its slave come back."""
         if self._stopping.is_set():
             return
+        if self._clustered and not self._queues_of(endpoint, on_slave=False) and \
+                endpoint not in self._cluster.masters():
+            with self._route_lock:  # the group left the cluster: a stream is opened again if it comes back
+                gone = self._streams.pop(endpoint, None)
+            if gone is not None:
+                gone.close()
+                _log.info("consume stream closed: its group left the cluster", endpoint=endpoint, group=self.group)
+            return
         back = endpoint in self._masters_down
         if back:
             conn = self._conn(endpoint)
@@ -1155,7 +1171,9 @@ class PushConsumer:
             self._masters_down.discard(endpoint)
             queues = self._stream_queues(self._queues_of(endpoint, on_slave=False))
             _log.info("consume stream opened again", endpoint=endpoint, group=self.group, queues=len(queues))
-            self._streams[endpoint].reopen(queues)
+            stream = self._streams.get(endpoint)
+            if stream is not None:
+                stream.reopen(queues)
             if back:
                 for pq in self._queues_of(endpoint, on_slave=True):
                     self._move(pq, to_slave=False)

@@ -20,6 +20,7 @@ from rocketstore.v2 import definition_pb2 as d
 from rocketstore.v2 import service_pb2 as s
 from rocketstore.v2 import service_pb2_grpc as s_grpc
 
+from ..cluster import as_topic_config, route_entries
 from ..gateway import Gateway
 from ..rebalance import CONSUME_ACTIVELY, CONSUME_PASSIVELY
 from ..servicer import peer_host
@@ -113,24 +114,43 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
             raise V2Error(d.TOPIC_NOT_FOUND, f"topic {resource.name!r} does not exist")
         return config
 
+    def _groups(self, resource: d.Resource, endpoints: d.Endpoints) -> list[tuple[Any, d.Broker]]:
+        """The topic on every live broker group (a cluster) or on this broker: (its config there, the broker)."""
+        if self._g.cluster is None:
+            return [(self._readable_topic(resource), self._broker(endpoints))]
+        check_topic(resource.name, self._ctx.topics)
+        local = self._ctx.topics.get(resource.name)
+        me = self._g.cluster.member.broker_name
+        try:
+            entries = route_entries(self._g, resource.name)
+        except BrokerError:
+            raise V2Error(d.TOPIC_NOT_FOUND, f"topic {resource.name!r} does not exist on any broker group") from None
+        return [(as_topic_config(local, resource.name, queues),
+                 self._broker(endpoints) if queues.broker_name == me else
+                 d.Broker(name=queues.broker_name, id=0, endpoints=_endpoints_of(gateway)))
+                for queues, gateway in entries]
+
     @_answers(s.QueryRouteResponse)
     async def QueryRoute(self, request: s.QueryRouteRequest, context: _Context) -> s.QueryRouteResponse:
-        config = self._readable_topic(request.topic)
-        queues = message_queues(config, self._broker(request.endpoints), request.topic.resource_namespace)
+        queues = [q for config, broker in self._groups(request.topic, request.endpoints)
+                  for q in message_queues(config, broker, request.topic.resource_namespace)]
         return s.QueryRouteResponse(status=status(), message_queues=queues)
 
     @_answers(s.QueryAssignmentResponse)
     async def QueryAssignment(self, request: s.QueryAssignmentRequest,
                               context: _Context) -> s.QueryAssignmentResponse:
-        config = self._readable_topic(request.topic)
+        groups = self._groups(request.topic, request.endpoints)
         check_group(request.group.name)
-        if not config.readable or config.read_queue_nums <= 0:
-            raise V2Error(d.FORBIDDEN, f"no readable queue: topic {config.topic_name!r} cannot be read")
-        # Not FIFO (no group orders its consumption here): one assignment per broker, queue -1 (all of its queues).
-        queue = d.MessageQueue(topic=request.topic, id=-1, permission=d.READ_WRITE if config.writeable else d.READ,
-                               broker=self._broker(request.endpoints), accept_message_types=message_queues(
-                                   config, self._broker(request.endpoints))[0].accept_message_types)
-        return s.QueryAssignmentResponse(status=status(), assignments=[d.Assignment(message_queue=queue)])
+        readable = [(config, broker) for config, broker in groups if config.readable and config.read_queue_nums > 0]
+        if not readable:
+            raise V2Error(d.FORBIDDEN, f"no readable queue: topic {request.topic.name!r} cannot be read")
+        # Not FIFO (no group orders its consumption here): one assignment per broker (group), queue -1 (all of
+        # its queues).
+        assignments = [d.Assignment(message_queue=d.MessageQueue(
+            topic=request.topic, id=-1, permission=d.READ_WRITE if config.writeable else d.READ, broker=broker,
+            accept_message_types=message_queues(config, broker)[0].accept_message_types))
+            for config, broker in readable]
+        return s.QueryAssignmentResponse(status=status(), assignments=assignments)
 
     # --- clients ---------------------------------------------------------------------------------
     @_answers(s.HeartbeatResponse)

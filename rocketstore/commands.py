@@ -195,6 +195,12 @@ def _add_up(commands: _SubParsers) -> None:
     p.add_argument("--with-slave", action="store_true",
                    help="also start a SLAVE broker replicating this one (its data directory is DATA_DIR-slave), "
                         "each broker with its ha service")
+    p.add_argument("--cluster", type=_positive, default=None, metavar="N",
+                   help="a cluster of N broker groups (local mode), each with its own data directory "
+                        "DATA_DIR/broker-a, broker-b, ... and its gateway on --port + i, registered in etcd "
+                        "(docs/cluster.md)")
+    p.add_argument("--etcd", metavar="HOST:PORT", default=None,
+                   help="with --cluster: the etcd to register in (default: start one, its data in DATA_DIR/etcd)")
     p.set_defaults(handler=_run_up)
 
 
@@ -208,6 +214,23 @@ def _run_up(args: argparse.Namespace) -> int:
     from rocketstore.launcher import run_up
     from rocketstore.settings import SettingsError
 
+    if args.cluster is not None:
+        if args.with_slave or args.demo or args.mode != "local" or (args.gateways or 1) > 1:
+            print("rocketstore up: --cluster runs broker groups in local mode, without --with-slave, --demo or "
+                  "--gateways", file=sys.stderr)
+            return EXIT_USAGE
+        from rocketstore.cluster_launcher import run_cluster
+
+        try:
+            return run_cluster(args.cluster, args.data_dir or "./store", args.config, args.port, etcd=args.etcd,
+                               host=args.host, internal_host=args.internal_host, settings=args.settings,
+                               log_level=args.log_level)
+        except SettingsError as e:
+            print(f"rocketstore up: {e}", file=sys.stderr)
+            return EXIT_USAGE
+    if args.etcd is not None:
+        print("rocketstore up: --etcd goes with --cluster (or set etcdEndpoints)", file=sys.stderr)
+        return EXIT_USAGE
     if args.gateways is None:
         args.gateways = default_gateways(args.mode, args.with_slave, os.cpu_count() or 1)
     if args.gateways > 1 and (args.mode != "local" or args.with_slave):
@@ -530,6 +553,12 @@ def _add_topic(commands: _SubParsers) -> None:
         p.add_argument("--order", action=argparse.BooleanOptionalAction, default=None, help="an ordered topic")
         p.add_argument("--message-type", choices=("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED"), default=None,
                        help="what RocketMQ 5 clients may send to it (the attribute message.type; default MIXED)")
+        if name == "create":
+            where = p.add_mutually_exclusive_group()
+            where.add_argument("--cluster", "-c", metavar="NAME", default=None,
+                               help="on every broker group of this cluster (the gateway's; docs/cluster.md)")
+            where.add_argument("--broker", "-b", metavar="NAME", default=None,
+                               help="on this broker group of the gateway's cluster")
         _add_json(p)
         p.set_defaults(handler=_guard(f"topic {name}", _run_topic_create if name == "create" else _run_topic_update))
     p = sub.add_parser("delete", help="delete a topic (its configuration and the group offsets on it)")
@@ -573,6 +602,10 @@ def _run_topic_create(args: argparse.Namespace) -> int:
     from rocketstore.client import Admin
 
     read, write = _queue_nums(args)
+    if args.cluster is not None or args.broker is not None:
+        from rocketstore.cluster_commands import run_topic_create_on_groups
+
+        return run_topic_create_on_groups(args, read or 0, write or 0, _print_topic)
     with Admin(args.endpoint, timeout=args.rpc_timeout) as admin:
         t = admin.create_topic(args.topic, read_queue_nums=read or 0, write_queue_nums=write or 0,
                                perm=args.perm or 0, order=bool(args.order), message_type=args.message_type or "")
@@ -1168,3 +1201,6 @@ def add_commands(commands: _SubParsers) -> None:
     from rocketstore.retry_commands import add_dlq
 
     add_dlq(commands)
+    from rocketstore.cluster_commands import add_cluster_commands
+
+    add_cluster_commands(commands, _add_endpoint, _add_json, _guard)

@@ -38,7 +38,7 @@ from rocketstore.log import get_logger
 from rocketstore.message_id import UniqKeyGenerator
 from rocketstore.v1 import gateway_pb2 as pb
 
-from .cluster_routes import ClusterRoutes
+from .cluster_routes import ClusterRoutes, GroupQueues
 from .connection import Connection, split_endpoints
 from .errors import ClientError, DeadlineExceededError, NotFoundError, ResourceExhaustedError
 from .fault_tolerance import LatencyFaultTolerance
@@ -195,6 +195,7 @@ class Producer:
         self._closed = False
         self.send_latency_fault_enable = send_latency_fault_enable
         self._faults = LatencyFaultTolerance(broker_isolation_seconds)
+        self._cluster_queues: dict[str, tuple[list[GroupQueues], list[MessageQueue]]] = {}
         self._cluster = ClusterRoutes(self.endpoints, self._connection, refresh_interval=route_refresh_interval,
                                       timeout=send_timeout)
 
@@ -239,12 +240,15 @@ class Producer:
         now = time.monotonic()
         if route is not None and not refresh and now < route.expires:
             return route.queues
-        if self._in_cluster():
+        if self._in_cluster():  # ClusterRoutes caches the route: the queues are rebuilt when it changes
             groups = self._cluster.route(topic, refresh)
             if groups is None:  # no gateway answered: keep what was known
                 return route.queues if route is not None else []
+            known = self._cluster_queues.get(topic)
+            if known is not None and known[0] is groups:
+                return known[1]
             queues = sorted(mq for g in groups for mq in g.writable(topic))
-            self._routes[topic] = _Route(queues, now + (self.route_refresh_interval if queues else 0.0))
+            self._cluster_queues[topic] = (groups, queues)
             return queues
         queues = []
         deadline = now + (self.send_timeout if timeout is None else timeout)  # for every endpoint together

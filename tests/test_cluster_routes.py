@@ -38,11 +38,26 @@ def test_any_gateway_answers_for_the_cluster(two_groups: tuple[Broker, Broker]) 
         create_topic_on_groups(endpoint(a), "Nope", broker="broker-z")
     with pytest.raises(NotFoundError, match="Other"):
         create_topic_on_groups(endpoint(a), "Nope", cluster="Other")
+    # Subscription groups are cluster-wide: created on one group, changed on another, the same everywhere.
+    with Admin(endpoint(a)) as admin:
+        admin.create_subscription_group("billing", retry_max_times=5)
+    wait_for(lambda: _retry_max_times(endpoint(b), "billing") == 5, 10, "billing reaches broker-b")
+    with Admin(endpoint(b)) as admin:
+        admin.update_subscription_group("billing", retry_max_times=7)
+    wait_for(lambda: _retry_max_times(endpoint(a), "billing") == 7, 10, "billing's change reaches broker-a")
     info, rows = cluster_status(endpoint(b))
     assert info.registered and info.registry_connected and info.cluster_name == CLUSTER
     assert [(m.broker_name, m.broker_id, m.broker_role, m.gateway) for m in info.members] == [
         ("broker-a", 0, "ASYNC_MASTER", endpoint(a)), ("broker-b", 0, "ASYNC_MASTER", endpoint(b))]
     assert all(r.status is not None and r.status.broker_name == r.member.broker_name for r in rows)
+
+
+def _retry_max_times(gateway: str, group: str) -> int | None:
+    with Admin(gateway) as admin:
+        try:
+            return admin.subscription_group(group).retry_max_times
+        except NotFoundError:
+            return None
 
 
 def test_clients_spread_over_both_groups_and_consume_each_message_once(two_groups: tuple[Broker, Broker]) -> None:

@@ -1,10 +1,11 @@
-"""A broker's life in the cluster: registered under a lease it keeps alive, its topics published, and a
-fresh view of the whole cluster kept for the gateway to answer routes from.
+"""A broker's life in the cluster: registered under a lease it keeps alive, its topics published, its
+subscription groups shared, and a fresh view of the whole cluster kept for the gateway to answer routes from.
 
-One thread does it all, every ``refresh_interval``: renew the lease (every third of its TTL), publish the
-topic records that changed, read the cluster's view. When the registry cannot be reached the broker goes
-on serving with the last view it read, says so once in the log, and when the registry answers again it
-registers anew if its lease expired meanwhile (and publishes its topics again).
+One thread does it all, every ``refresh_interval``: renew the lease (every third of its TTL), read the
+cluster's view, publish the topic records that changed and share the subscription groups. When the
+registry cannot be reached the broker goes on serving with the last view it read, says so once in the log,
+and when the registry answers again it registers anew if its lease expired meanwhile (and publishes its
+topics again).
 """
 
 from __future__ import annotations
@@ -24,17 +25,21 @@ __all__ = ["ClusterMembership"]
 _log = get_logger("rocketstore.cluster")
 
 TopicSource = Callable[[], dict[str, QueueData]]
+GroupSource = Callable[[], dict[str, bytes]]  # the broker's subscription groups: name -> canonical JSON
+GroupSink = Callable[[str, bytes], None]  # take a group as the cluster has it
 
 
 class ClusterMembership:
     def __init__(self, registry: Registry, member: BrokerMember, ttl_seconds: int, topics: TopicSource,
-                 *, refresh_interval: float = 1.0) -> None:
+                 *, groups: tuple[GroupSource, GroupSink] | None = None, refresh_interval: float = 1.0) -> None:
         self.registry = registry
         self.member = member
         self.ttl_seconds = ttl_seconds
         self.refresh_interval = min(refresh_interval, max(ttl_seconds / 3, 0.2))
         self._topics = topics
         self._published: dict[str, QueueData] = {}
+        self._groups = groups
+        self._groups_agreed: dict[str, bytes] = {}  # each group as this broker and the cluster last agreed on it
         self._registration: Registration | None = None
         self._view = ClusterView(member.cluster, (member,))
         self._connected = False
@@ -56,7 +61,7 @@ class ClusterMembership:
         ``Unavailable`` naming the registry when it cannot be reached, ``DuplicateBroker`` when another
         broker holds this name and id."""
         self._register()
-        self._publish()
+        self._sync(self.registry.view(self.member.cluster))
         self._view = self.registry.view(self.member.cluster)
         self._connected = True
         _log.info("registered in the cluster", registry=self.registry.describe(), cluster=self.member.cluster,
@@ -81,9 +86,31 @@ class ClusterMembership:
         self._next_keepalive = time.monotonic() + self.ttl_seconds / 3
         self._published = {}
 
-    def _publish(self) -> None:
-        if not self.member.is_master:
+    def _sync(self, view: ClusterView) -> None:
+        """A master publishes its topics and shares the subscription groups with the cluster."""
+        if self.member.is_master:
+            self._publish()
+            self._share_groups(view)
+
+    def _share_groups(self, view: ClusterView) -> None:
+        """Subscription groups are cluster-wide: a group changed in the cluster (by another broker) is taken
+        here, a group changed here is published; the cluster's version wins when both changed."""
+        if self._groups is None:
             return
+        source, sink = self._groups
+        local = source()
+        for name, data in view.groups.items():
+            if data != self._groups_agreed.get(name):
+                if local.get(name) != data:
+                    sink(name, data)
+                    local[name] = data
+                self._groups_agreed[name] = data
+        for name, data in local.items():
+            if data != self._groups_agreed.get(name):
+                self.registry.put_group(self.member.cluster, name, data)
+                self._groups_agreed[name] = data
+
+    def _publish(self) -> None:
         current = self._topics()
         for topic, queues in current.items():
             if self._published.get(topic) != queues:
@@ -106,8 +133,9 @@ class ClusterMembership:
                 _log.warning("the cluster lease expired; registering again", registry=self.registry.describe())
                 self._registration = None
                 self._register()
-        self._publish()
-        self._view = self.registry.view(self.member.cluster)
+        view = self.registry.view(self.member.cluster)
+        self._sync(view)
+        self._view = view
 
     def _run(self) -> None:
         while not self._stop.wait(self.refresh_interval):

@@ -76,11 +76,12 @@ class RouteEntry:
 
 @dataclass(frozen=True)
 class ClusterView:
-    """The registered members and the topic records at one moment."""
+    """The registered members, the topic records and the subscription groups at one moment."""
 
     cluster: str
     members: tuple[BrokerMember, ...] = ()
     topics: dict[str, tuple[QueueData, ...]] = field(default_factory=dict)
+    groups: dict[str, bytes] = field(default_factory=dict)  # subscription groups: name -> their JSON
 
     def masters(self) -> dict[str, BrokerMember]:
         """The live master of each group, by broker name."""

@@ -4,7 +4,7 @@ Layout of the keys (one prefix per cluster, so clusters can share an etcd)::
 
     /rocketstore/clusters/<cluster>/brokers/<brokerName>/<brokerId>   BrokerMember, under the broker's lease
     /rocketstore/clusters/<cluster>/topics/<topic>/<brokerName>      QueueData (what that group holds)
-    /rocketstore/clusters/<cluster>/groups/<group>                   a subscription group's JSON
+    /rocketstore/clusters/<cluster>/groups/<group>                   a subscription group's JSON (RocketMQ's)
 
 Members live under a lease their broker keeps alive: a broker that stops renewing it (killed, cut off)
 leaves the cluster within the lease's TTL, and with it its queues leave every route (``ClusterView.route``
@@ -144,6 +144,7 @@ class EtcdRegistry(Registry):
         prefix = cluster_prefix(cluster)
         members: list[BrokerMember] = []
         topics: dict[str, list[QueueData]] = {}
+        groups: dict[str, bytes] = {}
         for kv in self.client.get_prefix(prefix):
             kind, _, rest = kv.key[len(prefix):].partition("/")
             try:
@@ -152,7 +153,9 @@ class EtcdRegistry(Registry):
                 elif kind == "topics":
                     topic = rest.partition("/")[0]
                     topics.setdefault(topic, []).append(QueueData.from_json(kv.value))
+                elif kind == "groups":
+                    groups[rest] = kv.value
             except (ValueError, KeyError, TypeError):
                 continue  # a record this version cannot read is not a route
         members.sort(key=lambda m: (m.broker_name, m.broker_id))
-        return ClusterView(cluster, tuple(members), {t: tuple(q) for t, q in topics.items()})
+        return ClusterView(cluster, tuple(members), {t: tuple(q) for t, q in topics.items()}, groups)

@@ -1,14 +1,16 @@
 """The gateway in a cluster of broker groups: joining it (etcdEndpoints) and answering routes from it.
 
-A broker with ``etcdEndpoints`` registers its member under a lease, publishes what it holds of each topic
-(``ClusterMembership``), and its gateway answers for the whole cluster: ``GetClusterInfo`` lists every
-registered member, ``QueryRoute`` a topic's queues on every live group (this group's from its own topic
-table, the freshest). A broker without it answers for itself alone, as it always did.
+A broker with ``etcdEndpoints`` registers its member under a lease, publishes what it holds of each topic,
+shares its subscription groups with the cluster (``ClusterMembership``), and its gateway answers for the
+whole cluster: ``GetClusterInfo`` lists every registered member, ``QueryRoute`` a topic's queues on every
+live group (this group's from its own topic table, the freshest). A broker without it answers for itself
+alone, as it always did.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 
 from rocketstore.cluster.membership import ClusterMembership
@@ -19,9 +21,11 @@ from rocketstore.v1 import gateway_pb2 as pb
 
 from .errors import GatewayError
 from .gateway import Gateway
+from .subscription_groups import SubscriptionGroupConfig, SubscriptionGroupManager
 from .topics import TopicConfig, TopicConfigManager
 
-__all__ = ["advertised", "cluster_info", "join_cluster", "route_entries", "topic_records", "topic_route"]
+__all__ = ["advertised", "cluster_info", "group_records", "join_cluster", "route_entries", "take_group",
+           "topic_records", "topic_route"]
 
 _WILDCARDS = ("0.0.0.0", "::", "[::]", "")
 
@@ -37,6 +41,19 @@ def topic_records(topics: TopicConfigManager, broker_name: str) -> dict[str, Que
             for c in topics.list()}
 
 
+def group_records(groups: SubscriptionGroupManager) -> dict[str, bytes]:
+    return {c.group_name: json.dumps(c.to_json(), sort_keys=True).encode() for c in groups.list()}
+
+
+def take_group(groups: SubscriptionGroupManager, data: bytes) -> None:
+    """A subscription group as the cluster has it (created by, or changed on, another broker)."""
+    config = SubscriptionGroupConfig.from_json(json.loads(data))
+    if groups.get(config.group_name) is None:
+        groups.create(config)
+    else:
+        groups.update(config)
+
+
 async def join_cluster(settings: Settings, gateway: Gateway, gateway_endpoint: str,
                        ha_endpoint: str) -> ClusterMembership | None:
     """Register the broker when it has ``etcdEndpoints`` (None otherwise); raises ``Unavailable`` naming
@@ -49,7 +66,9 @@ async def join_cluster(settings: Settings, gateway: Gateway, gateway_endpoint: s
     registry = EtcdRegistry.connect(settings.etcd_endpoints)
     topics = gateway.context.topics
     membership = ClusterMembership(registry, member, settings.etcd_lease_ttl_seconds,
-                                   lambda: topic_records(topics, member.broker_name))
+                                   lambda: topic_records(topics, member.broker_name),
+                                   groups=(lambda: group_records(gateway.context.subscription_groups),
+                                           lambda _name, data: take_group(gateway.context.subscription_groups, data)))
     await asyncio.to_thread(membership.start)
     gateway.cluster = membership
     return membership

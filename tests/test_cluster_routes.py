@@ -45,6 +45,9 @@ def test_any_gateway_answers_for_the_cluster(two_groups: tuple[Broker, Broker]) 
     with Admin(endpoint(b)) as admin:
         admin.update_subscription_group("billing", retry_max_times=7)
     wait_for(lambda: _retry_max_times(endpoint(a), "billing") == 7, 10, "billing's change reaches broker-a")
+    with Admin(endpoint(a)) as admin:
+        admin.delete_subscription_group("billing")
+    wait_for(lambda: _retry_max_times(endpoint(b), "billing") is None, 10, "billing's deletion reaches broker-b")
     info, rows = cluster_status(endpoint(b))
     assert info.registered and info.registry_connected and info.cluster_name == CLUSTER
     assert [(m.broker_name, m.broker_id, m.broker_role, m.gateway) for m in info.members] == [

@@ -26,7 +26,7 @@ _log = get_logger("rocketstore.cluster")
 
 TopicSource = Callable[[], dict[str, QueueData]]
 GroupSource = Callable[[], dict[str, bytes]]  # the broker's subscription groups: name -> canonical JSON
-GroupSink = Callable[[str, bytes], None]  # take a group as the cluster has it
+GroupSink = Callable[[str, bytes | None], None]  # take a group as the cluster has it (None: deleted)
 
 
 class ClusterMembership:
@@ -93,18 +93,27 @@ class ClusterMembership:
             self._share_groups(view)
 
     def _share_groups(self, view: ClusterView) -> None:
-        """Subscription groups are cluster-wide: a group changed in the cluster (by another broker) is taken
-        here, a group changed here is published; the cluster's version wins when both changed."""
+        """Subscription groups are cluster-wide: a group created, changed or deleted in the cluster (by another
+        broker) is taken here, one created, changed or deleted here is published; the cluster's version wins
+        when both changed."""
         if self._groups is None:
             return
         source, sink = self._groups
         local = source()
+        for name in [n for n in self._groups_agreed if n not in view.groups]:  # deleted by another broker
+            del self._groups_agreed[name]
+            if name in local:
+                sink(name, None)
+                del local[name]
         for name, data in view.groups.items():
             if data != self._groups_agreed.get(name):
                 if local.get(name) != data:
                     sink(name, data)
                     local[name] = data
                 self._groups_agreed[name] = data
+            elif name not in local:  # deleted here
+                self.registry.delete_group(self.member.cluster, name)
+                del self._groups_agreed[name]
         for name, data in local.items():
             if data != self._groups_agreed.get(name):
                 self.registry.put_group(self.member.cluster, name, data)

@@ -79,6 +79,9 @@ class Registry(abc.ABC):
     def put_group(self, cluster: str, group: str, config_json: bytes) -> None: ...
 
     @abc.abstractmethod
+    def delete_group(self, cluster: str, group: str) -> None: ...
+
+    @abc.abstractmethod
     def groups(self, cluster: str) -> dict[str, bytes]: ...
 
     @abc.abstractmethod
@@ -135,6 +138,9 @@ class EtcdRegistry(Registry):
     def put_group(self, cluster: str, group: str, config_json: bytes) -> None:
         _check_name("group", group)
         self.client.put(f"{cluster_prefix(cluster)}groups/{group}", config_json)
+
+    def delete_group(self, cluster: str, group: str) -> None:
+        self.client.delete(f"{cluster_prefix(cluster)}groups/{group}")
 
     def groups(self, cluster: str) -> dict[str, bytes]:
         prefix = f"{cluster_prefix(cluster)}groups/"

@@ -45,9 +45,12 @@ def group_records(groups: SubscriptionGroupManager) -> dict[str, bytes]:
     return {c.group_name: json.dumps(c.to_json(), sort_keys=True).encode() for c in groups.list()}
 
 
-def take_group(groups: SubscriptionGroupManager, data: bytes) -> None:
-    """A subscription group as the cluster has it (created by, or changed on, another broker)."""
-    config = SubscriptionGroupConfig.from_json(json.loads(data))
+def take_group(groups: SubscriptionGroupManager, name: str, data: bytes | None) -> None:
+    """A subscription group as the cluster has it (created, changed or deleted (None) on another broker)."""
+    if data is None:
+        groups.delete(name)
+        return
+    config = SubscriptionGroupConfig.from_json(json.loads(data), name)
     if groups.get(config.group_name) is None:
         groups.create(config)
     else:
@@ -64,11 +67,11 @@ async def join_cluster(settings: Settings, gateway: Gateway, gateway_endpoint: s
                           settings.broker_role.name, advertised(gateway_endpoint, settings.broker_ip1),
                           advertised(ha_endpoint, settings.broker_ip1) if ha_endpoint else "", 0, uuid.uuid4().hex)
     registry = EtcdRegistry.connect(settings.etcd_endpoints)
-    topics = gateway.context.topics
+    topics, groups = gateway.context.topics, gateway.context.subscription_groups
     membership = ClusterMembership(registry, member, settings.etcd_lease_ttl_seconds,
                                    lambda: topic_records(topics, member.broker_name),
-                                   groups=(lambda: group_records(gateway.context.subscription_groups),
-                                           lambda _name, data: take_group(gateway.context.subscription_groups, data)))
+                                   groups=(lambda: group_records(groups),
+                                           lambda name, data: take_group(groups, name, data)))
     await asyncio.to_thread(membership.start)
     gateway.cluster = membership
     return membership

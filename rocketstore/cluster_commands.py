@@ -1,5 +1,6 @@
-"""The command line of a cluster of broker groups: ``rocketstore cluster list`` (mqadmin's clusterList) and
-``rocketstore topic create --cluster NAME | --broker NAME`` (mqadmin's updateTopic -c / -b)."""
+"""The command line of a cluster of broker groups: ``rocketstore cluster list`` (mqadmin's clusterList),
+``rocketstore topic create --cluster NAME | --broker NAME`` (mqadmin's updateTopic -c / -b) and
+``rocketstore group progress --cluster`` (consumerProgress over every group)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["add_cluster_commands", "run_topic_create_on_groups"]
+__all__ = ["add_cluster_commands", "run_group_progress_on_cluster", "run_topic_create_on_groups"]
 
 _Handler = Callable[[argparse.Namespace], int]
 
@@ -71,4 +72,38 @@ def run_topic_create_on_groups(args: argparse.Namespace, read: int, write: int,
         if not args.json:
             print(f"{broker_name}: ", end="")
         show(topic, args.json, "created")
+    return 0
+
+
+def run_group_progress_on_cluster(args: argparse.Namespace, emit: Callable[[object], None],
+                                  table: Callable[[list[list[str]], list[str]], None],
+                                  fmt_time: Callable[[int], str]) -> int:
+    """``group progress --cluster``: the group's queues on every group's master, with the group's name."""
+    from rocketstore.client import Admin
+    from rocketstore.client.cluster_admin import masters_of
+    from rocketstore.client.errors import NotFoundError
+
+    with Admin(args.endpoint, timeout=args.rpc_timeout) as admin:
+        info = admin.cluster_info()
+    if not info.registered:
+        raise NotFoundError(f"the broker at {args.endpoint} is not registered in a cluster (no etcdEndpoints)")
+    rows: list[list[str]] = []
+    total = 0
+    for master in masters_of(info):
+        with Admin(master.gateway, timeout=args.rpc_timeout) as admin:
+            try:
+                progress = admin.consumer_progress(args.group, args.topic)
+            except NotFoundError:  # the group never consumed on this group of brokers
+                continue
+        total += progress.total_lag
+        for q in progress.queues:
+            if args.json:
+                emit({"group": args.group, "brokerName": master.broker_name, "topic": q.topic,
+                      "queueId": q.queue_id, "brokerOffset": q.broker_offset, "consumerOffset": q.consumer_offset,
+                      "diff": q.lag, "lastStoreTimestamp": q.last_store_timestamp})
+            rows.append([master.broker_name, q.topic, str(q.queue_id), str(q.broker_offset), str(q.consumer_offset),
+                         str(q.lag), fmt_time(q.last_store_timestamp)])
+    if not args.json:
+        table(rows, ["BROKER", "TOPIC", "QUEUE", "BROKER OFFSET", "CONSUMER OFFSET", "DIFF", "LAST STORED"])
+        print(f"total diff: {total}")
     return 0

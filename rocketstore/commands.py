@@ -677,6 +677,8 @@ def _add_group(commands: _SubParsers) -> None:
     _add_endpoint(p)
     p.add_argument("--group", "-g", required=True)
     p.add_argument("--topic", "-t", default="", help="one topic (default: every topic the group consumed)")
+    p.add_argument("--cluster", action="store_true",
+                   help="on every broker group of the gateway's cluster (consumerProgress over the cluster)")
     _add_json(p)
     p.set_defaults(handler=_guard("group progress", _run_group_progress))
     p = sub.add_parser("reset-offset", help="move a group's offsets on a topic to a point in time "
@@ -710,6 +712,10 @@ def _run_group_list(args: argparse.Namespace) -> int:
 def _run_group_progress(args: argparse.Namespace) -> int:
     from rocketstore.client import Admin
 
+    if args.cluster:
+        from rocketstore.cluster_commands import run_group_progress_on_cluster
+
+        return run_group_progress_on_cluster(args, _emit, _table, _fmt_time)
     with Admin(args.endpoint, timeout=args.rpc_timeout) as admin:
         progress = admin.consumer_progress(args.group, args.topic)
     if args.json:

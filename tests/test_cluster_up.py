@@ -55,6 +55,16 @@ def test_up_cluster_starts_etcd_and_two_groups_and_stops_them(tmp_path: Path) ->
             # the store host of an offset msgId: each group writes its own (listenPort = its gateway's port)
             brokers |= {json.loads(line)["offsetMsgId"][:16] for line in sent.stdout.splitlines()}
         assert len(brokers) == 2
+        # A consumer given one gateway reads both groups; its progress spans the cluster.
+        stats = [_rocketstore("topic", "stats", "-e", gw, "-t", "UpTopic", "--json") for gw in (first, second)]
+        total = sum(json.loads(line)["maxOffset"] for st in stats for line in st.stdout.splitlines())
+        consumed = _rocketstore("consume", "-e", second, "-t", "UpTopic", "-g", "up_group", "--count", str(total),
+                                "--timeout", "30", "--json")
+        assert consumed.returncode == 0 and len(consumed.stdout.splitlines()) == total, consumed.stderr
+        progress = _rocketstore("group", "progress", "-e", first, "-g", "up_group", "--cluster", "--json")
+        rows = [json.loads(line) for line in progress.stdout.splitlines()]
+        assert {r["brokerName"] for r in rows} == {"broker-a", "broker-b"}, progress.stderr
+        assert sum(r["brokerOffset"] for r in rows) == total
     finally:
         up.send_signal(signal.SIGINT)
         code = up.wait(90)

@@ -20,8 +20,10 @@ def group_settings(etcd: EtcdProcess, name: str, **more: str) -> dict[str, str]:
             "etcdLeaseTtlSeconds": str(LEASE_TTL), **more}
 
 
-def start_group(broker_factory: Callable[..., Broker], etcd: EtcdProcess, name: str, **more: str) -> Broker:
-    return broker_factory(group_settings(etcd, name, **more), gateway=True)
+def start_group(broker_factory: Callable[..., Broker], etcd: EtcdProcess, name: str, mode: str = "local",
+                **more: str) -> Broker:
+    """A broker group (local mode: one process, which the fault tests kill and restart)."""
+    return broker_factory(group_settings(etcd, name, **more), gateway=True, mode=mode)
 
 
 def endpoint(broker: Broker) -> str:

@@ -122,3 +122,31 @@ def test_the_official_client_sees_both_groups_through_one_gateway(two_groups: tu
                                     "steps": [{"op": "receive", "max": 16, "invisible": 30, "until": len(bodies),
                                                "timeout": 60}]})
     assert sorted(m["body"] for m in got[0]) == sorted(bodies)
+
+
+def test_a_group_with_a_slave_registers_both_members(etcd: EtcdProcess,
+                                                     broker_factory: Callable[..., Broker]) -> None:
+    master = start_group(broker_factory, etcd, "broker-a")
+    assert master.process is not None
+    slave = start_group(broker_factory, etcd, "broker-a", brokerRole="SLAVE", brokerId="1",
+                        haMasterAddress=f"127.0.0.1:{master.process.ha_port}")
+    wait_members([master, slave], ["broker-a/0", "broker-a/1"])
+    info, rows = cluster_status(endpoint(slave))
+    assert [(m.broker_id, m.broker_role, m.gateway) for m in info.members] == [
+        (0, "ASYNC_MASTER", endpoint(master)), (1, "SLAVE", endpoint(slave))]
+    assert info.members[1].ha.endswith(f":{slave.process.ha_port}") if slave.process else False
+    with Admin(endpoint(master)) as admin:
+        admin.create_topic("Replicated", read_queue_nums=2, write_queue_nums=2)
+    # Routes name the group's master only, whichever member is asked.
+    wait_for(lambda: route_groups(endpoint(slave), "Replicated") == {"broker-a": (endpoint(master), 2)}, 10,
+             "the slave's gateway routes to the master")
+
+
+def test_a_gateway_of_its_own_registers_its_group(etcd: EtcdProcess, broker_factory: Callable[..., Broker]) -> None:
+    """Cluster mode (a process per service): the gateway process registers the group and answers routes."""
+    group = start_group(broker_factory, etcd, "broker-c", mode="cluster")
+    wait_members([group], ["broker-c/0"])
+    with Admin(endpoint(group)) as admin:
+        admin.create_topic("OwnGateway", read_queue_nums=3, write_queue_nums=3)
+    wait_for(lambda: route_groups(endpoint(group), "OwnGateway") == {"broker-c": (endpoint(group), 3)}, 10,
+             "the route of the gateway's own group")

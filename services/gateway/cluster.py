@@ -106,7 +106,7 @@ def route_entries(gateway: Gateway, topic: str) -> list[tuple[QueueData, str]]:
         me = membership.member
         route: list[RouteEntry] = membership.view().route(topic)
         for entry in route:
-            if entry.queues.broker_name != me.broker_name:
+            if not (me.is_master and entry.queues.broker_name == me.broker_name):
                 entries.append((entry.queues, entry.master.gateway))
         if me.is_master and local is not None:  # this group's own queues as its table has them now
             entries.append((QueueData(me.broker_name, local.read_queue_nums, local.write_queue_nums, local.perm),

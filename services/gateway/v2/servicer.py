@@ -120,7 +120,7 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
             return [(self._readable_topic(resource), self._broker(endpoints))]
         check_topic(resource.name, self._ctx.topics)
         local = self._ctx.topics.get(resource.name)
-        me = self._g.cluster.member.broker_name
+        me = self._g.cluster.member.broker_name if self._g.cluster.member.is_master else None
         try:
             entries = route_entries(self._g, resource.name)
         except BrokerError:

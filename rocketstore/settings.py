@@ -403,7 +403,8 @@ KEYS: tuple[SettingKey, ...] = (
        "for every group of the cluster (docs/cluster.md)"),
     _k("etcdLeaseTtlSeconds", int, 10, "Not a RocketMQ key: the TTL of the broker's registration lease (s); "
        "a broker that stops renewing it leaves every route within this time.",
-       by="gateway", part="renewed every third of it", minimum=1, maximum=3600),
+       by="gateway", part="renewed every third of it (etcd grants no lease shorter than about 2 s)", minimum=2,
+       maximum=3600),
     _k("listenPort", int, 10911, "Port the broker listens on for clients.",
        by="commitlog", part="the CommitLog service's default port and the port of the store address in "
        "records and offset msgIds; the gateway listens on its own --port (8081)", **_PORT),

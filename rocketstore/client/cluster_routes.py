@@ -23,7 +23,7 @@ from rocketstore.log import get_logger
 from rocketstore.v1 import gateway_pb2 as pb
 
 from .connection import Connection
-from .errors import ClientError, NotFoundError
+from .errors import ClientError, NotFoundError, UnavailableError
 from .messages import MessageQueue
 
 __all__ = ["ClusterRoutes", "GroupQueues", "allocate_averagely"]
@@ -111,9 +111,13 @@ class ClusterRoutes:
 
     @property
     def clustered(self) -> bool:
-        """True when the gateways are registered in a cluster (asks them the first time)."""
+        """True when the gateways are registered in a cluster (asks them the first time; while none answers,
+        at most once a second, raising the last error)."""
         if self._clustered is None:
-            self.refresh(force=True)
+            self.refresh(force=time.monotonic() >= self._members_expire)
+            if self._clustered is None:
+                raise UnavailableError("no gateway answered yet: " + ", ".join(self.seeds),
+                                       grpc.StatusCode.UNAVAILABLE)
         return bool(self._clustered)
 
     def masters(self) -> list[str]:

@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 import structlog
 
+from rocketstore.formats import CQ_STORE_UNIT_SIZE
+
 __all__ = [
     "ENV_PREFIX",
     "KEYS",
@@ -51,7 +53,7 @@ ENV_PREFIX = "ROCKETSTORE_"
 _ENV_NOT_KEYS = frozenset({"CONFIG"})
 
 _JAVA_INT_MAX = 2**31 - 1
-_CQ_UNIT_SIZE = 20  # bytes per ConsumeQueue entry; the CQ file size is always a whole number of them
+_CQ_UNIT_SIZE = CQ_STORE_UNIT_SIZE  # the CQ file size is always a whole number of units
 
 
 class FlushDiskType(enum.Enum):

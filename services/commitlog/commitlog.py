@@ -16,14 +16,16 @@ from typing import overload
 
 from rocketstore import codec
 from rocketstore.codec import (
-    END_FILE_MIN_BLANK_LENGTH,
-    MESSAGE_MAGIC_CODE,
-    MIN_RECORD_LENGTH,
-    RECORD_PREFIX,
     EncodedRecord,
     MessageRefused,
     encode_unplaced,
     write_blank,
+)
+from rocketstore.formats import (
+    END_FILE_MIN_BLANK_LENGTH,
+    MESSAGE_MAGIC_CODE,
+    MIN_RECORD_LENGTH,
+    RECORD_PREFIX,
 )
 from rocketstore.log import get_logger
 from rocketstore.mapped_file import MappedFile

@@ -714,14 +714,14 @@ def lookup_key(name: str) -> SettingKey | None:
 # The dataclass, generated from the table.
 
 
-class _SettingsMethods:
+if TYPE_CHECKING:  # the fields are made from KEYS at run time; settings_fields.py is their static view
+    from rocketstore.settings_fields import SettingsFields as _Fields
+else:
+    _Fields = object
+
+
+class _SettingsMethods(_Fields):
     """Behaviour of Settings; the fields themselves come from KEYS."""
-
-    if TYPE_CHECKING:  # the fields are generated, so tell type checkers any attribute exists
-
-        def __init__(self, **values: Any) -> None: ...
-
-        def __getattr__(self, name: str) -> Any: ...
 
     def __post_init__(self) -> None:
         values = {key.attr: getattr(self, key.attr) for key in KEYS}
@@ -796,15 +796,6 @@ class _SettingsMethods:
     def delete_when_hours(self) -> tuple[int, ...]:
         """Hours of the day (0..23) at which expired files are deleted, parsed from deleteWhen."""
         return _delete_when_hours(self.delete_when)
-
-    @property
-    def transient_store_pool_active(self) -> bool:
-        """RocketMQ's isTransientStorePoolEnable(): the switch only counts on an ASYNC_FLUSH master."""
-        return bool(
-            self.transient_store_pool_enable
-            and self.flush_disk_type is FlushDiskType.ASYNC_FLUSH
-            and self.broker_role is not BrokerRole.SLAVE
-        )
 
 
 def _field_default(key: SettingKey) -> Any:

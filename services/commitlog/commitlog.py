@@ -124,6 +124,7 @@ class CommitLog:
         self.file_size = settings.mapped_file_size_commit_log
         # RocketMQ 5's whole-record CRC: the __CRC32# property, reserved by encode and filled in by place.
         self.append_prop_crc = settings.enabled_append_prop_crc
+        # RocketMQ's isTransientStorePoolEnable(): the switch only counts on an ASYNC_FLUSH master.
         self.transient_pool_enabled = (
             settings.transient_store_pool_enable
             and settings.flush_disk_type is FlushDiskType.ASYNC_FLUSH

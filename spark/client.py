@@ -64,8 +64,8 @@ def gateway_stub(endpoint: str) -> pb_grpc.GatewayStub:
 
 
 def describe_error(e: grpc.RpcError, endpoint: str, doing: str, timeout_ms: int | None = None) -> GatewayError:
-    code: grpc.StatusCode = e.code()  # type: ignore[attr-defined]
-    details: str = e.details() or ""  # type: ignore[attr-defined]
+    code: grpc.StatusCode = e.code()
+    details: str = e.details() or ""
     if code == grpc.StatusCode.UNAVAILABLE and ("connect" in details.lower() or "resolve" in details.lower()
                                                 or "dns" in details.lower()):
         msg = (f"cannot reach the rocketstore gateway at {endpoint} to {doing} ({details}). Check the 'endpoint' "
@@ -130,7 +130,7 @@ def read_queue(endpoint: str, topic: str, queue_id: int, start: int, end: int, e
             else:
                 return  # the server ended the stream: nothing more up to ``end``
         except grpc.RpcError as e:
-            code = e.code()  # type: ignore[attr-defined]
+            code = e.code()
             if code == grpc.StatusCode.RESOURCE_EXHAUSTED and batch_messages > 1:
                 batch_messages = max(1, batch_messages // 2)
                 continue

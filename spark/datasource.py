@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 from pyspark.sql.datasource import (
@@ -133,7 +134,7 @@ class QueuePartition(InputPartition):
 
 
 def _read(opts: ReadOptions, columns: Sequence[str], partition: InputPartition, expression: str,
-          tag_set: frozenset[str] | None) -> Iterator:
+          tag_set: frozenset[str] | None) -> Iterator[Any]:
     if not isinstance(partition, QueuePartition):  # Spark's placeholder when a plan has no partition
         return
     schema = arrow_schema(columns)
@@ -180,7 +181,7 @@ class RocketStoreReader(DataSourceReader):
                              end_time_wins=o.ending_timestamp is not None)
         return [QueuePartition(s) for s in split_ranges(ranges, o.max_messages_per_partition, o.min_partitions)]
 
-    def read(self, partition: InputPartition) -> Iterator:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         tags = self._tags()
         return _read(self.opts, self.columns, partition, " || ".join(sorted(tags)) if tags else "*", tags)
 
@@ -195,7 +196,7 @@ class RocketStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         self._target: Offsets | None = None  # Trigger.AvailableNow: what was there when the query started
         self._latest: Offsets | None = None
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> dict[str, Any]:
         o = self.opts
         queues = _list_queues(o, o.starting_timestamp)
         return initial_offsets(queues, o.starting, o.starting_timestamp is not None)
@@ -214,7 +215,7 @@ class RocketStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         self._latest = latest
         return latest
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         latest = self._target if self._target is not None else self._available(start)
         latest = merge_forward(start, latest)
         if isinstance(limit, ReadMaxRows):
@@ -225,20 +226,20 @@ class RocketStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         n = self.opts.max_offsets_per_trigger
         return ReadMaxRows(n) if n else ReadAllAvailable()
 
-    def reportLatestOffset(self) -> dict | None:
+    def reportLatestOffset(self) -> dict[str, Any] | None:
         return self._latest
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = latest_offsets(_list_queues(self.opts))
 
-    def partitions(self, start: dict, end: dict) -> list[QueuePartition]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[QueuePartition]:
         slices = split_ranges(stream_ranges(start, end), self.opts.max_messages_per_partition)
         return [QueuePartition(s) for s in slices]
 
-    def read(self, partition: InputPartition) -> Iterator:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         return _read(self.opts, self.columns, partition, self.opts.expression, self.opts.tag_set)
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         group = self.opts.consumer_group
         if not group:
             return
@@ -301,7 +302,7 @@ class _Sender:
     def __init__(self, opts: WriteOptions) -> None:
         self.opts = opts
         self.stub = client.gateway_stub(opts.endpoint)
-        self.pending: dict[tuple[str, int | None], tuple[list, int]] = {}
+        self.pending: dict[tuple[str, int | None], tuple[list[Any], int]] = {}
         self.in_flight: dict[tuple[str, int | None], object] = {}
         self.summary = SendSummary(0, 0, 0)
 
@@ -345,14 +346,14 @@ class _Sender:
         return self.summary
 
 
-def _write_batches(opts: WriteOptions, columns: list[str], batches: Iterator) -> SendSummary:
+def _write_batches(opts: WriteOptions, columns: list[str], batches: Iterator[Any]) -> SendSummary:
     import pyarrow as pa
     import pyarrow.compute as pc
 
     sender = _Sender(opts)
     row = 0
     for batch in batches:
-        data: dict[str, list] = {}
+        data: dict[str, list[Any]] = {}
         for name in columns:
             col = batch.column(name)
             if name == "bornTimestamp" and pa.types.is_timestamp(col.type):
@@ -394,14 +395,14 @@ class RocketStoreWriter(DataSourceArrowWriter):
         self.opts = opts
         self.columns = columns
 
-    def write(self, iterator: Iterator) -> SendSummary:
+    def write(self, iterator: Iterator[Any]) -> SendSummary:
         return _write_batches(self.opts, self.columns, iterator)
 
-    def commit(self, messages: list) -> None:
+    def commit(self, messages: list[Any]) -> None:
         _report(messages)
 
 
-def _report(messages: list) -> None:
+def _report(messages: list[Any]) -> None:
     """Stored, but not as durably as asked (flush or slave timeouts): the gateway answered with a status."""
     not_ok = sum(m.not_ok for m in messages if isinstance(m, SendSummary))
     if not_ok:
@@ -413,10 +414,10 @@ class RocketStoreStreamWriter(DataSourceStreamArrowWriter):
         self.opts = opts
         self.columns = columns
 
-    def write(self, iterator: Iterator) -> SendSummary:
+    def write(self, iterator: Iterator[Any]) -> SendSummary:
         return _write_batches(self.opts, self.columns, iterator)
 
-    def commit(self, messages: list, batchId: int) -> None:  # noqa: N803 - Spark's name
+    def commit(self, messages: list[Any], batchId: int) -> None:  # noqa: N803 - Spark's name
         _report(messages)
 
 

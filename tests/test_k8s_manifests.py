@@ -288,3 +288,9 @@ def test_the_renderer_refuses_what_it_does_not_render(tmp_path: Path) -> None:
         "    target:\n      kind: Service\n      name: nothing\n")
     with pytest.raises(RenderError, match="matches no object"):
         render(tmp_path)
+    # kubectl kustomize refuses an overlay inside the directory of its base.
+    (tmp_path / "kustomization.yaml").write_text("resources: []\n")
+    (tmp_path / "overlay").mkdir()
+    (tmp_path / "overlay" / "kustomization.yaml").write_text("resources:\n  - ..\n")
+    with pytest.raises(RenderError, match="cycle detected"):
+        render(tmp_path / "overlay")

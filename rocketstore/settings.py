@@ -401,8 +401,8 @@ KEYS: tuple[SettingKey, ...] = (
        "records and offset msgIds; the gateway listens on its own --port (8081)", **_PORT),
     _k("haListenPort", int, 10915, "Port the master listens on for slave replication.", by="ha",
        part="the ha service's port. RocketMQ's default is listenPort + 1 (10912), but here 10912 is the "
-       "index service's default port (dispatcher 10913, schedule 10916), so the default is 10915, the port "
-       "of the ha container in deploy/k8s; a master and its slaves must agree on it (haMasterAddress)",
+       "index service's default port (dispatcher 10913, schedule 10916), so the default is 10915, the ha "
+       "port in deploy/k8s; a master and its slaves must agree on it (haMasterAddress)",
        **_PORT),
     _k("serverChannelMaxIdleTimeSeconds", int, 120,
        "Seconds a client connection may stay idle before the broker closes it (NettyServerConfig).",

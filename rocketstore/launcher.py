@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from rocketstore.errors import DeadlineExceeded
+from rocketstore.errors import DeadlineExceeded, RocketstoreError
 from rocketstore.health_client import wait_serving
 
 __all__ = ["HA_SERVICE_ORDER", "LOCAL_SERVICE_ORDER", "MODES", "SERVICE_ORDER", "Launcher", "LaunchError",
@@ -76,7 +76,7 @@ STABLE_AFTER = 60.0  # a service up this long is healthy again: its back-off sta
 _PR_SET_PDEATHSIG = 1
 
 
-class LaunchError(RuntimeError):
+class LaunchError(RocketstoreError, RuntimeError):
     """A service did not come up; the message says which and ends with its log's last lines."""
 
 

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 import structlog
 
+from rocketstore.errors import RocketstoreError
 from rocketstore.formats import CQ_STORE_UNIT_SIZE
 
 __all__ = [
@@ -83,7 +84,7 @@ class KeyStatus(enum.Enum):
 SERVICES = ("commitlog", "index", "dispatcher", "gateway", "ha", "schedule")
 
 
-class SettingsError(ValueError):
+class SettingsError(RocketstoreError, ValueError):
     """A setting has a value the broker cannot run with.
 
     The message names the key, the bad value, where it came from and what is expected, e.g.

@@ -207,10 +207,10 @@ class RocketStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
             for q in queues:
                 begin = offset_of(start, q.topic, q.queue_id)
                 if begin is not None and begin < q.min_offset:
-                    raise client.GatewayError(
+                    raise client.error_for_code(grpc.StatusCode.OUT_OF_RANGE,
                         f"messages {begin}..{q.min_offset - 1} of {q.topic}/{q.queue_id} expired before this query "
                         "read them (their CommitLog files were deleted). Set option failOnDataLoss=false to skip "
-                        "them and go on from the oldest message kept")
+                        "them and go on from the oldest message kept", self.opts.endpoint)
         latest = merge_forward(start, latest_offsets(queues))
         self._latest = latest
         return latest
@@ -245,12 +245,10 @@ class RocketStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
             return
         entries = [pb.OffsetEntry(topic=t, queue_id=int(q), offset=o) for t, qs in end.items() for q, o in qs.items()]
         try:
-            client.gateway_stub(self.opts.endpoint).CommitOffsets(
-                pb.CommitOffsetsRequest(consumer_group=group, offsets=entries), timeout=self.opts.timeout_ms / 1000)
-        except grpc.RpcError as e:
+            client.commit_offsets(self.opts.endpoint, group, entries, self.opts.timeout_ms)
+        except client.ClientError as e:
             # The offsets Spark checkpoints are what the query resumes from; the group's are for monitoring.
-            _log.warning(
-                "%s", client.describe_error(e, self.opts.endpoint, f"commit offsets of group {group!r}"))
+            _log.warning("%s", e)
 
 
 # --- writing -----------------------------------------------------------------------------------
@@ -319,11 +317,7 @@ class _Sender:
         future = self.in_flight.pop(key, None)
         if future is None:
             return
-        try:
-            response = future.result()  # type: ignore[attr-defined]
-        except grpc.RpcError as e:
-            raise client.describe_error(e, self.opts.endpoint, f"store messages in topic {key[0]!r}",
-                                        self.opts.timeout_ms) from None
+        response = client.send_result(future, self.opts.endpoint, key[0], self.opts.timeout_ms)  # type: ignore[arg-type]
         self.summary.not_ok += sum(1 for r in response.results if r.status != pb.SEND_OK)
 
     def _send(self, key: tuple[str, int | None]) -> None:
@@ -421,11 +415,7 @@ class RocketStoreStreamWriter(DataSourceStreamArrowWriter):
         _report(messages)
 
 
-def _check_reachable(endpoint: str, timeout_ms: int) -> None:
-    try:
-        client.gateway_stub(endpoint).ListTopics(pb.ListTopicsRequest(), timeout=timeout_ms / 1000)
-    except grpc.RpcError as e:
-        raise client.describe_error(e, endpoint, "list topics before writing", timeout_ms) from None
+_check_reachable = client.check_reachable
 
 
 class RocketStoreDataSource(DataSource):

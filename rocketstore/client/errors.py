@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import grpc
 
+from rocketstore.errors import RocketstoreError
+
 __all__ = [
     "ClientError",
     "DeadlineExceededError",
@@ -18,12 +20,13 @@ __all__ = [
     "PermissionDeniedError",
     "ResourceExhaustedError",
     "UnavailableError",
+    "error_for_code",
     "from_rpc_error",
     "from_status",
 ]
 
 
-class ClientError(Exception):
+class ClientError(RocketstoreError):
     """A request the gateway (or the network on the way to it) did not carry out.
 
     ``code`` is the gRPC status, ``detail`` the server's message, ``endpoint`` where it was sent.
@@ -84,6 +87,11 @@ _BY_CODE: dict[grpc.StatusCode, type[ClientError]] = {
     grpc.StatusCode.UNAVAILABLE: UnavailableError,
     grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceededError,
 }
+
+
+def error_for_code(code: grpc.StatusCode, detail: str, endpoint: str = "") -> ClientError:
+    """The most specific client exception for ``code``, carrying ``detail`` as its message."""
+    return _BY_CODE.get(code, ClientError)(detail, code, endpoint)
 
 
 def from_rpc_error(error: grpc.RpcError, endpoint: str = "") -> ClientError:

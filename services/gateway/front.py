@@ -44,6 +44,7 @@ from .send_processor import SEND_TIMEOUT, SendMessageProcessor
 from .send_stream import SendStreamCall, SendStreams
 from .sender import SendBatcher
 from .servicer import BATCH_READ_SERVICE, CLIENT_HOST_HEADER, GATEWAY_SERVICE, _facing, peer_host
+from .tls_settings import server_tls
 from .topics import TopicConfig, TopicConfigManager
 from .v2.producer import V2SendProcessor
 from .v2.servicer import MESSAGING_SERVICE, _answers, _client_id
@@ -338,15 +339,17 @@ def serve_front(settings: Settings, host: str, port: int, metrics_port: int | No
 async def _serve(settings: Settings, host: str, port: int, metrics_port: int | None, commitlog: str, owner: str,
                  own: tuple[str, int] | None) -> int:
     try:
+        tls = server_tls(settings)
         front = FrontGateway(settings, AsyncCommitLogClient(commitlog), OwnerRelay(owner))
-    except (OSError, ValueError) as e:  # unreadable config/ or topics.json
+    except (OSError, ValueError) as e:  # unreadable config/, topics.json or TLS files
         _log.error("front gateway cannot start", error=str(e), store_path_root_dir=settings.store_path_root_dir)
         return 1
     front.start()
     try:
         # SO_REUSEPORT (grpc's default on Linux, said here because this is what the front relies on):
         # the port is shared with the owner gateway and the other front gateways.
-        server = AioGrpcServer(host, port, options=[("grpc.so_reuseport", 1)])
+        server = AioGrpcServer(host, port, options=[("grpc.so_reuseport", 1)], tls=tls,
+                               silent_close_ms=settings.grpc_server_handshake_timeout_millis)
         own_endpoint = server.listen_also(*own) if own is not None else None
         server.add(lambda handler, srv: srv.add_generic_rpc_handlers((handler,)), front, GATEWAY_SERVICE)
         for name in (BATCH_READ_SERVICE, MESSAGING_SERVICE):  # served by the same handler: named for health

@@ -111,21 +111,22 @@ def _add_endpoint(p: argparse.ArgumentParser) -> None:
     tls.add_argument("--ca", metavar="PEM", default=os.environ.get("ROCKETSTORE_TLS_CA") or None,
                      help="CA certificate (or the gateway's self-signed one) to check the gateway's certificate "
                      "against (default: the system's roots; env ROCKETSTORE_TLS_CA)")
-    tls.add_argument("--cert", metavar="PEM", default=os.environ.get("ROCKETSTORE_TLS_CERT") or None,
+    tls.add_argument("--tls-cert", metavar="PEM", default=os.environ.get("ROCKETSTORE_TLS_CERT") or None,
                      help="client certificate, for a gateway that requires one (env ROCKETSTORE_TLS_CERT)")
-    tls.add_argument("--key", metavar="PEM", default=os.environ.get("ROCKETSTORE_TLS_KEY") or None,
-                     help="key of --cert (env ROCKETSTORE_TLS_KEY)")
-    tls.add_argument("--server-name", metavar="NAME", default=None,
+    tls.add_argument("--tls-key", metavar="PEM", default=os.environ.get("ROCKETSTORE_TLS_KEY") or None,
+                     help="key of --tls-cert (env ROCKETSTORE_TLS_KEY)")
+    tls.add_argument("--tls-server-name", metavar="NAME", default=None,
                      help="name the gateway's certificate is checked for, when not the host of --endpoint")
 
 
 def client_tls(args: argparse.Namespace) -> ClientTls | None:
-    """The TLS of the command's connections to the gateway (--tls, --ca, --cert, --key), or None: plaintext."""
-    if not (args.tls or args.ca or args.cert or args.key):
+    """The TLS of the command's connections to the gateway (--tls, --ca, --tls-cert, --tls-key), or None:
+    plaintext."""
+    if not (args.tls or args.ca or args.tls_cert or args.tls_key):
         return None
     from rocketstore.tls import ClientTls
 
-    return ClientTls(ca=args.ca, cert=args.cert, key=args.key, server_name=args.server_name)
+    return ClientTls(ca=args.ca, cert=args.tls_cert, key=args.tls_key, server_name=args.tls_server_name)
 
 
 def _add_json(p: argparse.ArgumentParser) -> None:

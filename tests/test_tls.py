@@ -261,8 +261,7 @@ def test_the_demultiplexer_routes_by_the_first_byte_and_names_the_client(
                 assert _recv_exactly(client, len(first)) == first
                 backend = plain if label == b"P" else secure
                 relay_port = backend.peers[-1][1]
-                assert tls_demux.original_peer(f"127.0.0.1:{relay_port}") == \
-                    "127.0.0.1:%d" % client.getsockname()[1]
+                assert tls_demux.original_peer(f"127.0.0.1:{relay_port}") == f"127.0.0.1:{client.getsockname()[1]}"
                 sender = threading.Thread(target=client.sendall, args=(big,))
                 sender.start()
                 assert _recv_exactly(client, len(big)) == big

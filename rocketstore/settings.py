@@ -399,8 +399,9 @@ KEYS: tuple[SettingKey, ...] = (
        "connects to its master",
        minimum=0),
     _k("brokerIP1", str, "127.0.0.1", "Address the broker advertises to clients and writes into messages.",
-       by="commitlog", part="the host of the store address written into every record (STOREHOST) and into "
-       "offset msgIds; nothing is advertised, clients reach the gateway directly"),
+       by="commitlog gateway", part="the host of the store address written into every record (STOREHOST) and "
+       "into offset msgIds, and one of the names of the gateway's self-signed TLS certificate; nothing is "
+       "advertised, clients reach the gateway directly"),
     _k("brokerIP2", str, "", "Address the master advertises for HA replication; empty means brokerIP1.",
        ignored="there is no name server to advertise to: a slave is given its master's ha address "
        "(haMasterAddress)"),

@@ -12,7 +12,12 @@ call per message, so every byte of it crosses the demultiplexer) and ``batch-100
 "CPU/msg" is the broker process's CPU (every thread: the gateway's event loop, the store's threads and the
 demultiplexer's pump) per message stored; the client shares the machine's cores with it.
 
+``--pump`` measures the demultiplexer alone, whatever else runs on the machine: the CPU its pump thread
+spends per round trip (a 1,200-byte request, a 100-byte answer) relayed to an echo backend, read from
+``/proc/self/task/<tid>/stat``, compiled and in Python.
+
     python bench/tls_bench.py --seconds 5
+    python bench/tls_bench.py --pump
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import time
 
 import grpc
 
+from rocketstore import _speedups, tls_demux
 from rocketstore.channel import open_channel
 from rocketstore.demo import free_port
 from rocketstore.health_client import wait_serving
@@ -104,11 +110,61 @@ def scenario(broker: BrokerRun, tls: ClientTls | None, seconds: float) -> list[s
         channel.close()
 
 
+def _thread_cpu(tid: int) -> float:
+    with open(f"/proc/self/task/{tid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def pump_cost(round_trips: int) -> None:
+    import socket
+
+    backend = socket.create_server(("127.0.0.1", 0))
+
+    def answer() -> None:
+        conn, _ = backend.accept()
+        with conn:
+            while data := conn.recv(65536):
+                if len(data) >= 1200 or data.endswith(b"."):
+                    conn.sendall(b"a" * 100)
+
+    for compiled in (True, False):
+        saved = _speedups.compiled
+        if not compiled:
+            _speedups.compiled = None
+        threading.Thread(target=answer, daemon=True).start()
+        demux = tls_demux.PortDemultiplexer("127.0.0.1", free_port(), backend.getsockname()[1], 1, 10_000)
+        demux.start()
+        try:
+            with socket.create_connection(("127.0.0.1", demux.port)) as client:
+                client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                request = b"P" * 1199 + b"."
+                thread = demux._thread
+                assert thread is not None and thread.native_id is not None
+                cpu0, t0 = _thread_cpu(thread.native_id), time.perf_counter()
+                for _ in range(round_trips):
+                    client.sendall(request)
+                    got = 0
+                    while got < 100:
+                        got += len(client.recv(100 - got))
+                cpu, elapsed = _thread_cpu(thread.native_id) - cpu0, time.perf_counter() - t0
+        finally:
+            demux.close()
+            _speedups.compiled = saved
+        name = "compiled" if compiled else "python"
+        print(f"pump ({name:<8}) {round_trips} round trips: {cpu / round_trips * 1e6:5.1f} µs of pump CPU each, "
+              f"{elapsed / round_trips * 1e6:6.1f} µs wall each", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--dir", default=None, help="where the scratch stores go (default: the temp dir)")
+    parser.add_argument("--pump", action="store_true", help="only the demultiplexer's own CPU per round trip")
     args = parser.parse_args()
+    if args.pump:
+        pump_cost(20_000)
+        return
     for mode, clients in (("disabled", ("plain",)), ("permissive", ("plain", "tls")), ("enforcing", ("tls",))):
         broker = BrokerRun(mode, args.dir or tempfile.gettempdir())
         try:

@@ -232,6 +232,8 @@ def test_sends_through_the_front_are_stored_by_the_front(up2: GatewaysUp) -> Non
     with grpc.insecure_channel(up2.owner()) as channel:
         owner_status = pb_grpc.GatewayStub(channel).GetBrokerStatus(pb.GetBrokerStatusRequest(), timeout=10)
     assert status.put_messages == owner_status.put_messages == 0  # the front stored all 20 itself
+    # Visible once the owner's dispatcher has read them: the front's appends reach it asynchronously.
+    wait_until(lambda: sum(stored_ids(up2.endpoint, "Mine").values()) == 20, "all 20 sends visible")
     assert sum(stored_ids(up2.endpoint, "Mine").values()) == 20
 
 

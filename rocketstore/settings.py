@@ -196,6 +196,18 @@ def _clamp_disk_ratio(value: int) -> int:
     return min(max(value, 10), 95)
 
 
+def _lowered(value: str) -> str:
+    return value.strip().lower()
+
+
+def _one_of(*allowed: str) -> Callable[[str], None]:
+    def check(value: str) -> None:
+        if value.strip().lower() not in allowed:
+            raise _Invalid("expected one of " + ", ".join(allowed))
+
+    return check
+
+
 def _expand_path(value: str) -> str:
     return os.path.expanduser(value) if value else value
 
@@ -390,8 +402,9 @@ KEYS: tuple[SettingKey, ...] = (
        "connects to its master",
        minimum=0),
     _k("brokerIP1", str, "127.0.0.1", "Address the broker advertises to clients and writes into messages.",
-       by="commitlog", part="the host of the store address written into every record (STOREHOST) and into "
-       "offset msgIds; nothing is advertised, clients reach the gateway directly"),
+       by="commitlog gateway", part="the host of the store address written into every record (STOREHOST) and "
+       "into offset msgIds, and one of the names of the gateway's self-signed TLS certificate; nothing is "
+       "advertised, clients reach the gateway directly"),
     _k("brokerIP2", str, "", "Address the master advertises for HA replication; empty means brokerIP1.",
        ignored="there is no name server to advertise to: a slave is given its master's ha address "
        "(haMasterAddress)"),
@@ -424,6 +437,28 @@ KEYS: tuple[SettingKey, ...] = (
        by="gateway", part="not a RocketMQ key: over it, the address's connections that have not sent a byte (not "
        "even the HTTP/2 preface) are closed, oldest first; connections that have spoken are never closed for "
        "it", minimum=1),
+    # --- TLS of the gateway's client port (RocketMQ's TlsSystemConfig, read by its proxy)
+    _k("tls.server.mode", str, "permissive",
+       "disabled: plaintext only; permissive: TLS and plaintext on the same port; enforcing: TLS only.",
+       by="gateway", part="the port of v1, v2 and Spark's batch reads; internal ports stay plaintext",
+       check=_one_of("disabled", "permissive", "enforcing"), normalize=_lowered, aliases=("tlsServerMode",)),
+    _k("tls.test.mode.enable", bool, True,
+       "Serve a self-signed certificate when none is configured.", by="gateway",
+       part="made once in <storePathRootDir>/config/tls/ and kept (a configured tls.server.certPath wins)",
+       aliases=("tlsTestModeEnable",)),
+    _k("tls.server.certPath", str, "", "PEM certificate (chain) the TLS port serves.", by="gateway",
+       aliases=("tlsCertPath",), normalize=_expand_path),
+    _k("tls.server.keyPath", str, "", "PEM private key of tls.server.certPath.", by="gateway",
+       aliases=("tlsKeyPath",), normalize=_expand_path),
+    _k("tls.server.keyPassword", str, "", "Password of an encrypted tls.server.keyPath (empty: none).",
+       by="gateway"),
+    _k("tls.server.need.client.auth", str, "none",
+       "none, optional or require a client certificate signed by tls.server.trustCertPath.", by="gateway",
+       part="optional takes a client with or without a certificate and does not verify it (grpcio verifies "
+       "client certificates only when it requires them)",
+       check=_one_of("none", "optional", "require"), normalize=_lowered),
+    _k("tls.server.trustCertPath", str, "", "PEM CA certificates client certificates are checked against.",
+       by="gateway", normalize=_expand_path),
     _k("useEpollNativeSelector", bool, False, "Use Netty's native epoll selector.",
        ignored="a Netty knob; gRPC chooses its own poller (epoll on Linux)"),
     _k("sendMessageThreadPoolNums", int, 16, "Threads handling sends.",
@@ -684,12 +719,13 @@ def _mapped(name: str) -> str:
 
 
 def _snake(name: str) -> str:
-    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
+    # Dotted keys (RocketMQ's tls.server.certPath) become tls_server_cert_path.
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower().replace(".", "_")
 
 
 def _norm(name: str) -> str:
-    """Matching form of a key: case, '_' and '-' ignored, and maped == mapped."""
-    return _mapped(name.replace("_", "").replace("-", "").lower())
+    """Matching form of a key: case, '_', '-' and '.' ignored, and maped == mapped."""
+    return _mapped(name.replace("_", "").replace("-", "").replace(".", "").lower())
 
 
 def _build_lookup(keys: Iterable[SettingKey]) -> dict[str, SettingKey]:

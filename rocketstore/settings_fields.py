@@ -28,6 +28,13 @@ class SettingsFields:
     grpc_server_handshake_timeout_millis: int
     grpc_max_connections: int
     grpc_max_connections_per_address: int
+    tls_server_mode: str
+    tls_test_mode_enable: bool
+    tls_server_cert_path: str
+    tls_server_key_path: str
+    tls_server_key_password: str
+    tls_server_need_client_auth: str
+    tls_server_trust_cert_path: str
     use_epoll_native_selector: bool
     send_message_thread_pool_nums: int
     pull_message_thread_pool_nums: int
@@ -129,6 +136,13 @@ class SettingsFields:
         grpc_server_handshake_timeout_millis: Any = ...,
         grpc_max_connections: Any = ...,
         grpc_max_connections_per_address: Any = ...,
+        tls_server_mode: Any = ...,
+        tls_test_mode_enable: Any = ...,
+        tls_server_cert_path: Any = ...,
+        tls_server_key_path: Any = ...,
+        tls_server_key_password: Any = ...,
+        tls_server_need_client_auth: Any = ...,
+        tls_server_trust_cert_path: Any = ...,
         use_epoll_native_selector: Any = ...,
         send_message_thread_pool_nums: Any = ...,
         pull_message_thread_pool_nums: Any = ...,

@@ -103,7 +103,21 @@ def from_rpc_error(error: grpc.RpcError, endpoint: str = "") -> ClientError:
         detail = f"the call to {endpoint or 'the gateway'} failed with {code.name}"
     elif code == grpc.StatusCode.UNAVAILABLE and endpoint and endpoint not in detail:
         detail = f"{endpoint}: {detail}"
+    if code == grpc.StatusCode.UNAVAILABLE:
+        detail += tls_hint(detail)
     return _BY_CODE.get(code, ClientError)(detail, code, endpoint)
+
+
+def tls_hint(detail: str) -> str:
+    """What to try when a connection failed the way a TLS mismatch does: a plaintext client closed at once by
+    a port that takes TLS only, or a TLS client's handshake answered by a plaintext port."""
+    if "Socket closed" in detail or "Connection reset" in detail:
+        return (" (if the gateway takes TLS only, tls.server.mode=enforcing, connect over TLS: ClientTls, or "
+                "--tls/--ca on the command line)")
+    if "SSL" in detail or "handshake" in detail.lower():
+        return (" (the TLS handshake failed: the gateway may not take TLS, tls.server.mode=disabled, or its "
+                "certificate is not signed by the CA given, or a client certificate is required)")
+    return ""
 
 
 _BY_NUMBER: dict[int, grpc.StatusCode] = {code.value[0]: code for code in grpc.StatusCode}

@@ -51,6 +51,7 @@ from .send_processor import SEND_TIMEOUT, SendMessageProcessor
 from .send_stream import SendStreamCall, SendStreams
 from .sender import SendBatcher
 from .servicer import BATCH_READ_SERVICE, CLIENT_HOST_HEADER, GATEWAY_SERVICE, _facing, peer_host
+from .tls_settings import server_tls
 from .topics import TOPICS_FILE, TopicConfig, TopicConfigManager
 from .v2.producer import V2SendProcessor
 from .v2.servicer import MESSAGING_SERVICE, _answers, _client_id
@@ -384,6 +385,7 @@ def serve_front(settings: Settings, host: str, port: int, metrics_port: int | No
 async def _serve(settings: Settings, host: str, port: int, metrics_port: int | None, commitlog: str, owner: str,
                  own: tuple[str, int] | None, ha: str | None) -> int:
     try:
+        tls = server_tls(settings)
         topics_copy = None
         if ha is not None:
             config_dir = os.path.join(settings.store_path_root_dir, "config")
@@ -391,14 +393,15 @@ async def _serve(settings: Settings, host: str, port: int, metrics_port: int | N
             topics_copy = TopicsCopy(HAClient(ha), config_dir)
             await asyncio.to_thread(topics_copy.copy_once)  # the owner's topics from the first send, if it answers
         front = FrontGateway(settings, AsyncCommitLogClient(commitlog), OwnerRelay(owner), topics_copy)
-    except (OSError, ValueError) as e:  # unreadable config/ or topics.json
+    except (OSError, ValueError) as e:  # unreadable config/, topics.json or TLS files
         _log.error("front gateway cannot start", error=str(e), store_path_root_dir=settings.store_path_root_dir)
         return 1
     front.start()
     try:
         # SO_REUSEPORT (grpc's default on Linux, said here because this is what the front relies on):
         # the port is shared with the owner gateway and the other front gateways.
-        server = AioGrpcServer(host, port, options=[("grpc.so_reuseport", 1)])
+        server = AioGrpcServer(host, port, options=[("grpc.so_reuseport", 1)], tls=tls,
+                               silent_close_ms=settings.grpc_server_handshake_timeout_millis)
         own_endpoint = server.listen_also(*own) if own is not None else None
         server.add(lambda handler, srv: srv.add_generic_rpc_handlers((handler,)), front, GATEWAY_SERVICE)
         for name in (BATCH_READ_SERVICE, MESSAGING_SERVICE):  # served by the same handler: named for health

@@ -104,6 +104,11 @@ def _add_endpoint(p: argparse.ArgumentParser) -> None:
                    help=f"the gateway (default: {DEFAULT_ENDPOINT}); several as 'H1:P1;H2:P2' where it makes sense")
     p.add_argument("--timeout-rpc", type=_seconds, default=10.0, metavar="SECONDS", dest="rpc_timeout",
                    help="deadline of each call to the gateway (default: 10)")
+    p.add_argument("--access-key", default=None, metavar="KEY",
+                   help="sign the calls as this user (default: $ROCKETSTORE_ACCESS_KEY)")
+    p.add_argument("--secret-key", default=None, metavar="KEY",
+                   help="the user's secret key (default: $ROCKETSTORE_SECRET_KEY; prefer the variable: "
+                        "arguments show in the process list)")
 
 
 def _add_json(p: argparse.ArgumentParser) -> None:
@@ -142,6 +147,7 @@ def _guard(command: str, fn: Callable[[argparse.Namespace], int]) -> Callable[[a
 
         # Client logs are for trouble only, and on stderr: stdout carries the output (--json lines).
         configure_logging(json=False, level=getattr(args, "log_level", None) or "warning")
+        _use_credentials(args)
         try:
             return fn(args)
         except ClientError as e:
@@ -155,6 +161,16 @@ def _guard(command: str, fn: Callable[[argparse.Namespace], int]) -> Callable[[a
             return 130
 
     return run
+
+
+def _use_credentials(args: argparse.Namespace) -> None:
+    """--access-key / --secret-key: every client this command makes signs its calls with them."""
+    from rocketstore.client.signing import ACCESS_KEY_ENV, SECRET_KEY_ENV
+
+    for option, env in (("access_key", ACCESS_KEY_ENV), ("secret_key", SECRET_KEY_ENV)):
+        value = getattr(args, option, None)
+        if value is not None:
+            os.environ[env] = value
 
 
 # --- up ---------------------------------------------------------------------------------------
@@ -1168,3 +1184,6 @@ def add_commands(commands: _SubParsers) -> None:
     from rocketstore.retry_commands import add_dlq
 
     add_dlq(commands)
+    from rocketstore.auth_commands import add_auth_commands
+
+    add_auth_commands(commands, _add_endpoint, _add_json, _guard)

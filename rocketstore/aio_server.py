@@ -49,14 +49,16 @@ class AioGrpcServer:
     health and reflection added at ``start``. ``port=0`` picks a free port."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, options: Sequence[tuple[str, Any]] = (),
-                 interceptors: Sequence[grpc.aio.ServerInterceptor] = ()) -> None:
+                 interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+                 inner_interceptors: Sequence[grpc.aio.ServerInterceptor] = ()) -> None:
+        """``inner_interceptors`` see the handlers with their requests decoded (access checks)."""
         self.host = host
         # Innermost: a request that cannot be decoded is answered INVALID_ARGUMENT, and the
         # interceptors given (latency) see that status.
         merged = dict(_OPTIONS)
         merged.update(options)  # a given option replaces the default of the same name
         self._server = grpc.aio.server(options=list(merged.items()),
-                                       interceptors=[*interceptors, AioDecodeRequests()])
+                                       interceptors=[*interceptors, AioDecodeRequests(), *inner_interceptors])
         address = _join_host_port(host, port)
         try:
             bound = self._server.add_insecure_port(address)

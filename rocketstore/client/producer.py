@@ -42,6 +42,7 @@ from .connection import Connection, split_endpoints
 from .errors import ClientError, DeadlineExceededError, NotFoundError, ResourceExhaustedError
 from .messages import Message, MessageQueue, SendResult, SendStatus
 from .selector import HashSelector, QueueSelector, RoundRobinSelector
+from .signing import Credentials
 
 __all__ = ["DEFAULT_PRODUCER_GROUP", "Producer", "SendCallback"]
 
@@ -159,7 +160,10 @@ class Producer:
         route_refresh_interval: float = 30.0,
         client_ip: str = "127.0.0.1",
         send_stream: bool = True,
+        credentials: Credentials | None = None,
     ) -> None:
+        """``credentials`` sign every call (default: ``ROCKETSTORE_ACCESS_KEY`` / ``ROCKETSTORE_SECRET_KEY``)."""
+        self._credentials = credentials
         self.endpoints = split_endpoints(endpoints if isinstance(endpoints, str) else list(endpoints))
         self.group = group
         self.send_timeout = send_timeout
@@ -213,7 +217,8 @@ class Producer:
                     raise ClientError("the producer is shut down", grpc.StatusCode.CANCELLED, endpoint)
                 conn = self._connections.get(endpoint)
                 if conn is None:
-                    conn = self._connections[endpoint] = Connection(endpoint, send_stream=self._send_stream)
+                    conn = self._connections[endpoint] = Connection(endpoint, send_stream=self._send_stream,
+                                                                             credentials=self._credentials)
         return conn
 
     def queues(self, topic: str, refresh: bool = False, timeout: float | None = None) -> list[MessageQueue]:

@@ -99,7 +99,8 @@ UNARY: dict[str, Checks] = {
     V1 + "CreateTopic": lambda r, c: _topic(r.topic, CREATE),
     V1 + "DeleteTopic": lambda r, c: _topic(r.topic, DELETE),
     V1 + "ListTopics": lambda r, c: _cluster(c, LIST),
-    V1 + "GetTopicStats": lambda r, c: _topic(r.topic, GET),
+    # The project's clients find a topic's queues with it: RocketMQ's route lookup (Pub, Sub or Get).
+    V1 + "GetTopicStats": lambda r, c: _topic(r.topic, PUB, SUB, GET),
     V1 + "GetBrokerStatus": lambda r, c: _cluster(c, GET),
     V1 + "ConsumerSendBack": lambda r, c: _group(r.consumer_group, SUB),
     V1 + "CreateSubscriptionGroup": lambda r, c: _group(r.group_name, CREATE),

@@ -89,7 +89,7 @@ class _Guarded:
         caller = self.access.authenticate(context.invocation_metadata() or (), _source_ip(context))
         if self.method.startswith(ADMIN):
             self.access.require_super(caller, f"call {self.method.rsplit('/', 1)[-1]}")
-        if self.checks is not None and not isinstance(request, bytes | type(None)):
+        if self.checks is not None and request is not None:
             self.access.authorize(caller, self.checks(request, self.access.cluster_name))
         return caller
 

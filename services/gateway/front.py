@@ -351,7 +351,7 @@ async def _serve(settings: Settings, host: str, port: int, metrics_port: int | N
     try:
         # SO_REUSEPORT (grpc's default on Linux, said here because this is what the front relies on):
         # the port is shared with the owner gateway and the other front gateways.
-        server = AioGrpcServer(host, port, options=[("grpc.so_reuseport", 1)], interceptors=[
+        server = AioGrpcServer(host, port, options=[("grpc.so_reuseport", 1)], inner_interceptors=[
             AccessInterceptor(front.access, only=frozenset({SEND, SEND_STREAM, SEND_MESSAGE}))])
         warn_if_open(host, front.access)
         own_endpoint = server.listen_also(*own) if own is not None else None

@@ -66,7 +66,7 @@ def client_server(settings: Settings, host: str, port: int, interceptors: Sequen
     soft, hard = raise_descriptor_limit()
     max_connections = settings.grpc_max_connections or max(64, soft - DESCRIPTORS_KEPT)
     server = AioGrpcServer(host, port, options=[*connection_options(settings, max_connections), *options],
-                           interceptors=[*interceptors, AccessInterceptor(access)])
+                           interceptors=interceptors, inner_interceptors=[AccessInterceptor(access)])
     warn_if_open(host, access)
     guard = ConnectionGuard(server.port, max_connections=max_connections,
                             max_per_address=settings.grpc_max_connections_per_address)

@@ -23,6 +23,7 @@ import sys
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from rocketstore.auth.metadata import AuthMetadata
 from rocketstore.auth.model import Action, Resource, ResourceType, User, UserStatus, UserType, subject_of
@@ -53,8 +54,7 @@ def is_internal_topic(topic: str) -> bool:
     return is_not_allowed_send_topic(topic) or topic.startswith(SYSTEM_TOPIC_PREFIX)
 
 
-@dataclass(frozen=True)
-class Check:
+class Check(NamedTuple):
     """One thing a call does: ``resource`` under any of ``actions`` (RocketMQ's AuthorizationContext)."""
 
     resource: Resource

@@ -86,7 +86,9 @@ class _Guarded:
 
     # --- the checks ------------------------------------------------------------------------------
     def _caller(self, request: Any, context: _Context) -> Caller:
-        caller = self.access.authenticate(context.invocation_metadata() or (), _source_ip(context))
+        access = self.access
+        caller = access.authenticate(context.invocation_metadata() or (),
+                                     _source_ip(context) if access.authorization_enabled else "")
         if self.method.startswith(ADMIN):
             self.access.require_super(caller, f"call {self.method.rsplit('/', 1)[-1]}")
         if self.checks is not None and request is not None:

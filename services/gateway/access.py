@@ -59,6 +59,7 @@ class Check(NamedTuple):
 
     resource: Resource
     actions: tuple[Action, ...]
+    messages: bool = True  # the call reads or writes the resource's messages (False: a route lookup)
 
     @classmethod
     def topic(cls, name: str, *actions: Action) -> Check:
@@ -189,7 +190,7 @@ class AccessControl:
         to everyone, whether or not authorization is on."""
         for check in checks:
             if check.resource.type is ResourceType.TOPIC and check.resource.name is not None and \
-                    is_internal_topic(check.resource.name) and \
+                    check.messages and is_internal_topic(check.resource.name) and \
                     (Action.PUB in check.actions or Action.SUB in check.actions):
                 verb = "sending to" if Action.PUB in check.actions else "reading"
                 raise AccessRefused("PERMISSION_DENIED", f"{verb} topic {check.resource.name!r} is forbidden: it is "

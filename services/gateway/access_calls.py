@@ -43,6 +43,11 @@ def _topic(name: str, *actions: Action) -> list[Check]:
     return [Check.topic(name, *actions)]
 
 
+def _lookup(name: str, *actions: Action) -> list[Check]:
+    """A route lookup: the topic's check, not a read or write of its messages."""
+    return [check._replace(messages=False) for check in _topic(name, *actions)]
+
+
 def _group(name: str, *actions: Action) -> list[Check]:
     return [Check.group(name, *actions)]
 
@@ -100,7 +105,7 @@ UNARY: dict[str, Checks] = {
     V1 + "DeleteTopic": lambda r, c: _topic(r.topic, DELETE),
     V1 + "ListTopics": lambda r, c: _cluster(c, LIST),
     # The project's clients find a topic's queues with it: RocketMQ's route lookup (Pub, Sub or Get).
-    V1 + "GetTopicStats": lambda r, c: _topic(r.topic, PUB, SUB, GET),
+    V1 + "GetTopicStats": lambda r, c: _lookup(r.topic, PUB, SUB, GET),
     V1 + "GetBrokerStatus": lambda r, c: _cluster(c, GET),
     V1 + "ConsumerSendBack": lambda r, c: _group(r.consumer_group, SUB),
     V1 + "CreateSubscriptionGroup": lambda r, c: _group(r.group_name, CREATE),
@@ -116,7 +121,7 @@ UNARY: dict[str, Checks] = {
     BATCH + "ListQueues": _v1_list_queues,
     BATCH + "ReadQueue": lambda r, c: _topic(r.topic, SUB),
     # v2, as the proxy's DefaultAuthorizationContextBuilder
-    V2 + "QueryRoute": lambda r, c: _topic(r.topic.name, PUB, SUB),
+    V2 + "QueryRoute": lambda r, c: _lookup(r.topic.name, PUB, SUB),
     V2 + "QueryAssignment": lambda r, c: _sub(r.group.name, r.topic.name),
     V2 + "Heartbeat": lambda r, c: _group(r.group.name, SUB)
     if r.client_type in (d.PUSH_CONSUMER, d.SIMPLE_CONSUMER, d.PULL_CONSUMER) else [],

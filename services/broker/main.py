@@ -126,7 +126,7 @@ async def _serve_gateway(broker: LocalBroker, host: str, port: int, metrics_port
         # SO_REUSEPORT (grpc's default on Linux, said here because front gateways rely on it): the front
         # gateways of `rocketstore up --gateways N` bind this same port.
         server, guard = client_server(settings, host, port, interceptors, options=[("grpc.so_reuseport", 1)],
-                                      tls=tls)
+                                      tls=tls, access=gateway.access)
         own_host, own_port = own
         owner_endpoint = server.listen_also(own_host, own_port) if own_port is not None else None
         add_gateway_services(server, gateway)

@@ -31,8 +31,9 @@ def add_cluster_commands(commands: Any, add_endpoint: Callable[[argparse.Argumen
 
 def _run_cluster_list(args: argparse.Namespace) -> int:
     from rocketstore.client.cluster_admin import cluster_status
+    from rocketstore.commands import client_tls
 
-    info, rows = cluster_status(args.endpoint)
+    info, rows = cluster_status(args.endpoint, client_tls(args))
     if not info.registered:
         print(f"rocketstore cluster list: the broker at {args.endpoint} stands alone (no etcdEndpoints); "
               "`rocketstore status` shows it", file=sys.stderr)
@@ -64,10 +65,12 @@ def run_topic_create_on_groups(args: argparse.Namespace, read: int, write: int,
                                show: Callable[[Any, bool, str], None]) -> int:
     """``topic create --cluster NAME`` / ``--broker NAME``: the topic on every (or the named) group."""
     from rocketstore.client.cluster_admin import create_topic_on_groups
+    from rocketstore.commands import client_tls
 
     created = create_topic_on_groups(args.endpoint, args.topic, cluster=args.cluster, broker=args.broker,
                                      read_queue_nums=read, write_queue_nums=write, perm=args.perm or 0,
-                                     order=bool(args.order), message_type=args.message_type or "")
+                                     order=bool(args.order), message_type=args.message_type or "",
+                                     tls=client_tls(args))
     for broker_name, topic in created:
         if not args.json:
             print(f"{broker_name}: ", end="")
@@ -82,15 +85,17 @@ def run_group_progress_on_cluster(args: argparse.Namespace, emit: Callable[[obje
     from rocketstore.client import Admin
     from rocketstore.client.cluster_admin import masters_of
     from rocketstore.client.errors import NotFoundError
+    from rocketstore.commands import client_tls
 
-    with Admin(args.endpoint, timeout=args.rpc_timeout) as admin:
+    tls = client_tls(args)
+    with Admin(args.endpoint, timeout=args.rpc_timeout, tls=tls) as admin:
         info = admin.cluster_info()
     if not info.registered:
         raise NotFoundError(f"the broker at {args.endpoint} is not registered in a cluster (no etcdEndpoints)")
     rows: list[list[str]] = []
     total = 0
     for master in masters_of(info):
-        with Admin(master.gateway, timeout=args.rpc_timeout) as admin:
+        with Admin(master.gateway, timeout=args.rpc_timeout, tls=tls) as admin:
             try:
                 progress = admin.consumer_progress(args.group, args.topic)
             except NotFoundError:  # the group never consumed on this group of brokers

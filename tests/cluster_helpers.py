@@ -26,6 +26,13 @@ def start_group(broker_factory: Callable[..., Broker], etcd: EtcdProcess, name: 
     return broker_factory(group_settings(etcd, name, **more), gateway=True, mode=mode)
 
 
+def start_two_groups(etcd: EtcdProcess, broker_factory: Callable[..., Broker]) -> tuple[Broker, Broker]:
+    """broker-a and broker-b, each seeing the other."""
+    groups = start_group(broker_factory, etcd, "broker-a"), start_group(broker_factory, etcd, "broker-b")
+    wait_members(list(groups), ["broker-a/0", "broker-b/0"])
+    return groups
+
+
 def endpoint(broker: Broker) -> str:
     assert broker.gateway is not None
     return broker.gateway.endpoint

@@ -116,7 +116,9 @@ def test_a_killed_group_leaves_the_routes_and_rejoins(etcd: EtcdProcess,
 def test_etcd_lost_mid_traffic_costs_no_send(etcd: EtcdProcess, broker_factory: Callable[..., Broker]) -> None:
     a, b = _two_groups(etcd, broker_factory)
     create_topic_on_groups(endpoint(b), "Steady", write_queue_nums=2, read_queue_nums=2)
-    wait_for(lambda: len(route_groups(endpoint(a), "Steady")) == 2, 10, "Steady on both groups")
+    for group in (a, b):
+        wait_for(lambda g=group: len(route_groups(endpoint(g), "Steady")) == 2, 10,  # type: ignore[misc]
+                 f"{endpoint(group)} routes Steady to both groups")
     with Traffic(endpoint(a), "Steady") as traffic:
         wait_for(lambda: len(traffic.results) >= 20, 30, "traffic flows")
         etcd.kill9()

@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Callable
 
 import pytest
-from cluster_helpers import CLUSTER, endpoint, route_groups, start_group, wait_for, wait_members
+from cluster_helpers import CLUSTER, endpoint, route_groups, start_group, start_two_groups, wait_for, wait_members
 from conftest import Broker
 from etcd_process import EtcdProcess
 
@@ -19,9 +19,7 @@ from rocketstore.client.errors import NotFoundError
 
 @pytest.fixture
 def two_groups(etcd: EtcdProcess, broker_factory: Callable[..., Broker]) -> tuple[Broker, Broker]:
-    groups = start_group(broker_factory, etcd, "broker-a"), start_group(broker_factory, etcd, "broker-b")
-    wait_members(list(groups), ["broker-a/0", "broker-b/0"])
-    return groups
+    return start_two_groups(etcd, broker_factory)
 
 
 def test_any_gateway_answers_for_the_cluster(two_groups: tuple[Broker, Broker]) -> None:
@@ -105,25 +103,6 @@ def test_clients_spread_over_both_groups_and_consume_each_message_once(two_group
     finally:
         for c in consumers:
             c.shutdown()
-
-
-def test_the_official_client_sees_both_groups_through_one_gateway(two_groups: tuple[Broker, Broker]) -> None:
-    from rmq5_venv import run_client
-
-    a, b = two_groups
-    create_topic_on_groups(endpoint(a), "Official", write_queue_nums=2, read_queue_nums=2)
-    wait_for(lambda: len(route_groups(endpoint(a), "Official")) == 2, 10, "Official on both groups")
-    bodies = [f"o{i}" for i in range(40)]
-    receipts = run_client("produce.py", {"endpoint": endpoint(a), "topic": "Official",
-                                         "messages": [{"body": body} for body in bodies]})
-    assert len(receipts) == len(bodies)
-    for group in (a, b):  # the producer's routes named both groups' queues, and it sent to each
-        with Admin(endpoint(group)) as admin:
-            assert sum(q.max_offset for q in admin.topic_stats("Official").queues) > 0, endpoint(group)
-    got = run_client("consume.py", {"endpoint": endpoint(a), "group": "official", "topic": "Official",
-                                    "steps": [{"op": "receive", "max": 16, "invisible": 30, "until": len(bodies),
-                                               "timeout": 60}]})
-    assert sorted(m["body"] for m in got[0]) == sorted(bodies)
 
 
 def test_a_group_with_a_slave_registers_both_members(etcd: EtcdProcess,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rocketstore.tls import ClientTls
 from rocketstore.v1 import gateway_pb2 as pb
 
 from .admin import Admin
@@ -27,10 +28,10 @@ def masters_of(info: pb.ClusterInfo, broker_name: str | None = None) -> list[pb.
 
 def create_topic_on_groups(endpoint: str, topic: str, *, cluster: str | None = None, broker: str | None = None,
                            read_queue_nums: int = 0, write_queue_nums: int = 0, perm: int = 0, order: bool = False,
-                           message_type: str = "") -> list[tuple[str, pb.TopicInfo]]:
+                           message_type: str = "", tls: ClientTls | None = None) -> list[tuple[str, pb.TopicInfo]]:
     """Create (or update) ``topic`` on every group of the cluster, or on group ``broker``; answers each group's
     topic. Raises NotFoundError when the gateway's cluster is not ``cluster``."""
-    with Admin(endpoint) as admin:
+    with Admin(endpoint, tls=tls) as admin:
         info = admin.cluster_info()
     if not info.registered:
         raise NotFoundError(f"the broker at {endpoint} is not registered in a cluster (no etcdEndpoints)")
@@ -38,7 +39,7 @@ def create_topic_on_groups(endpoint: str, topic: str, *, cluster: str | None = N
         raise NotFoundError(f"the broker at {endpoint} is in cluster {info.cluster_name!r}, not {cluster!r}")
     created = []
     for master in masters_of(info, broker):
-        with Admin(master.gateway) as admin:
+        with Admin(master.gateway, tls=tls) as admin:
             created.append((master.broker_name, admin.create_topic(
                 topic, read_queue_nums=read_queue_nums, write_queue_nums=write_queue_nums, perm=perm, order=order,
                 message_type=message_type)))
@@ -52,14 +53,14 @@ class MemberStatus:
     error: str = ""
 
 
-def cluster_status(endpoint: str) -> tuple[pb.ClusterInfo, list[MemberStatus]]:
+def cluster_status(endpoint: str, tls: ClientTls | None = None) -> tuple[pb.ClusterInfo, list[MemberStatus]]:
     """clusterList: every member of the gateway's cluster with its status (max offsets, rates) when it answers."""
-    with Admin(endpoint) as admin:
+    with Admin(endpoint, tls=tls) as admin:
         info = admin.cluster_info()
     rows = []
     for member in info.members:
         try:
-            with Admin(member.gateway, timeout=5.0) as admin:
+            with Admin(member.gateway, timeout=5.0, tls=tls) as admin:
                 rows.append(MemberStatus(member, admin.broker_status()))
         except ClientError as e:
             rows.append(MemberStatus(member, None, str(e)))

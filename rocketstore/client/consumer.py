@@ -60,6 +60,7 @@ import grpc
 from rocketstore.log import get_logger
 from rocketstore.message import PROPERTY_RETRY_TOPIC
 from rocketstore.subscription import parse_expression
+from rocketstore.tls import ClientTls
 from rocketstore.v1 import gateway_pb2 as pb
 
 from .cluster_routes import ClusterRoutes, allocate_averagely
@@ -153,11 +154,12 @@ class PullConsumer:
     """Pull queues at explicit offsets (RocketMQ's DefaultMQPullConsumer); offsets are the caller's to
     keep, and ``commit`` stores them for the group on the broker."""
 
-    def __init__(self, endpoint: str, group: str, *, timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(self, endpoint: str, group: str, *, timeout: float = DEFAULT_TIMEOUT,
+                 tls: ClientTls | None = None) -> None:
         self.endpoint = split_endpoints(endpoint)[0]
         self.group = group
         self._timeout = timeout
-        self._conn = Connection(self.endpoint, timeout)
+        self._conn = Connection(self.endpoint, timeout, tls=tls)
         # Reads from the slave (RocketMQ's suggestWhichBrokerId): the slave's gateway, learned from the
         # master's status, and the queues whose pulls go there until it sends them back.
         self._slave: Connection | None = None
@@ -186,7 +188,7 @@ class PullConsumer:
                     self._slave.close()
                 self._slave = None
             if found is not None and self._slave is None:
-                self._slave = Connection(found, self._timeout)
+                self._slave = Connection(found, self._timeout, tls=self._conn.tls)
         return self._slave.endpoint if self._slave is not None else None
 
     def queues(self, topic: str) -> list[MessageQueue]:
@@ -520,6 +522,7 @@ class PushConsumer:
         consume_stream: bool = True,
         stream_credit_messages: int = DEFAULT_CREDIT_MESSAGES,
         stream_credit_bytes: int = DEFAULT_CREDIT_BYTES,
+        tls: ClientTls | None = None,
         route_refresh_interval: float = 30.0,
     ) -> None:
         self.endpoints = split_endpoints(endpoints if isinstance(endpoints, str) else list(endpoints))
@@ -549,7 +552,8 @@ class PushConsumer:
         self._timeout = timeout
         self._listener = listener
         self._subscriptions: dict[str, _Subscription] = {}
-        self._conns = {e: Connection(e, timeout) for e in self.endpoints}
+        self._tls = tls
+        self._conns = {e: Connection(e, timeout, tls=tls) for e in self.endpoints}
         self._conns_lock = threading.Lock()
         self._cluster = ClusterRoutes(self.endpoints, self._conn, refresh_interval=route_refresh_interval,
                                       timeout=min(timeout, 5.0))
@@ -744,7 +748,7 @@ class PushConsumer:
             with self._conns_lock:
                 conn = self._conns.get(endpoint)
                 if conn is None:
-                    conn = self._conns[endpoint] = Connection(endpoint, self._timeout)
+                    conn = self._conns[endpoint] = Connection(endpoint, self._timeout, tls=self._tls)
         return conn
 
     def _gateways(self) -> list[str]:
@@ -802,7 +806,7 @@ class PushConsumer:
                 self._slave_topics.pop(endpoint, None)
                 self._retired.append(self._slaves.pop(endpoint))  # its pulls in flight finish
             if found and endpoint not in self._slaves:
-                self._slaves[endpoint] = Connection(found, self._timeout)
+                self._slaves[endpoint] = Connection(found, self._timeout, tls=self._tls)
 
     def _rebalance(self) -> None:
         """Take this consumer's share of every subscribed topic's queues; drop the queues it lost."""

@@ -36,6 +36,7 @@ import grpc
 
 from rocketstore.log import get_logger
 from rocketstore.message_id import UniqKeyGenerator
+from rocketstore.tls import ClientTls
 from rocketstore.v1 import gateway_pb2 as pb
 
 from .cluster_routes import ClusterRoutes, GroupQueues
@@ -44,6 +45,7 @@ from .errors import ClientError, DeadlineExceededError, NotFoundError, ResourceE
 from .fault_tolerance import LatencyFaultTolerance
 from .messages import Message, MessageQueue, SendResult, SendStatus
 from .selector import HashSelector, QueueSelector, RoundRobinSelector
+from .signing import Credentials
 
 __all__ = ["DEFAULT_PRODUCER_GROUP", "Producer", "SendCallback"]
 
@@ -168,10 +170,14 @@ class Producer:
         send_stream: bool = True,
         send_latency_fault_enable: bool = True,
         broker_isolation_seconds: float = 10.0,
+        tls: ClientTls | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
-        """In a cluster of broker groups any one gateway is enough: the producer learns every group from it
+        """``credentials`` sign every call (default: ``ROCKETSTORE_ACCESS_KEY`` / ``ROCKETSTORE_SECRET_KEY``).
+        In a cluster of broker groups any one gateway is enough: the producer learns every group from it
         (``cluster_routes.py``) and spreads the sends over every group's writable queues, leaving out a
         group that failed (``send_latency_fault_enable``, ``fault_tolerance.py``)."""
+        self._credentials = credentials
         self.endpoints = split_endpoints(endpoints if isinstance(endpoints, str) else list(endpoints))
         self.group = group
         self.send_timeout = send_timeout
@@ -192,6 +198,7 @@ class Producer:
         self._idle = threading.Condition(self._pending_lock)
         self._callbacks = ThreadPoolExecutor(max_workers=4, thread_name_prefix="producer-callback")
         self._send_stream = send_stream
+        self._tls = tls
         self._closed = False
         self.send_latency_fault_enable = send_latency_fault_enable
         self._faults = LatencyFaultTolerance(broker_isolation_seconds)
@@ -230,7 +237,9 @@ class Producer:
                     raise ClientError("the producer is shut down", grpc.StatusCode.CANCELLED, endpoint)
                 conn = self._connections.get(endpoint)
                 if conn is None:
-                    conn = self._connections[endpoint] = Connection(endpoint, send_stream=self._send_stream)
+                    conn = self._connections[endpoint] = Connection(endpoint, send_stream=self._send_stream,
+                                                                    tls=self._tls,
+                                                                    credentials=self._credentials)
         return conn
 
     def queues(self, topic: str, refresh: bool = False, timeout: float | None = None) -> list[MessageQueue]:

@@ -39,9 +39,10 @@ from rocketstore.services.commitlog.servicer import SERVICE_NAME as COMMITLOG_SE
 from rocketstore.services.commitlog.servicer import CommitLogServicer
 from rocketstore.services.commitlog.store import CommitLogStore, StoreStartError
 from rocketstore.services.dispatcher.dispatcher import Dispatcher
-from rocketstore.services.gateway.cluster import join_cluster
+from rocketstore.services.gateway.cluster import join_cluster, preflight
 from rocketstore.services.gateway.gateway import Gateway
 from rocketstore.services.gateway.main import GatewayMetrics, add_gateway_services, client_server
+from rocketstore.services.gateway.tls_settings import server_tls
 from rocketstore.services.ha.client import HAClient
 from rocketstore.services.ha.config_sync import ConfigSync, config_dir_of
 from rocketstore.services.ha.master import HAMaster
@@ -71,6 +72,7 @@ from rocketstore.v1 import commitlog_pb2_grpc, ha_pb2_grpc, index_pb2_grpc
 
 if TYPE_CHECKING:
     from rocketstore.settings import Settings
+    from rocketstore.tls import ServerTls
 
 __all__ = ["INPROCESS", "serve"]
 
@@ -90,8 +92,14 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int | None = None, 
     """Run the whole broker until SIGTERM/SIGINT; returns the process exit code. Main thread only."""
     configure_logging(json=True, level=log_level, service=SERVICE)
     keep_freed_buffers()  # batches, tail reads and replicated appends of a MiB or more
+    try:
+        preflight(settings, f"{host}:{DEFAULT_PORT if port is None else port}")
+    except (BrokerError, ValueError) as e:  # etcd unreachable, the name and id taken by another broker
+        _log.error("broker cannot join its cluster", error=str(e))
+        return 1
     broker = LocalBroker(settings)
     try:
+        tls = server_tls(settings)
         broker.open(internal_host, internal_port or 0, host, settings.ha_listen_port if ha_port is None else ha_port)
     except (StoreStartError, OSError, ValueError) as e:  # locked or inconsistent store, port taken, bad config
         _log.error("broker cannot start", error=str(e), store_path_root_dir=settings.store_path_root_dir)
@@ -99,13 +107,13 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int | None = None, 
         return 1
     try:
         return asyncio.run(_serve_gateway(broker, host, DEFAULT_PORT if port is None else port, metrics_port,
-                                          (internal_host, own_port)))
+                                          (internal_host, own_port), tls))
     finally:
         broker.close()
 
 
 async def _serve_gateway(broker: LocalBroker, host: str, port: int, metrics_port: int | None,
-                         own: tuple[str, int | None]) -> int:
+                         own: tuple[str, int | None], tls: ServerTls | None) -> int:
     settings = broker.settings
     channel = aio_channel_to(broker.local)
     try:
@@ -124,7 +132,8 @@ async def _serve_gateway(broker: LocalBroker, host: str, port: int, metrics_port
         # The gateway's connection limits (silent and idle connections closed, per address and in all), and
         # SO_REUSEPORT (grpc's default on Linux, said here because front gateways rely on it): the front
         # gateways of `rocketstore up --gateways N` bind this same port.
-        server, guard = client_server(settings, host, port, interceptors, options=[("grpc.so_reuseport", 1)])
+        server, guard = client_server(settings, host, port, interceptors, options=[("grpc.so_reuseport", 1)],
+                                      tls=tls, access=gateway.access)
         own_host, own_port = own
         owner_endpoint = server.listen_also(own_host, own_port) if own_port is not None else None
         add_gateway_services(server, gateway)
@@ -150,7 +159,8 @@ async def _serve_gateway(broker: LocalBroker, host: str, port: int, metrics_port
         await gateway.shutdown()
         await channel.close()
         return 1
-    _log.info("broker serving", mode="local", gateway=server.endpoint, owner=owner_endpoint,
+    _log.info("broker serving", mode="local", gateway=server.endpoint, tls_mode=server.tls_mode.value,
+              certificate=tls.cert_path if tls is not None else None, owner=owner_endpoint,
               internal=broker.internal_endpoint,
               ha=broker.ha_endpoint, metrics_port=bound_metrics, store_path_root_dir=settings.store_path_root_dir,
               broker_role=settings.broker_role.name, flush_disk_type=settings.flush_disk_type.name,

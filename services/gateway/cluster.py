@@ -15,7 +15,7 @@ import uuid
 
 from rocketstore.cluster.membership import ClusterMembership
 from rocketstore.cluster.records import BrokerMember, QueueData, RouteEntry
-from rocketstore.cluster.registry import EtcdRegistry
+from rocketstore.cluster.registry import DuplicateBroker, EtcdRegistry
 from rocketstore.settings import Settings
 from rocketstore.v1 import gateway_pb2 as pb
 
@@ -24,7 +24,7 @@ from .gateway import Gateway
 from .subscription_groups import SubscriptionGroupConfig, SubscriptionGroupManager
 from .topics import TopicConfig, TopicConfigManager
 
-__all__ = ["advertised", "cluster_info", "group_records", "join_cluster", "route_entries", "take_group",
+__all__ = ["advertised", "cluster_info", "group_records", "join_cluster", "preflight", "route_entries", "take_group",
            "topic_records", "topic_route"]
 
 _WILDCARDS = ("0.0.0.0", "::", "[::]", "")
@@ -55,6 +55,20 @@ def take_group(groups: SubscriptionGroupManager, name: str, data: bytes | None) 
         groups.create(config)
     else:
         groups.update(config)
+
+
+def preflight(settings: Settings, gateway_endpoint: str) -> None:
+    """Before anything starts: the cluster's registry answers, and no live broker holds this broker's name and
+    id. Raises ``Unavailable`` naming etcd, or ``DuplicateBroker`` naming both brokers; nothing when the broker
+    stands alone."""
+    if not settings.etcd_endpoints:
+        return
+    view = EtcdRegistry.connect(settings.etcd_endpoints).view(settings.broker_cluster_name)
+    newcomer = BrokerMember(settings.broker_cluster_name, settings.broker_name, settings.broker_id,
+                            settings.broker_role.name, advertised(gateway_endpoint, settings.broker_ip1), "")
+    for member in view.members:
+        if (member.broker_name, member.broker_id) == (newcomer.broker_name, newcomer.broker_id):
+            raise DuplicateBroker(member, newcomer)
 
 
 async def join_cluster(settings: Settings, gateway: Gateway, gateway_endpoint: str,

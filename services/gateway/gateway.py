@@ -33,6 +33,7 @@ from rocketstore.cluster.membership import ClusterMembership
 from rocketstore.server import MAX_MESSAGE_BYTES
 from rocketstore.settings import Settings
 
+from .access import AccessControl
 from .admin_processor import AdminBrokerProcessor
 from .batch_read import BatchReadProcessor
 from .consume_stream import ConsumeStreamProcessor
@@ -89,6 +90,7 @@ class Gateway:
         self.producers = ProducerChannels()
         self.transactions = TransactionProcessor(context, self.sender, self.send.choose_queue)
         self.transaction_check = TransactionCheckService(self.transactions, self.producers)
+        self.access = AccessControl(settings)
         self.cluster: ClusterMembership | None = None  # set when the broker joins a cluster (cluster.py)
 
     @classmethod

@@ -155,6 +155,31 @@ class ClusterRoutes:
             return groups
         return cached.groups if cached is not None else None
 
+    def share(self, topic: str, group: str, client_id: str, *, broadcasting: bool = False) -> list[MessageQueue] | None:
+        """A consumer's share of ``topic``: RocketMQ's AllocateMessageQueueAveragely over the readable queues of
+        every live group and the consumer group's members (the union of what each group's gateway knows of
+        them; every queue when ``broadcasting``). None when nothing could be asked (keep what is held)."""
+        groups = self.route(topic)
+        if groups is None:
+            return None
+        queues = [mq for g in groups for mq in g.readable(topic)]
+        if broadcasting:
+            return queues
+        members: set[str] = set()
+        for gateway in sorted({g.gateway for g in groups}):
+            conn = self._connection(gateway)
+            try:
+                reply = conn.call(conn.gateway.GetAssignment, pb.GetAssignmentRequest(
+                    consumer_group=group, client_id=client_id, topic=topic), timeout=self.timeout)
+            except ClientError as e:  # a group that cannot be reached: the others' members decide
+                _log.debug("group members not answered", endpoint=gateway, topic=topic, error=str(e))
+                continue
+            members.update(reply.members)
+        if not members:
+            return None if groups else []
+        members.add(client_id)
+        return allocate_averagely(client_id, queues, sorted(members))
+
     def invalidate(self, topic: str | None = None) -> None:
         """Forget a topic's route (every route and the members when None): a call to a group failed."""
         if topic is None:

@@ -63,7 +63,7 @@ from rocketstore.subscription import parse_expression
 from rocketstore.tls import ClientTls
 from rocketstore.v1 import gateway_pb2 as pb
 
-from .cluster_routes import ClusterRoutes, allocate_averagely
+from .cluster_routes import ClusterRoutes
 from .connection import DEFAULT_TIMEOUT, Connection, split_endpoints
 from .consume_stream import DEFAULT_CREDIT_BYTES, DEFAULT_CREDIT_MESSAGES, ConsumeStream, StreamQueue
 from .errors import ClientError, InvalidArgumentError, NotFoundError, UnavailableError, from_rpc_error
@@ -895,33 +895,13 @@ class PushConsumer:
         return wanted
 
     def _cluster_wanted(self) -> dict[MessageQueue, _Subscription]:
-        """This consumer's share of the global queue list: every live group's queues of each topic, allocated
-        averagely over the group's members (the union of what each group's gateway knows of them)."""
+        """This consumer's share of every subscribed topic's global queue list (``ClusterRoutes.share``); the
+        queues held are kept for a topic the cluster cannot be asked about now."""
         wanted: dict[MessageQueue, _Subscription] = {}
         for sub in list(self._subscriptions.values()):
-            groups = self._cluster.route(sub.topic)
-            if groups is None:  # no gateway answered: keep the queues held
-                wanted.update(self._held(sub.topic))
-                continue
-            queues = [mq for g in groups for mq in g.readable(sub.topic)]
-            if self.message_model == MessageModel.BROADCASTING:
-                wanted.update({mq: sub for mq in queues})
-                continue
-            members: set[str] = set()
-            for gateway in sorted({g.gateway for g in groups}):
-                conn = self._conn(gateway)
-                try:
-                    reply = conn.call(conn.gateway.GetAssignment, pb.GetAssignmentRequest(
-                        consumer_group=self.group, client_id=self.client_id, topic=sub.topic))
-                except ClientError as e:
-                    _log.debug("group members not answered", endpoint=gateway, topic=sub.topic, error=str(e))
-                    continue
-                members.update(reply.members)
-            if not members:
-                wanted.update(self._held(sub.topic))
-                continue
-            members.add(self.client_id)
-            wanted.update({mq: sub for mq in allocate_averagely(self.client_id, queues, sorted(members))})
+            share = self._cluster.share(sub.topic, self.group, self.client_id,
+                                        broadcasting=self.message_model == MessageModel.BROADCASTING)
+            wanted.update({mq: sub for mq in share} if share is not None else self._held(sub.topic))
         return wanted
 
     def _start_offsets(self, queues: Sequence[MessageQueue]) -> dict[MessageQueue, int]:

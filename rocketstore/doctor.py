@@ -49,7 +49,7 @@ from rocketstore.codec import (
     record_spans,
     stored_record_crc,
 )
-from rocketstore.config_file import persist_json
+from rocketstore.config_file import parse_json, persist_json
 from rocketstore.message import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
@@ -602,7 +602,7 @@ def _check_configs(settings: Settings, report: Report) -> None:
                 text = f.read()
             if not text.strip():
                 continue  # an empty file is what a first start leaves; the services treat it as absent
-            doc = json.loads(text)
+            doc = parse_json(text)  # RocketMQ's own files have fastjson's bare map keys
             if not isinstance(doc, dict):
                 raise ValueError(f"a JSON {type(doc).__name__}, not an object")
         except (OSError, ValueError) as e:
@@ -625,7 +625,7 @@ def _config_todo(name: str) -> str:
 def _json_ok(path: str) -> bool:
     try:
         with open(path, "rb") as f:
-            return isinstance(json.loads(f.read()), dict)
+            return isinstance(parse_json(f.read()), dict)
     except (OSError, ValueError):
         return False
 

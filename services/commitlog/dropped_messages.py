@@ -17,7 +17,6 @@ takes a second or two of the clean-up thread, once, when the file goes.
 
 from __future__ import annotations
 
-import json
 import mmap
 import os
 import struct
@@ -34,6 +33,7 @@ from rocketstore.codec import (
     MIN_RECORD_LENGTH,
     TOPICLEN_LENGTH,
 )
+from rocketstore.config_file import parse_json
 from rocketstore.log import get_logger
 from rocketstore.message import TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE
 
@@ -88,7 +88,7 @@ def load_consumer_offsets(config_dir: str) -> ConsumerOffsets:
     path = os.path.join(config_dir, OFFSETS_FILE)
     try:
         with open(path) as f:
-            data = json.load(f)
+            data = parse_json(f.read())
     except FileNotFoundError:
         return {}
     table = data.get("offsetTable", {}) if isinstance(data, Mapping) else None

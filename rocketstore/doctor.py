@@ -56,6 +56,7 @@ from rocketstore.message import (
     TRANSACTION_ROLLBACK_TYPE,
     property_value,
 )
+from rocketstore.rocketmq_layout import unusable_rocketmq_files
 from rocketstore.services.dispatcher.decode import DispatchDecoder, tags_code_of
 from rocketstore.services.index.dispatch_check import placement_problem
 from rocketstore.services.index.index_file import index_key_hash
@@ -93,7 +94,7 @@ class Finding:
     offset: int
     what: str
     todo: str
-    kind: str  # commitlog | consumequeue | indexfile | checkpoint | config
+    kind: str  # commitlog | consumequeue | indexfile | checkpoint | config | layout (nothing to repair)
 
     def text(self) -> str:
         where = self.file if self.offset < 0 else f"{self.file} at byte {self.offset}"
@@ -197,6 +198,9 @@ class _LocalCommitLog:
 def check_store(settings: Settings) -> Report:
     """Check every file of the (stopped) store; the report lists what is wrong."""
     report = Report(settings.store_path_root_dir)
+    for path, why in unusable_rocketmq_files(settings.store_path_root_dir):
+        report.add(_rel(settings, path), -1, why, "rocketstore refuses to start on this store; --repair leaves it "
+                   "as it is", "layout")
     files = _Files(settings.store_path_commit_log)
     try:
         records = _check_commitlog(settings, files, report)

@@ -807,7 +807,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peer-dir", default=os.environ.get("ROCKETSTORE_PEER_DIR", "/tmp/rocketstore-peer"),
                         help="the Maven build and the scratch stores (default $ROCKETSTORE_PEER_DIR or "
                              "/tmp/rocketstore-peer)")
+    parser.add_argument("--build-only", action="store_true",
+                        help="build bench/peer (RocketMQ's jars and the Java programs) if it is not fresh, and stop")
     args = parser.parse_args(argv)
+    if args.build_only:
+        try:
+            Build(Path(args.peer_dir))
+        except BenchError as e:
+            print(f"peer_bench: {e}", file=sys.stderr)
+            return 1
+        return 0
     args.messages = args.messages or (200 if args.quick else 4_000)
     args.backlog = args.backlog or (5_000 if args.quick else 25 * args.messages)
     args.redis_seconds = args.redis_seconds or (2.0 if args.quick else 5.0)

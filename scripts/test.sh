@@ -8,6 +8,13 @@ if ! command -v java >/dev/null 2>&1; then
     else sudo apt-get update -qq && sudo apt-get install -y -qq openjdk-17-jre-headless >/dev/null; fi
 fi
 python3 -m pip install --quiet --disable-pip-version-check -e '.[test]'
+# Apache RocketMQ 5.3.3's jars and bench/peer's Java programs (tests/test_rocketmq_store_compat.py): Maven
+# builds them once into $ROCKETSTORE_PEER_DIR (default /tmp/rocketstore-peer); a fresh build is not redone.
+if ! command -v mvn >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq maven openjdk-17-jdk-headless >/dev/null
+    else sudo apt-get update -qq && sudo apt-get install -y -qq maven openjdk-17-jdk-headless >/dev/null; fi
+fi
+python3 bench/peer_bench.py --build-only
 python3 -m rocketstore.protogen --check
 ruff check .
 python3 -m mypy

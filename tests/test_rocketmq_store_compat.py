@@ -254,3 +254,68 @@ def test_rocketstore_store_is_served_by_rocketmq(build: peer_bench.Build, store:
     # The timer rocketstore delivered comes once; the one it held, at its time, from RocketMQ.
     assert sorted(m["body"] for m in timed) == ["t-later", "t-soon"]
     assert [m["id"] for m in timed if m["body"] == "t-later"] == [timers[1]["message_id"]]
+
+
+# --- the formats, without RocketMQ ------------------------------------------------------------------------------
+def test_fastjson_bare_keys_are_read_and_strings_left_alone() -> None:
+    text = '{"offsetTable":{"T@g":{0:96,1:32\n\t\t}},"note":"a,{5:6} \\"x\\",7:",-1 :{}}'
+    assert parse_json(text) == {"offsetTable": {"T@g": {"0": 96, "1": 32}}, "note": 'a,{5:6} "x",7:', "-1": {}}
+    with pytest.raises(ValueError):
+        parse_json('{"a":{0:}}')
+
+
+def test_rocketmq_timer_files_are_read(tmp_path: Path) -> None:
+    from rocketstore.services.schedule import rocketmq_timer as rt
+
+    precision, now = 1000, 1_800_000_000_000
+    wheel = bytearray(rt.SLOTS * rt.SLOT.size)
+    log = bytearray(4096)
+
+    def unit(pos: int, prev: int, magic: int, offset_py: int) -> None:
+        rt.LOG_UNIT.pack_into(log, pos, rt.LOG_UNIT.size, prev, magic, now, 0, offset_py, 100, 0, 0)
+
+    def slot(time_ms: int, first: int, last: int, num: int) -> None:
+        rt.SLOT.pack_into(wheel, (time_ms // precision % rt.SLOTS) * rt.SLOT.size, time_ms // precision, first,
+                          last, num, 0)
+
+    unit(0, -1, 1, 1000)  # a slot already delivered
+    slot(now - 5000, 0, 0, 1)
+    unit(52, -1, 1, 2000)  # a pending slot of two units, and a recall marker in another
+    unit(104, 52, 1, 3000)
+    unit(156, -1, 1 | rt.MAGIC_DELETE, 4000)
+    slot(now + 60_000, 52, 104, 2)
+    slot(now + 120_000, 156, 156, 1)
+    (tmp_path / "timerwheel").write_bytes(wheel)
+    (tmp_path / "timerlog").mkdir()
+    (tmp_path / "timerlog" / "00000000000000000000").write_bytes(log)
+    rt.write_checkpoint(str(tmp_path), now, 7)
+    check = rt.read_checkpoint(str(tmp_path))
+    assert check is not None and (check.last_read_time_ms, check.last_timer_queue_offset) == (now, 7)
+    assert check.master_timer_queue_offset == 7 and (tmp_path / "config" / "timercheck").stat().st_size == 4096
+    units = sorted(rt.pending_units(str(tmp_path), precision, now), key=lambda u: u.commitlog_offset)
+    assert [(u.commitlog_offset, u.slot_ms, bool(u.magic & rt.MAGIC_DELETE)) for u in units] == [
+        (2000, now + 60_000, False), (3000, now + 60_000, False), (4000, now + 120_000, True)]
+    unit(52, 104, 1, 2000)  # a chain that loops is refused, naming the log
+    (tmp_path / "timerlog" / "00000000000000000000").write_bytes(log)
+    with pytest.raises(ValueError, match="loop"):
+        rt.pending_units(str(tmp_path), precision, now)
+    (tmp_path / "timerwheel").write_bytes(b"\0" * 64)
+    with pytest.raises(ValueError, match="timerwheel: 64 bytes"):
+        rt.pending_units(str(tmp_path), precision, now)
+
+
+def test_rocksdb_layouts_are_refused_by_name(tmp_path: Path) -> None:
+    from rocketstore.rocketmq_layout import unusable_rocketmq_files
+
+    root = tmp_path / "store"
+    (root / "consumequeue" / "LOG").mkdir(parents=True)  # a topic named LOG is a folder: fine
+    assert unusable_rocketmq_files(str(root)) == []
+    (root / "consumequeue" / "CURRENT").write_text("MANIFEST-000005\n")
+    (root / "config" / "consumerOffsets").mkdir(parents=True)
+    (root / "config" / "consumerOffsets" / "000009.sst").write_bytes(b"x")
+    found = dict(unusable_rocketmq_files(str(root)))
+    assert set(found) == {str(root / "consumequeue" / "CURRENT"), str(root / "config" / "consumerOffsets")}
+    up = subprocess.run([sys.executable, "-m", "rocketstore", "up", "--data-dir", str(root), "--port", "0"],
+                        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert up.returncode != 0 and "consumequeue/CURRENT" in up.stdout + up.stderr
+    assert not (root / "commitlog").exists() or not os.listdir(root / "commitlog")

@@ -27,7 +27,7 @@ import grpc.aio
 from rocketstore.services.commitlog.client import AsyncCommitLogClient
 from rocketstore.services.index.client import AsyncIndexClient
 
-from rocketstore.server import MAX_MESSAGE_BYTES
+from rocketstore.channel import MAX_MESSAGE_BYTES
 from rocketstore.settings import Settings
 
 from .access import AccessControl

@@ -126,11 +126,17 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
         check_group(request.group.name)
         if not config.readable or config.read_queue_nums <= 0:
             raise V2Error(d.FORBIDDEN, f"no readable queue: topic {config.topic_name!r} cannot be read")
-        # Not FIFO (no group orders its consumption here): one assignment per broker, queue -1 (all of its queues).
-        queue = d.MessageQueue(topic=request.topic, id=-1, permission=d.READ_WRITE if config.writeable else d.READ,
-                               broker=self._broker(request.endpoints), accept_message_types=message_queues(
-                                   config, self._broker(request.endpoints))[0].accept_message_types)
-        return s.QueryAssignmentResponse(status=status(), assignments=[d.Assignment(message_queue=queue)])
+        # RouteActivity.queryAssignment: a group that consumes in order (consumeMessageOrderly) is given each
+        # readable queue, so a push consumer keeps one process queue per queue; any other group one assignment
+        # per broker, queue -1 (all of its queues). A receive pops from the broker's queues either way.
+        group = self._ctx.subscription_groups.get(request.group.name)
+        broker = self._broker(request.endpoints)
+        types = message_queues(config, broker)[0].accept_message_types
+        ids = range(config.read_queue_nums) if group is not None and group.consume_message_orderly else [-1]
+        assignments = [d.Assignment(message_queue=d.MessageQueue(
+            topic=request.topic, id=i, permission=d.READ_WRITE if config.writeable else d.READ, broker=broker,
+            accept_message_types=types)) for i in ids]
+        return s.QueryAssignmentResponse(status=status(), assignments=assignments)
 
     # --- clients ---------------------------------------------------------------------------------
     @_answers(s.HeartbeatResponse)
@@ -198,9 +204,12 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
                 if command.WhichOneof("command") != "settings":
                     continue  # thread stack traces and verification results: nothing asked for them yet
                 try:
-                    answer = merged(command.settings, self._ctx.settings.max_message_size)
+                    group = None
+                    if command.settings.HasField("subscription"):
+                        check_group(command.settings.subscription.group.name)
+                        group = self._ctx.subscription_groups.get(command.settings.subscription.group.name)
+                    answer = merged(command.settings, self._ctx.settings.max_message_size, group)
                     if answer.HasField("subscription"):
-                        check_group(answer.subscription.group.name)
                         for entry in answer.subscription.subscriptions:
                             check_topic(entry.topic.name, self._ctx.topics)
                 except (ValueError, V2Error) as e:

@@ -396,7 +396,11 @@ class PopProcessor:
         state = self.table.order_state(key, _now_ms())
         if state is not None and state.blocked_until:
             return [], True, None, state.blocked_until
-        offset = state.committed if state is not None else await self._start_offset(key, False)
+        if state is not None:
+            offset = state.committed
+        else:
+            # The consumer offset lags the table while an acknowledgement of the last live message is stored.
+            offset = max(await self._start_offset(key, False), self.table.order_end(key))
         status, next_offset, found = await self._read(key, offset, n, subscription, False)
         if status == pb.PULL_NO_NEW_MSG:
             return [], True, (topic, queue_id, offset), 0

@@ -101,9 +101,9 @@ def test_official_fifo_push_consumer_consumes_each_group_in_order_once_and_dead_
         bodies = _produce(broker, topic, 100)
         fail = {"g1-003": 1, "g2-010": 2, "g3-020": 99}  # g3-020 never succeeds: to the DLQ after 3 attempts
         out = run_client("push_consume.py", {"endpoint": broker.gateway.endpoint, "group": group, "topic": topic,
-                                             "bodies": bodies, "fail": fail, "timeout": 90, "quiet": 3},
+                                             "bodies": bodies, "fail": fail, "attempts": retry_max_times + 1,
+                                             "timeout": 90, "quiet": 3},
                          timeout=150)
-        import json; open(f"/tmp/fifo-{round_}.json", "w").write(json.dumps(out))
         assert out["fifo"] is True  # Telemetry said the group consumes in order
         _check_in_order(out["calls"], bodies, fail, retry_max_times + 1)
         assert _dead_letters(broker, group, 1) == ["g3-020"]

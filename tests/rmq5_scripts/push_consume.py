@@ -2,10 +2,10 @@
 Runs in the client's virtualenv.
 
 stdin: {"endpoint": "127.0.0.1:8081", "group": "G", "topic": "T", "expression": "*", "bodies": ["a", ...],
-"fail": {"a": 2, ...}, "timeout": 60, "quiet": 3}: the listener answers FAILURE for the first ``fail[body]``
-calls with a body, SUCCESS after; the consumer runs until every body of ``bodies`` was consumed successfully or
-failed ``fail[body]`` times and then had a few seconds to reach the dead-letter queue, then ``quiet`` seconds
-more (a delivery again would show), or until ``timeout``.
+"fail": {"a": 2, ...}, "attempts": 3, "timeout": 60, "quiet": 3}: the listener answers FAILURE for the first
+``fail[body]`` calls with a body, SUCCESS after; the consumer runs until every body of ``bodies`` was consumed
+successfully or failed its ``attempts`` (the group's) and then had a few seconds to reach the dead-letter queue,
+then ``quiet`` seconds more (a delivery again would show), or until ``timeout``.
 stdout: one JSON line {"fifo": whether the consumer consumed in order, "calls": [{"body", "group", "attempt",
 "id", "result"}, ...] in the order the listener was called}."""
 
@@ -33,7 +33,7 @@ def _settled(now):
             failed.setdefault(c["body"], []).append(c["at"])
     for body in bodies - succeeded:
         times = failed.get(body, [])
-        if not (len(times) >= fail.get(body, 0) > 0 and now - times[-1] > DEAD_LETTER_GRACE):
+        if not (len(times) >= spec["attempts"] and now - times[-1] > DEAD_LETTER_GRACE):
             return False
     return True
 

@@ -1,7 +1,8 @@
 """``apache.rocketmq.v2.MessagingService`` on grpc.aio over a ``Gateway``, beside ``rocketstore.v1`` on the
 same port, answering as RocketMQ's proxy answers: refusals are a ``Code`` and a message in the response's
-status; the methods the proxy leaves unimplemented (PullMessage, the offset calls) end the call UNIMPLEMENTED
-with a message saying so."""
+status. PullMessage and the offset calls, which the proxy declares without serving them, are served with the
+broker's pull semantics (``pull.py``); SyncLiteSubscription (lite topics, which this broker does not have) ends
+the call UNIMPLEMENTED with a message saying so."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from ..servicer import peer_host
 from .client_settings import ClientSettingsRegistry, merged
 from .errors import V2Error, from_broker_error, from_exception, status
 from .producer import V2SendProcessor
+from .pull import V2PullProcessor
 from .recall import RecallProcessor
 from .receive import V2ConsumerProcessor
 from .route import broker_of, message_queues
@@ -42,10 +44,6 @@ _Context = grpc.aio.ServicerContext[Any, Any]
 _R = TypeVar("_R")
 
 _NOT_SUPPORTED = {
-    "PullMessage": "PullMessage is not implemented (as in RocketMQ's proxy)",
-    "UpdateOffset": "UpdateOffset is not implemented (as in RocketMQ's proxy)",
-    "GetOffset": "GetOffset is not implemented (as in RocketMQ's proxy)",
-    "QueryOffset": "QueryOffset is not implemented (as in RocketMQ's proxy)",
     "SyncLiteSubscription": "SyncLiteSubscription is not supported: this broker has no lite topics",
 }
 
@@ -100,6 +98,7 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
         self._producer = V2SendProcessor(gateway.context, gateway.send, self._transactions)
         self._consumer = V2ConsumerProcessor(gateway.context, gateway.pop)
         self._recall = RecallProcessor(gateway.context, gateway.sender)
+        self._pull = V2PullProcessor(gateway.context, gateway.pull, gateway.consumers)
         self._endpoints = _endpoints_of(endpoint)
 
     # --- routes ----------------------------------------------------------------------------------
@@ -274,25 +273,37 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
         _client_id(context)
         return await self._recall.recall(request)
 
-    # --- not supported yet -----------------------------------------------------------------------
-    async def _unsupported(self, name: str, context: _Context) -> None:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, _NOT_SUPPORTED[name])
+    # --- pull consumers --------------------------------------------------------------------------
+    async def PullMessage(self, request: s.PullMessageRequest,
+                          context: _Context) -> AsyncIterator[s.PullMessageResponse]:
+        try:
+            _client_id(context)
+            responses = await self._pull.pull(request, context.time_remaining())
+        except V2Error as e:
+            responses = [s.PullMessageResponse(status=e.status())]
+        except Exception as e:  # noqa: BLE001 - every failure is answered
+            responses = [s.PullMessageResponse(status=_unexpected("PullMessage", e))]
+        for response in responses:
+            yield response
 
+    @_answers(s.UpdateOffsetResponse)
+    async def UpdateOffset(self, request: s.UpdateOffsetRequest, context: _Context) -> s.UpdateOffsetResponse:
+        _client_id(context)
+        return await self._pull.update_offset(request)
 
-    async def PullMessage(self, request: Any, context: _Context) -> None:  # type: ignore[override]
-        await self._unsupported("PullMessage", context)
+    @_answers(s.GetOffsetResponse)
+    async def GetOffset(self, request: s.GetOffsetRequest, context: _Context) -> s.GetOffsetResponse:
+        _client_id(context)
+        return await self._pull.get_offset(request)
 
-    async def UpdateOffset(self, request: Any, context: _Context) -> Any:
-        await self._unsupported("UpdateOffset", context)
+    @_answers(s.QueryOffsetResponse)
+    async def QueryOffset(self, request: s.QueryOffsetRequest, context: _Context) -> s.QueryOffsetResponse:
+        _client_id(context)
+        return await self._pull.query_offset(request)
 
-    async def GetOffset(self, request: Any, context: _Context) -> Any:
-        await self._unsupported("GetOffset", context)
-
-    async def QueryOffset(self, request: Any, context: _Context) -> Any:
-        await self._unsupported("QueryOffset", context)
-
+    # --- not supported -----------------------------------------------------------------------------
     async def SyncLiteSubscription(self, request: Any, context: _Context) -> Any:
-        await self._unsupported("SyncLiteSubscription", context)
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, _NOT_SUPPORTED["SyncLiteSubscription"])
 
 
 def _endpoints_of(endpoint: str) -> d.Endpoints:

@@ -197,11 +197,31 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
             except Exception as e:  # noqa: BLE001 - the stream is gone: the check is asked again next round
                 _log.info("v2 recovery command not written", client_id=client_id, error=repr(e))
 
-        pusher = asyncio.get_running_loop().create_task(push_checks(), name=f"telemetry-{client_id}")
+        outbox = self._g.client_commands.attach(client_id)
+
+        async def push_requests() -> None:
+            try:
+                while True:
+                    command = await outbox.get()
+                    async with writing:
+                        await context.write(command)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - the stream is gone: the request times out
+                _log.info("v2 client command not written", client_id=client_id, error=repr(e))
+
+        loop = asyncio.get_running_loop()
+        pushers = [loop.create_task(push_checks(), name=f"telemetry-{client_id}"),
+                   loop.create_task(push_requests(), name=f"telemetry-requests-{client_id}")]
         try:
             async for command in request_iterator:
-                if command.WhichOneof("command") != "settings":
-                    continue  # thread stack traces and verification results: nothing asked for them yet
+                kind = command.WhichOneof("command")
+                if kind in ("thread_stack_trace", "verify_message_result"):
+                    self._g.client_commands.answer(client_id, command)  # a request's answer, or logged
+                    continue
+                if kind != "settings":
+                    _log.info("v2 telemetry command not for the broker ignored", client_id=client_id, command=kind)
+                    continue
                 try:
                     group = None
                     if command.settings.HasField("subscription"):
@@ -221,7 +241,9 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
                 producer.adopt(answer)
         finally:
             producer.close()
-            pusher.cancel()
+            self._g.client_commands.detach(client_id, outbox)
+            for pusher in pushers:
+                pusher.cancel()
 
     # --- sending ---------------------------------------------------------------------------------
     @_answers(s.SendMessageResponse)

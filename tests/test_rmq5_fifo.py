@@ -41,11 +41,13 @@ def _stub(broker: Broker) -> Any:
     return broker.gateway.stub
 
 
-def _setup(broker: Broker, topic: str, group: str, retry_max_times: int, queues: int = 4) -> None:
+def _setup(broker: Broker, topic: str, group: str, retry_max_times: int, queues: int = 4,
+           retry_policy: str = "") -> None:
     _stub(broker).CreateTopic(pb.CreateTopicRequest(topic=topic, read_queue_nums=queues, write_queue_nums=queues,
                                                     order=False))
     _stub(broker).CreateSubscriptionGroup(pb.SubscriptionGroup(group_name=group, retry_max_times=retry_max_times,
-                                                               consume_message_orderly=True))
+                                                               consume_message_orderly=True,
+                                                               group_retry_policy=retry_policy))
 
 
 def _produce(broker: Broker, topic: str, count: int) -> list[str]:
@@ -94,10 +96,12 @@ def _check_in_order(calls: list[dict[str, Any]], bodies: list[str], fail: dict[s
 def test_official_fifo_push_consumer_consumes_each_group_in_order_once_and_dead_letters_what_fails(
         broker: Broker) -> None:
     assert broker.gateway is not None
-    retry_max_times = 2  # 3 attempts: the client retries locally after 1 s and 5 s, then forwards to the DLQ
+    retry_max_times = 2  # 3 attempts: the client retries locally after the group's back-off, then to the DLQ
     for round_ in range(3):
         topic, group = f"FifoPush{round_}", f"fifo-push-{round_}"
-        _setup(broker, topic, group, retry_max_times)
+        # Quick local retries, in the group's back-off, which the client follows.
+        _setup(broker, topic, group, retry_max_times,
+               retry_policy='{"type":"CUSTOMIZED","customizedRetryPolicy":{"next":[1000,1000]}}')
         bodies = _produce(broker, topic, 100)
         fail = {"g1-003": 1, "g2-010": 2, "g3-020": 99}  # g3-020 never succeeds: to the DLQ after 3 attempts
         out = run_client("push_consume.py", {"endpoint": broker.gateway.endpoint, "group": group, "topic": topic,
@@ -152,6 +156,24 @@ def test_telemetry_tells_a_consumer_its_groups_order_attempts_and_back_off(broke
     assert [x.seconds for x in plain.backoff_policy.customized_backoff.next][:4] == [1, 5, 10, 30]
     assert fifo.subscription.receive_batch_size == 32 and fifo.subscription.long_polling_timeout.seconds == 20
     assert not fifo.metric.on
+    # The group's retry policy is the back-off: customized delays, or exponential.
+    for policy, check in (
+        ('{"type":"CUSTOMIZED","customizedRetryPolicy":{"next":[2000,3500]}}',
+         lambda b: [(x.seconds, x.nanos) for x in b.customized_backoff.next] == [(2, 0), (3, 500_000_000)]),
+        ('{"type":"EXPONENTIAL","exponentialRetryPolicy":{"initial":1000,"max":60000,"multiplier":3}}',
+         lambda b: (b.exponential_backoff.initial.seconds, b.exponential_backoff.max.seconds,
+                    b.exponential_backoff.multiplier) == (1, 60, 3.0)),
+        ('{"type":"EXPONENTIAL"}', lambda b: (b.exponential_backoff.initial.seconds,
+                                             b.exponential_backoff.max.seconds) == (5, 7200)),
+    ):
+        _stub(broker).UpdateSubscriptionGroup(pb.SubscriptionGroup(group_name="settings-plain",
+                                                                   group_retry_policy=policy))
+        assert check(settings("settings-plain").backoff_policy), policy
+    with pytest.raises(grpc.RpcError) as e:
+        _stub(broker).UpdateSubscriptionGroup(pb.SubscriptionGroup(
+            group_name="settings-plain",
+            group_retry_policy='{"type":"CUSTOMIZED","customizedRetryPolicy":{"next":[]}}'))
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "is empty" in e.value.details()
     # An orderly group is assigned each queue (a process queue each), any other group queue -1.
     _stub(broker).CreateTopic(pb.CreateTopicRequest(topic="Assigned", read_queue_nums=3, write_queue_nums=3))
     for group, ids in (("settings-fifo", [0, 1, 2]), ("settings-plain", [-1])):

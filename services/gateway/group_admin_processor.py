@@ -24,8 +24,11 @@ _FIELDS = {f: f for f in ("consume_enable", "consume_from_min_enable", "consume_
 
 
 def group_message(c: SubscriptionGroupConfig) -> pb.SubscriptionGroup:
-    return pb.SubscriptionGroup(group_name=c.group_name, **{f: getattr(c, a) for f, a in _FIELDS.items()},
-                                group_retry_policy=json.dumps(c.group_retry_policy.to_json(), separators=(",", ":")))
+    """The group as the admin RPCs answer it; group_retry_policy only when it is not RocketMQ's default."""
+    out = pb.SubscriptionGroup(group_name=c.group_name, **{f: getattr(c, a) for f, a in _FIELDS.items()})
+    if not c.group_retry_policy.is_default:
+        out.group_retry_policy = json.dumps(c.group_retry_policy.to_json(), separators=(",", ":"))
+    return out
 
 
 def _merged(base: SubscriptionGroupConfig, request: pb.SubscriptionGroup) -> SubscriptionGroupConfig:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import grpc.aio
 
 from rocketstore.server import MAX_MESSAGE_BYTES
+
+if TYPE_CHECKING:
+    from rocketstore.tls import ClientTls
 
 __all__ = ["open_aio_channel", "open_channel"]
 
@@ -28,12 +31,16 @@ _OPTIONS = [
 ]
 
 
-def open_channel(endpoint: str, options: Sequence[tuple[str, Any]] = ()) -> grpc.Channel:
-    """An insecure channel to another rocketstore service (``host:port``), with the batch-sized
-    message limits the servers use (and ``options`` after them)."""
+def open_channel(endpoint: str, options: Sequence[tuple[str, Any]] = (), tls: ClientTls | None = None) -> grpc.Channel:
+    """A channel to a rocketstore service (``host:port``), with the batch-sized message limits the servers
+    use (and ``options`` after them): plaintext, or TLS to a gateway with ``tls``."""
+    if tls is not None:
+        return grpc.secure_channel(endpoint, tls.credentials(), options=[*_OPTIONS, *tls.options(), *options])
     return grpc.insecure_channel(endpoint, options=[*_OPTIONS, *options])
 
 
-def open_aio_channel(endpoint: str) -> grpc.aio.Channel:
+def open_aio_channel(endpoint: str, tls: ClientTls | None = None) -> grpc.aio.Channel:
     """``open_channel`` for grpc.aio callers (create it on the event loop that will use it)."""
+    if tls is not None:
+        return grpc.aio.secure_channel(endpoint, tls.credentials(), options=[*_OPTIONS, *tls.options()])
     return grpc.aio.insecure_channel(endpoint, options=_OPTIONS)

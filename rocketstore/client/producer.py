@@ -36,12 +36,14 @@ import grpc
 
 from rocketstore.log import get_logger
 from rocketstore.message_id import UniqKeyGenerator
+from rocketstore.tls import ClientTls
 from rocketstore.v1 import gateway_pb2 as pb
 
 from .connection import Connection, split_endpoints
 from .errors import ClientError, DeadlineExceededError, NotFoundError, ResourceExhaustedError
 from .messages import Message, MessageQueue, SendResult, SendStatus
 from .selector import HashSelector, QueueSelector, RoundRobinSelector
+from .signing import Credentials
 
 __all__ = ["DEFAULT_PRODUCER_GROUP", "Producer", "SendCallback"]
 
@@ -159,7 +161,11 @@ class Producer:
         route_refresh_interval: float = 30.0,
         client_ip: str = "127.0.0.1",
         send_stream: bool = True,
+        tls: ClientTls | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
+        """``credentials`` sign every call (default: ``ROCKETSTORE_ACCESS_KEY`` / ``ROCKETSTORE_SECRET_KEY``)."""
+        self._credentials = credentials
         self.endpoints = split_endpoints(endpoints if isinstance(endpoints, str) else list(endpoints))
         self.group = group
         self.send_timeout = send_timeout
@@ -180,6 +186,7 @@ class Producer:
         self._idle = threading.Condition(self._pending_lock)
         self._callbacks = ThreadPoolExecutor(max_workers=4, thread_name_prefix="producer-callback")
         self._send_stream = send_stream
+        self._tls = tls
         self._closed = False
 
     # --- life cycle ------------------------------------------------------------------------
@@ -213,7 +220,9 @@ class Producer:
                     raise ClientError("the producer is shut down", grpc.StatusCode.CANCELLED, endpoint)
                 conn = self._connections.get(endpoint)
                 if conn is None:
-                    conn = self._connections[endpoint] = Connection(endpoint, send_stream=self._send_stream)
+                    conn = self._connections[endpoint] = Connection(endpoint, send_stream=self._send_stream,
+                                                                    tls=self._tls,
+                                                                    credentials=self._credentials)
         return conn
 
     def queues(self, topic: str, refresh: bool = False, timeout: float | None = None) -> list[MessageQueue]:

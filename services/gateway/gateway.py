@@ -30,6 +30,7 @@ from rocketstore.services.index.client import AsyncIndexClient
 from rocketstore.server import MAX_MESSAGE_BYTES
 from rocketstore.settings import Settings
 
+from .access import AccessControl
 from .admin_processor import AdminBrokerProcessor
 from .batch_read import BatchReadProcessor
 from .consume_stream import ConsumeStreamProcessor
@@ -88,6 +89,7 @@ class Gateway:
         self.client_commands = ClientCommands()  # requests to RocketMQ 5 clients over their Telemetry streams
         self.transactions = TransactionProcessor(context, self.sender, self.send.choose_queue)
         self.transaction_check = TransactionCheckService(self.transactions, self.producers)
+        self.access = AccessControl(settings)
 
     @classmethod
     def connect(cls, settings: Settings, commitlog_endpoint: str, index_endpoint: str) -> Gateway:

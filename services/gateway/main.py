@@ -20,15 +20,20 @@ from rocketstore.aio_server import AioGrpcServer, AioRpcLatencyInterceptor, serv
 from rocketstore.connection_guard import ConnectionGuard, descriptor_limit, open_descriptors, raise_descriptor_limit
 from rocketstore.log import configure_logging, get_logger
 from rocketstore.server import start_metrics_server
-from rocketstore.v1 import gateway_pb2_grpc
+from rocketstore.v1 import auth_pb2_grpc, gateway_pb2_grpc
 from rocketstore.v2 import service_pb2_grpc as v2_grpc
 
+from .access import AccessControl, warn_if_open
+from .access_interceptor import AccessInterceptor
+from .auth_admin import AUTH_ADMIN_SERVICE, AuthAdminServicer
 from .gateway import Gateway
 from .servicer import BATCH_READ_SERVICE, GATEWAY_SERVICE, BatchReadServicer, GatewayServicer
+from .tls_settings import server_tls
 from .v2.servicer import MESSAGING_SERVICE, MessagingServicer
 
 if TYPE_CHECKING:
     from rocketstore.settings import Settings
+    from rocketstore.tls import ServerTls
 
 __all__ = ["DEFAULT_PORT", "serve"]
 
@@ -54,14 +59,20 @@ def connection_options(settings: Settings, max_connections: int) -> list[tuple[s
 
 
 def client_server(settings: Settings, host: str, port: int, interceptors: Sequence[grpc.aio.ServerInterceptor],
-                  options: Sequence[tuple[str, int]] = ()) -> tuple[AioGrpcServer, ConnectionGuard]:
+                  options: Sequence[tuple[str, int]] = (), tls: ServerTls | None = None, *,
+                  access: AccessControl) -> tuple[AioGrpcServer, ConnectionGuard]:
     """The server clients connect to (this process's, or the broker process's in local mode), bound, with
     the connection limits: the open file limit raised to the hard limit, gRPC's options, and
-    the guard that closes silent connections (start it once the server serves, stop it after)."""
+    the guard that closes silent connections (start it once the server serves, stop it after); with
+    ``tls`` (``server_tls(settings)``), TLS as tls.server.mode says; every client call is checked by ``access``
+    (after the given interceptors, which see its refusals)."""
     soft, hard = raise_descriptor_limit()
     max_connections = settings.grpc_max_connections or max(64, soft - DESCRIPTORS_KEPT)
     server = AioGrpcServer(host, port, options=[*connection_options(settings, max_connections), *options],
-                           interceptors=interceptors)
+                           interceptors=interceptors, tls=tls,
+                           silent_close_ms=settings.grpc_server_handshake_timeout_millis,
+                           inner_interceptors=[AccessInterceptor(access)])
+    warn_if_open(host, access)
     guard = ConnectionGuard(server.port, max_connections=max_connections,
                             max_per_address=settings.grpc_max_connections_per_address)
     for interceptor in interceptors:
@@ -76,8 +87,9 @@ def client_server(settings: Settings, host: str, port: int, interceptors: Sequen
 
 
 def add_gateway_services(server: AioGrpcServer, gateway: Gateway) -> None:
-    """What clients call on a gateway: rocketstore.v1's Gateway and BatchRead (Spark), and RocketMQ 5's
-    MessagingService for its official clients (v2/)."""
+    """What clients call on a gateway: rocketstore.v1's Gateway and BatchRead (Spark), RocketMQ 5's
+    MessagingService for its official clients (v2/), and the users' and rules' administration."""
+    server.add(auth_pb2_grpc.add_AuthAdminServicer_to_server, AuthAdminServicer(gateway.access), AUTH_ADMIN_SERVICE)
     server.add(gateway_pb2_grpc.add_GatewayServicer_to_server, GatewayServicer(gateway), GATEWAY_SERVICE)
     server.add(gateway_pb2_grpc.add_BatchReadServicer_to_server, BatchReadServicer(gateway), BATCH_READ_SERVICE)
     server.add(v2_grpc.add_MessagingServiceServicer_to_server, MessagingServicer(gateway, server.endpoint),
@@ -86,13 +98,16 @@ def add_gateway_services(server: AioGrpcServer, gateway: Gateway) -> None:
 
 def serve(settings: Settings, host: str = "127.0.0.1", port: int | None = None, metrics_port: int | None = None,
           *, log_level: str = "info", commitlog: str, index: str | None = None, owner: str | None = None,
-          own_port: int | None = None) -> int:
+          own_port: int | None = None, ha: str | None = None) -> int:
     configure_logging(json=True, level=log_level, service=SERVICE)
     if owner is not None:
         from .front import serve_front
 
         return serve_front(settings, host, DEFAULT_PORT if port is None else port, metrics_port, commitlog, owner,
-                           ("127.0.0.1", own_port) if own_port is not None else None)
+                           ("127.0.0.1", own_port) if own_port is not None else None, ha)
+    if ha is not None:
+        print("rocketstore serve gateway: --ha goes with --owner", file=sys.stderr)
+        return 2
     if index is None:
         print("rocketstore serve gateway: --index HOST:PORT is required (except for a front gateway, --owner)",
               file=sys.stderr)
@@ -106,15 +121,17 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int | None = None, 
 async def _serve(settings: Settings, host: str, port: int, metrics_port: int | None, commitlog: str,
                  index: str) -> int:
     try:
+        tls = server_tls(settings)
         gateway = Gateway.connect(settings, commitlog, index)
-    except (OSError, ValueError) as e:  # unreadable config/, corrupt topics.json with no usable backup
+    except (OSError, ValueError) as e:  # unreadable config/ or TLS files, corrupt topics.json with no usable backup
         _log.error("gateway cannot start", error=str(e), store_path_root_dir=settings.store_path_root_dir)
         return 1
     gateway.start()
     guard: ConnectionGuard | None = None
     try:
         metrics = GatewayMetrics(gateway) if metrics_port is not None else None
-        server, guard = client_server(settings, host, port, [metrics] if metrics is not None else [])
+        server, guard = client_server(settings, host, port, [metrics] if metrics is not None else [], tls=tls,
+                                      access=gateway.access)
         add_gateway_services(server, gateway)
         await server.start()
         guard.start()

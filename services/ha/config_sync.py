@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from rocketstore.config_file import persist_json
@@ -27,7 +27,10 @@ from rocketstore.log import get_logger
 __all__ = ["SYNCED_FILES", "SYNC_INTERVAL_S", "ConfigSync", "FileContent", "merge_offsets", "read_config_files"]
 
 OFFSETS_FILE = "consumerOffset.json"
-SYNCED_FILES = ("topics.json", OFFSETS_FILE, "subscriptionGroup.json", "delayOffset.json")
+# users.json and acls.json: ACL 2.0's users and rules (rocketstore/auth/metadata.py), so a slave's gateway
+# authenticates and authorizes as its master's does.
+SYNCED_FILES = ("topics.json", OFFSETS_FILE, "subscriptionGroup.json", "delayOffset.json", "users.json", "acls.json")
+_SECRET_FILES = frozenset({"users.json"})  # secret keys: readable by the broker's user only, as on the master
 SYNC_INTERVAL_S = 3.0
 """RocketMQ's SlaveSynchronize runs every 10 s; a few seconds keeps a failed-over consumer closer."""
 
@@ -41,10 +44,10 @@ def config_dir_of(store_path_root_dir: str) -> str:
     return os.path.join(store_path_root_dir, "config")
 
 
-def read_config_files(config_dir: str) -> list[FileContent]:
-    """The master's side: each synced file's bytes as they are on disk."""
+def read_config_files(config_dir: str, names: Iterable[str] = SYNCED_FILES) -> list[FileContent]:
+    """The master's side: each synced file's (of ``names``) bytes as they are on disk."""
     out: list[FileContent] = []
-    for name in SYNCED_FILES:
+    for name in names:
         try:
             with open(os.path.join(config_dir, name), "rb") as f:
                 out.append((name, f.read()))
@@ -103,6 +106,8 @@ class ConfigSync:
             if mine == data:
                 continue
             persist_json(path, data)
+            if name in _SECRET_FILES:
+                os.chmod(path, 0o600)
             written.append(name)
         if written:
             _log.info("config files copied from the master", files=written)

@@ -36,7 +36,7 @@ class CheckpointTable:
     def __init__(self) -> None:
         self._cks: dict[tuple[str, str, int, int, int], Checkpoint] = {}
         self._order: dict[QueueKey, list[Checkpoint]] = {}
-        self._order_end: dict[QueueKey, int] = {}  # an ordered queue with nothing live: its last batch's end
+        self._order_end: dict[QueueKey, int] = {}  # an ordered queue with nothing live: its end, until committed
         self._revive_end = 0
 
     def __len__(self) -> int:
@@ -144,10 +144,15 @@ class CheckpointTable:
         return state.committed if state is not None else self._order_end.get(queue, -1)
 
     def order_end(self, queue: QueueKey) -> int:
-        """Where an ordered queue with nothing live goes on: its last batch's end; -1 when not known here. It
-        is ahead of the committed consumer offset from the moment its last message is settled until the
-        record saying so is stored and the offset committed, so a pop in between must not read from there."""
+        """Where an ordered queue with nothing live goes on (its last batch's end) while that is not yet the
+        committed consumer offset: from the moment its last message is settled until the record saying so
+        is stored and the offset committed. -1 otherwise."""
         return self._order_end.get(queue, -1)
+
+    def order_end_committed(self, queue: QueueKey) -> None:
+        """The consumer offset holds the queue's end now: it alone says where the queue goes on (an offset
+        reset later is followed)."""
+        self._order_end.pop(queue, None)
 
     def order_queues(self) -> list[QueueKey]:
         return list({**self._order_end, **self._order})

@@ -2,7 +2,8 @@
 consumes in order (consumeMessageOrderly): Telemetry tells the client so, and the broker pops each queue in
 order. A PushConsumer gets each message once while it acknowledges, in order within its message group; a
 message it fails is consumed again before the next of its group and, after the group's attempts, goes to the
-dead-letter queue. The scenario runs a few times over, so an ordering that holds only by luck shows."""
+dead-letter queue. The scenario runs a few times over, so an ordering that holds only by luck shows. A receive
+asking for auto_renew keeps its messages while the client holds them (the broker renews them)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 
 import grpc
 import pytest
+from google.protobuf.duration_pb2 import Duration
 
 from rocketstore.v1 import gateway_pb2 as pb
 from rocketstore.v2 import definition_pb2 as d
@@ -21,8 +23,11 @@ from rocketstore.v2 import service_pb2_grpc as s_grpc
 from tests.conftest import DEFAULT_BROKER_SETTINGS, Broker
 from tests.rmq5_venv import run_client
 
+# Auto-renewed receives (the push consumers') hidden 3 s, renewed 2 s before that ends: renewals happen within
+# the tests' time.
 SETTINGS = {**DEFAULT_BROKER_SETTINGS, "minInvisibleTimeMillsForRecv": "1000",
-            "autoCreateSubscriptionGroup": "false"}
+            "autoCreateSubscriptionGroup": "false", "defaultInvisibleTimeMills": "3000",
+            "renewAheadTimeMillis": "2000"}
 MESSAGE_GROUPS = ("g0", "g1", "g2", "g3")
 METADATA = (("x-mq-client-id", "fifo-raw"),)
 
@@ -113,7 +118,8 @@ def test_official_fifo_push_consumer_consumes_each_group_in_order_once_and_dead_
         assert _dead_letters(broker, group, 1) == ["g3-020"]
 
 
-def test_official_fifo_simple_consumer_gets_a_queue_in_order_again_after_a_failure(broker: Broker) -> None:
+def test_official_fifo_simple_consumer_gets_a_queue_in_order_again_and_dead_letters_past_its_attempts(
+        broker: Broker) -> None:
     assert broker.gateway is not None
     for round_ in range(2):
         topic, group = f"FifoSimple{round_}", f"fifo-simple-{round_}"
@@ -126,14 +132,17 @@ def test_official_fifo_simple_consumer_gets_a_queue_in_order_again_after_a_failu
                 {"op": "receive", "max": 2, "invisible": 2, "until": 2, "timeout": 8},
                 {"op": "ack", "bodies": bodies[2:4]},
                 {"op": "receive", "max": 4, "invisible": 2, "until": 2},
-                {"op": "ack", "bodies": bodies[4:]},
-                {"op": "receive", "max": 4, "invisible": 2, "until": 99, "timeout": 3.5},
+                # bodies[4:] never acknowledged: again with attempt 2, then (retryMaxTimes 1) to the DLQ.
+                {"op": "receive", "max": 4, "invisible": 2, "until": 2, "timeout": 8},
+                {"op": "receive", "max": 4, "invisible": 2, "until": 99, "timeout": 5},
             ]})
-        first, _, again, _, rest, _, after = results
+        first, _, again, _, rest, rest_again, after = results
         assert [m["body"] for m in first] == bodies[:4]
         assert [(m["body"], m["attempt"]) for m in again] == [(b, 2) for b in bodies[2:4]]
         assert [(m["body"], m["attempt"]) for m in rest] == [(b, 1) for b in bodies[4:]]
+        assert [(m["body"], m["attempt"]) for m in rest_again] == [(b, 2) for b in bodies[4:]]
         assert after == []
+        assert _dead_letters(broker, group, 2) == sorted(bodies[4:])
 
 
 def test_telemetry_tells_a_consumer_its_groups_order_attempts_and_back_off(broker: Broker) -> None:
@@ -180,3 +189,43 @@ def test_telemetry_tells_a_consumer_its_groups_order_attempts_and_back_off(broke
         r = v2.QueryAssignment(s.QueryAssignmentRequest(topic=d.Resource(name="Assigned"),
                                                         group=d.Resource(name=group)), metadata=METADATA)
         assert r.status.code == d.OK and [a.message_queue.id for a in r.assignments] == ids
+
+
+def test_an_auto_renewed_receive_keeps_its_messages_until_acknowledged_with_the_handle_first_given(
+        broker: Broker) -> None:
+    assert broker.gateway is not None
+    _setup(broker, "Renewed", "renewers", retry_max_times=16, queues=1)
+    for body in (b"kept", b"released"):
+        _stub(broker).Send(pb.SendRequest(topic="Renewed", messages=[pb.OutgoingMessage(body=body)]))
+    v2 = s_grpc.MessagingServiceStub(grpc.insecure_channel(broker.gateway.endpoint))
+
+    def receive(batch: int, wait_s: float = 2) -> list[d.Message]:
+        request = s.ReceiveMessageRequest(
+            group=d.Resource(name="renewers"), message_queue=d.MessageQueue(topic=d.Resource(name="Renewed")),
+            filter_expression=d.FilterExpression(type=d.TAG, expression="*"), batch_size=batch, auto_renew=True,
+            long_polling_timeout=Duration(seconds=int(wait_s), nanos=int(wait_s % 1 * 1e9)))
+        return [r.message for r in v2.ReceiveMessage(request, metadata=METADATA, timeout=wait_s + 10)
+                if r.HasField("message")]
+
+    deadline, first = time.monotonic() + 10, []
+    while not first and time.monotonic() < deadline:
+        first = receive(1)
+    assert [m.body for m in first] == [b"kept"]
+    # Past its 3 s invisible time: renewed, so the ordered queue stays blocked and nothing comes.
+    assert receive(2, wait_s=4.5) == []
+    ack = v2.AckMessage(s.AckMessageRequest(group=d.Resource(name="renewers"), topic=d.Resource(name="Renewed"),
+                                            entries=[s.AckMessageEntry(
+                                                message_id=first[0].system_properties.message_id,
+                                                receipt_handle=first[0].system_properties.receipt_handle)]),
+                        metadata=METADATA)
+    assert ack.status.code == d.OK, ack  # the handle first given stands for the renewed one
+    [released] = receive(1)
+    assert (released.body, released.system_properties.delivery_attempt) == (b"released", 1)
+    # The client terminates: what it held is visible again within a second or two, not after a renewal.
+    settings = d.Settings(client_type=d.PUSH_CONSUMER, subscription=d.Subscription(group=d.Resource(name="renewers")))
+    list(v2.Telemetry(iter([s.TelemetryCommand(settings=settings)]), metadata=METADATA, timeout=10))
+    bye = v2.NotifyClientTermination(s.NotifyClientTerminationRequest(group=d.Resource(name="renewers")),
+                                     metadata=METADATA)
+    assert bye.status.code == d.OK
+    again = receive(1, wait_s=2.5)
+    assert [(m.body, m.system_properties.delivery_attempt) for m in again] == [(b"released", 2)]

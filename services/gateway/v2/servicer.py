@@ -166,6 +166,7 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
         settings = self._clients.remove(client_id)
         if settings is None:
             raise V2Error(d.UNRECOGNIZED_CLIENT_TYPE, f"client {client_id!r} is not known: it sent no settings")
+        await self._consumer.renewal.release(client_id)  # what it held comes back at once, not in a minute
         if request.HasField("group") and request.group.name:
             check_group(request.group.name)
             self._ctx.groups.unregister(request.group.name, client_id)
@@ -255,12 +256,12 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
     async def ReceiveMessage(self, request: s.ReceiveMessageRequest,
                              context: _Context) -> AsyncIterator[s.ReceiveMessageResponse]:
         try:
-            _client_id(context)
+            client_id = _client_id(context)
         except V2Error as e:
             yield s.ReceiveMessageResponse(status=e.status())
             return
         try:
-            responses = await self._consumer.receive(request, context.time_remaining())
+            responses = await self._consumer.receive(request, context.time_remaining(), client_id)
         except Exception as e:  # noqa: BLE001 - every failure is answered
             yield s.ReceiveMessageResponse(status=_unexpected("ReceiveMessage", e))
             return
@@ -269,20 +270,17 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
 
     @_answers(s.AckMessageResponse)
     async def AckMessage(self, request: s.AckMessageRequest, context: _Context) -> s.AckMessageResponse:
-        _client_id(context)
-        return await self._consumer.ack(request, context.time_remaining())
+        return await self._consumer.ack(request, context.time_remaining(), _client_id(context))
 
     @_answers(s.ChangeInvisibleDurationResponse)
     async def ChangeInvisibleDuration(self, request: s.ChangeInvisibleDurationRequest,
                                       context: _Context) -> s.ChangeInvisibleDurationResponse:
-        _client_id(context)
-        return await self._consumer.change_invisible_duration(request, context.time_remaining())
+        return await self._consumer.change_invisible_duration(request, context.time_remaining(), _client_id(context))
 
     @_answers(s.ForwardMessageToDeadLetterQueueResponse)
     async def ForwardMessageToDeadLetterQueue(self, request: s.ForwardMessageToDeadLetterQueueRequest,
                                               context: _Context) -> s.ForwardMessageToDeadLetterQueueResponse:
-        _client_id(context)
-        return await self._consumer.forward_to_dead_letters(request)
+        return await self._consumer.forward_to_dead_letters(request, _client_id(context))
 
     # --- transactions and recall -----------------------------------------------------------------
     @_answers(s.EndTransactionResponse)

@@ -17,7 +17,6 @@ takes a second or two of the clean-up thread, once, when the file goes.
 
 from __future__ import annotations
 
-import json
 import mmap
 import os
 import struct
@@ -25,6 +24,7 @@ import threading
 import time
 from collections.abc import Mapping
 
+from rocketstore.config_file import parse_json
 from rocketstore.formats import (
     BLANK_MAGIC_CODE,
     BODYLEN_LENGTH,
@@ -88,7 +88,7 @@ def load_consumer_offsets(config_dir: str) -> ConsumerOffsets:
     path = os.path.join(config_dir, OFFSETS_FILE)
     try:
         with open(path) as f:
-            data = json.load(f)
+            data = parse_json(f.read())
     except FileNotFoundError:
         return {}
     table = data.get("offsetTable", {}) if isinstance(data, Mapping) else None

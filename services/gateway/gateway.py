@@ -49,6 +49,7 @@ from .send_stream import SendStreams
 from .sender import SendBatcher
 from .transaction_check import TransactionCheckService
 from .transaction_processor import TransactionProcessor
+from .v2.client_commands import ClientCommands
 
 __all__ = ["Gateway"]
 
@@ -85,6 +86,7 @@ class Gateway:
         self.admin = AdminBrokerProcessor(context)
         self.batch_read = BatchReadProcessor(context, self.admin, bulk_index or index)
         self.producers = ProducerChannels()
+        self.client_commands = ClientCommands()  # requests to RocketMQ 5 clients over their Telemetry streams
         self.transactions = TransactionProcessor(context, self.sender, self.send.choose_queue)
         self.transaction_check = TransactionCheckService(self.transactions, self.producers)
         self.access = AccessControl(settings)

@@ -57,6 +57,9 @@ class SettingsFields:
     auto_create_subscription_group: bool
     check_transaction_message_enable: bool
     min_invisible_time_mills_for_recv: int
+    default_invisible_time_mills: int
+    renew_ahead_time_millis: int
+    renew_max_time_millis: int
     transaction_time_out: int
     transaction_check_max: int
     transaction_check_interval: int
@@ -172,6 +175,9 @@ class SettingsFields:
         auto_create_subscription_group: Any = ...,
         check_transaction_message_enable: Any = ...,
         min_invisible_time_mills_for_recv: Any = ...,
+        default_invisible_time_mills: Any = ...,
+        renew_ahead_time_millis: Any = ...,
+        renew_max_time_millis: Any = ...,
         transaction_time_out: Any = ...,
         transaction_check_max: Any = ...,
         transaction_check_interval: Any = ...,

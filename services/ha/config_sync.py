@@ -22,10 +22,10 @@ from typing import Any
 from rocketstore.config_file import parse_json, persist_json
 from rocketstore.errors import BrokerError
 from rocketstore.log import get_logger
+from rocketstore.offsets_file import OFFSETS_FILE
 
 __all__ = ["SYNCED_FILES", "SYNC_INTERVAL_S", "ConfigSync", "FileContent", "merge_offsets", "read_config_files"]
 
-OFFSETS_FILE = "consumerOffset.json"
 # users.json and acls.json: ACL 2.0's users and rules (rocketstore/auth/metadata.py), so a slave's gateway
 # authenticates and authorizes as its master's does.
 SYNCED_FILES = ("topics.json", OFFSETS_FILE, "subscriptionGroup.json", "delayOffset.json", "users.json", "acls.json")

@@ -1,4 +1,5 @@
-"""Client channels between services: one place for the limits every internal hop needs."""
+"""Client channels between services: one place for the limits every internal hop needs, and the
+cluster secret every internal call carries (``rocketstore.internal_auth``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
+from rocketstore.internal_auth import with_secret, with_secret_aio
 from rocketstore.server import MAX_MESSAGE_BYTES
 
 __all__ = ["open_aio_channel", "open_channel"]
@@ -28,12 +30,13 @@ _OPTIONS = [
 ]
 
 
-def open_channel(endpoint: str, options: Sequence[tuple[str, Any]] = ()) -> grpc.Channel:
+def open_channel(endpoint: str, options: Sequence[tuple[str, Any]] = (), *, secret: str | None = None) -> grpc.Channel:
     """An insecure channel to another rocketstore service (``host:port``), with the batch-sized
-    message limits the servers use (and ``options`` after them)."""
-    return grpc.insecure_channel(endpoint, options=[*_OPTIONS, *options])
+    message limits the servers use (and ``options`` after them); every call carries ``secret``."""
+    return with_secret(grpc.insecure_channel(endpoint, options=[*_OPTIONS, *options]), secret)
 
 
-def open_aio_channel(endpoint: str) -> grpc.aio.Channel:
+def open_aio_channel(endpoint: str, options: Sequence[tuple[str, Any]] = (), *,
+                     secret: str | None = None) -> grpc.aio.Channel:
     """``open_channel`` for grpc.aio callers (create it on the event loop that will use it)."""
-    return grpc.aio.insecure_channel(endpoint, options=_OPTIONS)
+    return grpc.aio.insecure_channel(endpoint, options=[*_OPTIONS, *options], interceptors=with_secret_aio(secret))

@@ -22,6 +22,7 @@ import grpc.aio
 
 from rocketstore.channel import open_aio_channel, open_channel
 from rocketstore.errors import DeadlineExceeded, Unavailable
+from rocketstore.internal_auth import process_secret
 from rocketstore.rpc_client import AsyncStream, Caller, Stream, translate
 from rocketstore.v1 import commitlog_pb2 as pb
 from rocketstore.v1 import commitlog_pb2_grpc as pb_grpc
@@ -147,7 +148,7 @@ class CommitLogClient:
                  wait_for_ready: bool = True) -> None:
         self.endpoint = endpoint
         self._own_channel = channel is None
-        self._channel = channel if channel is not None else open_channel(endpoint)
+        self._channel = channel if channel is not None else open_channel(endpoint, secret=process_secret())
         self._stub = pb_grpc.CommitLogStub(self._channel)
         self._calls = Caller(SERVICE, timeout, wait_for_ready=wait_for_ready)
 
@@ -304,7 +305,7 @@ class AsyncCommitLogClient:
                  wait_for_ready: bool = True) -> None:
         self.endpoint = endpoint
         self._own_channel = channel is None
-        self._channel = channel if channel is not None else open_aio_channel(endpoint)
+        self._channel = channel if channel is not None else open_aio_channel(endpoint, secret=process_secret())
         self._stub = pb_grpc.CommitLogStub(self._channel)
         self._calls = Caller(SERVICE, timeout, wait_for_ready=wait_for_ready)
         self._append_method: grpc.aio.StreamStreamMultiCallable[bytes, pb.AppendBatchResponse] = \

@@ -31,6 +31,7 @@ import grpc.aio
 from rocketstore.services.commitlog.client import AsyncCommitLogClient
 
 from rocketstore.aio_server import AioGrpcServer, serve_until_signal
+from rocketstore.internal_auth import METADATA_KEY, process_secret, with_secret_aio
 from rocketstore.log import get_logger
 from rocketstore.server import MAX_MESSAGE_BYTES, start_metrics_server
 from rocketstore.servicing import rpc_errors
@@ -60,7 +61,8 @@ SEND_STREAM = f"/{GATEWAY_SERVICE}/SendStream"
 SEND_MESSAGE = f"/{MESSAGING_SERVICE}/SendMessage"
 
 # Headers grpc sets itself on the outgoing call; the client's own metadata goes through as it came.
-_NOT_FORWARDED = frozenset({"user-agent", "content-type", "te", "host", CLIENT_HOST_HEADER})
+# The cluster secret a client might send is never passed on: the relay sends its own.
+_NOT_FORWARDED = frozenset({"user-agent", "content-type", "te", "host", CLIENT_HOST_HEADER, METADATA_KEY})
 _CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -92,7 +94,8 @@ class OwnerRelay:
 
     def __init__(self, owner: str) -> None:
         self.owner = owner
-        self._channel = grpc.aio.insecure_channel(owner, options=_CHANNEL_OPTIONS)
+        self._channel = grpc.aio.insecure_channel(owner, options=_CHANNEL_OPTIONS,
+                                                  interceptors=with_secret_aio(process_secret()))
         self.forwarded = 0  # calls forwarded
 
     async def close(self) -> None:

@@ -12,8 +12,8 @@ from typing import Any, TypeVar
 import grpc.aio
 
 from rocketstore.errors import BrokerError
+from rocketstore.internal_auth import operator_denial
 from rocketstore.log import get_logger
-from rocketstore.operator_token import OperatorGuard
 from rocketstore.servicing import rpc_errors
 from rocketstore.v1 import gateway_pb2 as pb
 from rocketstore.v1 import gateway_pb2_grpc as pb_grpc
@@ -78,7 +78,6 @@ def _forwarded_host(context: _Context) -> str | None:
 class GatewayServicer(pb_grpc.GatewayServicer):
     def __init__(self, gateway: Gateway) -> None:
         self._g = gateway
-        self._operator = OperatorGuard(gateway.context.settings.store_path_root_dir)
 
     @rpc_errors
     @_facing
@@ -181,8 +180,9 @@ class GatewayServicer(pb_grpc.GatewayServicer):
     @_facing
     async def EndTransaction(self, request: pb.EndTransactionRequest,
                              context: _Context) -> pb.EndTransactionResponse:
-        # An operator's resolution skips the producer group's checks: it needs the operator token.
-        if request.by_operator and (denied := self._operator.denial(context, "an operator's EndTransaction")):
+        # An operator's resolution skips the producer group's checks: it needs the cluster secret.
+        if request.by_operator and (denied := operator_denial(context.invocation_metadata(),
+                                                              "an operator's EndTransaction")):
             raise GatewayError("PERMISSION_DENIED", denied)
         return await self._g.transactions.end(request)
 

@@ -20,6 +20,7 @@ import grpc
 import grpc.aio
 
 from rocketstore.channel import open_aio_channel, open_channel
+from rocketstore.internal_auth import process_secret
 from rocketstore.rpc_client import AsyncStream, Caller, Stream
 from rocketstore.v1 import index_pb2 as pb
 from rocketstore.v1 import index_pb2_grpc as pb_grpc
@@ -106,7 +107,7 @@ class IndexClient:
                  wait_for_ready: bool = True) -> None:
         self.endpoint = endpoint
         self._own_channel = channel is None
-        self._channel = channel if channel is not None else open_channel(endpoint)
+        self._channel = channel if channel is not None else open_channel(endpoint, secret=process_secret())
         self._stub = pb_grpc.IndexStub(self._channel)
         self._calls = Caller(SERVICE, timeout, wait_for_ready=wait_for_ready)
 
@@ -198,7 +199,7 @@ class AsyncIndexClient:
                  wait_for_ready: bool = True) -> None:
         self.endpoint = endpoint
         self._own_channel = channel is None
-        self._channel = channel if channel is not None else open_aio_channel(endpoint)
+        self._channel = channel if channel is not None else open_aio_channel(endpoint, secret=process_secret())
         self._stub = pb_grpc.IndexStub(self._channel)
         self._calls = Caller(SERVICE, timeout, wait_for_ready=wait_for_ready)
 

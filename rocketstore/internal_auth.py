@@ -36,8 +36,8 @@ import grpc
 import grpc.aio
 
 __all__ = ["HEALTH_PREFIX", "METADATA_KEY", "SECRET_FILE", "AioRequireSecret", "RequireSecret", "call_metadata",
-           "configure", "default_secret_path", "denial", "ensure_secret", "load_secret", "operator_denial",
-           "process_secret", "read_secret", "use_secret", "with_secret", "with_secret_aio"]
+           "configure", "default_secret_path", "denial", "ensure_secret", "install_secret", "load_secret",
+           "operator_denial", "process_secret", "read_secret", "use_secret", "with_secret", "with_secret_aio"]
 
 METADATA_KEY = "rocketstore-cluster-secret"  # gRPC metadata keys are lower-case
 SECRET_FILE = "cluster.secret"
@@ -85,6 +85,19 @@ def ensure_secret(path: str) -> str:
     if secret is None:
         raise OSError(f"cannot read the cluster secret {path} just written")
     return secret
+
+
+def install_secret(path: str, secret: str) -> None:
+    """Put ``secret`` in ``path`` (mode 0600, replacing what was there): a slave's store given its master's."""
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, (secret + "\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
 
 
 def load_secret(path: str, store_root: str) -> str:
@@ -229,7 +242,7 @@ class AioRequireSecret(grpc.aio.ServerInterceptor):
         return _aio_denied_handler(handler, why)
 
 
-class _AddSecret(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor,  # type: ignore[misc]
+class _AddSecret(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor,
                  grpc.StreamUnaryClientInterceptor, grpc.StreamStreamClientInterceptor):
     """Adds the secret to the metadata of every call of a sync channel."""
 
@@ -254,7 +267,7 @@ class _AddSecret(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterce
         return continuation(self._details(client_call_details), request_iterator)
 
 
-class _CallDetails(grpc.ClientCallDetails):  # type: ignore[misc]
+class _CallDetails(grpc.ClientCallDetails):
     def __init__(self, method: str, timeout: float | None, metadata: Any, credentials: Any,
                  wait_for_ready: bool | None, compression: Any) -> None:
         self.method = method

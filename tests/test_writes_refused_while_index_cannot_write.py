@@ -98,8 +98,9 @@ def test_sends_are_refused_while_the_index_cannot_write_and_taken_again_once_it_
 
 @pytest.mark.parametrize("broker", [{}], indirect=True)
 def test_set_logics_error_needs_the_cluster_secret(broker: Broker) -> None:
-    from rocketstore.errors import Unauthenticated
     from rocketstore.services.commitlog.client import CommitLogClient
+
+    from rocketstore.errors import Unauthenticated
 
     with CommitLogClient(broker.commitlog.endpoint, channel=grpc.insecure_channel(broker.commitlog.endpoint)) as bare, \
             pytest.raises(Unauthenticated):

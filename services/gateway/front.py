@@ -28,10 +28,11 @@ from typing import Any
 
 import grpc
 import grpc.aio
+from google.protobuf.message import DecodeError
 from rocketstore.services.commitlog.client import AsyncCommitLogClient
 
 from rocketstore.aio_server import AioGrpcServer, serve_until_signal
-from rocketstore.internal_auth import METADATA_KEY, process_secret, with_secret_aio
+from rocketstore.internal_auth import METADATA_KEY, operator_denial, process_secret, with_secret_aio
 from rocketstore.log import get_logger
 from rocketstore.server import MAX_MESSAGE_BYTES, start_metrics_server
 from rocketstore.servicing import rpc_errors
@@ -59,6 +60,7 @@ STOP_GRACE_SECONDS = 5.0
 SEND = f"/{GATEWAY_SERVICE}/Send"
 SEND_STREAM = f"/{GATEWAY_SERVICE}/SendStream"
 SEND_MESSAGE = f"/{MESSAGING_SERVICE}/SendMessage"
+END_TRANSACTION = f"/{GATEWAY_SERVICE}/EndTransaction"
 
 # Headers grpc sets itself on the outgoing call; the client's own metadata goes through as it came.
 # The cluster secret a client might send is never passed on: the relay sends its own.
@@ -86,6 +88,18 @@ def _methods() -> dict[str, tuple[bool, bool]]:
             for m in service.methods:
                 methods[f"/{full_name}/{m.name}"] = (m.client_streaming, m.server_streaming)
     return methods
+
+
+def _operator_refusal(raw: bytes, context: _Context) -> str | None:
+    """An operator's EndTransaction is checked here, by the client's own metadata: the owner sees the
+    relay's cluster secret on every forwarded call, not the client's (which is never passed on)."""
+    try:
+        request = pb.EndTransactionRequest.FromString(raw)
+    except DecodeError:
+        return None  # the owner answers INVALID_ARGUMENT
+    if not request.by_operator:
+        return None
+    return operator_denial(context.invocation_metadata(), "an operator's EndTransaction")
 
 
 class OwnerRelay:
@@ -132,8 +146,11 @@ class OwnerRelay:
     def unary(self, method: str) -> Callable[[bytes, _Context], Awaitable[bytes]]:
         """The relay of one unary method."""
         stub: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = self._channel.unary_unary(method)
+        operators_act = method == END_TRANSACTION
 
         async def relay(request: bytes, context: _Context) -> bytes:
+            if operators_act and (denied := _operator_refusal(request, context)):
+                await context.abort(grpc.StatusCode.PERMISSION_DENIED, denied)
             self.forwarded += 1
             call = stub(request, metadata=self.metadata(context), timeout=context.time_remaining())
             try:

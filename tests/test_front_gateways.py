@@ -27,6 +27,7 @@ import pytest
 
 from rocketstore.client import ConsumeStatus, Message, Producer, PullConsumer, PushConsumer
 from rocketstore.health_client import wait_serving
+from rocketstore.internal_auth import read_secret, with_secret
 from rocketstore.v1 import gateway_pb2 as pb
 from rocketstore.v1 import gateway_pb2_grpc as pb_grpc
 from tests.rmq5_venv import run_client
@@ -59,6 +60,12 @@ class GatewaysUp(UpProcess):
         found = [m.group(1) for line in self.output().splitlines() if (m := _OWNER.match(line))]
         assert found, self.output()
         return found[-1]
+
+    def owner_channel(self) -> grpc.Channel:
+        """A channel to the owner port, which answers only the cluster's own (the front gateways)."""
+        assert self.data_dir is not None
+        return with_secret(grpc.insecure_channel(self.owner()), read_secret(str(self.data_dir / "config" /
+                                                                                 "cluster.secret")))
 
     def pid(self, name: str) -> int:
         return self.services()[name][1]
@@ -229,8 +236,11 @@ def test_sends_through_the_front_are_stored_by_the_front(up2: GatewaysUp) -> Non
         for i in range(20):
             stub.Send(pb.SendRequest(topic="Mine", messages=[pb.OutgoingMessage(body=b"%d" % i)]), timeout=10)
         status = stub.GetBrokerStatus(pb.GetBrokerStatusRequest(), timeout=10)  # forwarded to the owner
-    with grpc.insecure_channel(up2.owner()) as channel:
+    with up2.owner_channel() as channel:
         owner_status = pb_grpc.GatewayStub(channel).GetBrokerStatus(pb.GetBrokerStatusRequest(), timeout=10)
+    with grpc.insecure_channel(up2.owner()) as channel, pytest.raises(grpc.RpcError) as refused:
+        pb_grpc.GatewayStub(channel).GetBrokerStatus(pb.GetBrokerStatusRequest(), timeout=10)
+    assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED, "the owner port answers front gateways only"
     assert status.put_messages == owner_status.put_messages == 0  # the front stored all 20 itself
     assert sum(stored_ids(up2.endpoint, "Mine").values()) == 20
 
@@ -263,7 +273,7 @@ def test_front_forwards_what_it_cannot_serve_alone(up2: GatewaysUp) -> None:
 def test_send_stream_through_the_front(up2: GatewaysUp) -> None:
     """The Python Producer's SendStream served by the front: a topic it does not know yet is sent through the
     owner, send by send (auto-created there); once its copy of topics.json has it, the front appends itself."""
-    with grpc.insecure_channel(up2.owner()) as channel:
+    with up2.owner_channel() as channel:
         owner = pb_grpc.GatewayStub(channel)
 
         def owner_stored() -> int:
@@ -310,7 +320,7 @@ def test_streams_and_held_calls_are_relayed_through_the_front(up2: GatewaysUp) -
     poller = threading.Thread(target=pull)
     poller.start()
     time.sleep(0.5)  # the pull is held by then (it would otherwise find the message at once: still passes)
-    with grpc.insecure_channel(up2.owner()) as channel:
+    with up2.owner_channel() as channel:
         pb_grpc.GatewayStub(channel).Send(pb.SendRequest(topic="Relayed", messages=[
             pb.OutgoingMessage(body=b"held")]), timeout=10)
     poller.join(DEADLINE)
@@ -371,7 +381,7 @@ def test_official_rocketmq5_client_through_the_front(up2: GatewaysUp) -> None:
                                                              timeout=10)
     own = up2.own()
     known(up2)
-    with grpc.insecure_channel(up2.owner()) as channel:
+    with up2.owner_channel() as channel:
         owner = pb_grpc.GatewayStub(channel)
         before = owner.GetBrokerStatus(pb.GetBrokerStatusRequest(), timeout=10).put_messages
         sent = [{"body": f"m{i}", "tag": "TagA"} for i in range(10)]

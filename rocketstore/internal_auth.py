@@ -37,7 +37,8 @@ import grpc.aio
 
 __all__ = ["HEALTH_PREFIX", "METADATA_KEY", "SECRET_FILE", "AioRequireSecret", "RequireSecret", "call_metadata",
            "configure", "default_secret_path", "denial", "ensure_secret", "install_secret", "load_secret",
-           "operator_denial", "process_secret", "read_secret", "use_secret", "with_secret", "with_secret_aio"]
+           "operator_denial", "process_secret", "read_secret", "share_secret", "use_secret", "with_secret",
+           "with_secret_aio"]
 
 METADATA_KEY = "rocketstore-cluster-secret"  # gRPC metadata keys are lower-case
 SECRET_FILE = "cluster.secret"
@@ -135,6 +136,15 @@ def process_secret() -> str | None:
         return _process_secret
     path = os.environ.get("ROCKETSTORE_CLUSTER_SECRET_FILE")
     return read_secret(path) if path else None
+
+
+def share_secret(directory: str) -> str:
+    """A secret made in ``directory`` for every process this one starts (benchmarks, tests): named by
+    ``$ROCKETSTORE_CLUSTER_SECRET_FILE``, which the children inherit and ``process_secret`` reads."""
+    path = os.path.join(directory, SECRET_FILE)
+    secret = ensure_secret(path)
+    os.environ["ROCKETSTORE_CLUSTER_SECRET_FILE"] = path
+    return secret
 
 
 def call_metadata(secret: str | None) -> tuple[tuple[str, str], ...]:

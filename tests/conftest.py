@@ -45,7 +45,7 @@ from storage_helpers import StoreFactory
 
 from rocketstore.errors import DeadlineExceeded
 from rocketstore.health_client import wait_serving
-from rocketstore.internal_auth import ensure_secret, process_secret, with_secret
+from rocketstore.internal_auth import process_secret, share_secret, with_secret
 from rocketstore.v1 import commitlog_pb2_grpc, gateway_pb2_grpc, index_pb2_grpc
 
 COMMITLOG_SERVICE = "rocketstore.v1.CommitLog"
@@ -74,10 +74,9 @@ DEFAULT_COMMITLOG_SETTINGS: dict[str, str] = {
 def _session_secret() -> Path:
     """One cluster secret for every process the tests start (so a slave reaches its master, and the tests'
     own internal clients reach both): named by ROCKETSTORE_CLUSTER_SECRET_FILE, which the children keep."""
-    path = Path(tempfile.mkdtemp(prefix="rocketstore-secret-")) / "cluster.secret"
-    ensure_secret(str(path))
-    os.environ["ROCKETSTORE_CLUSTER_SECRET_FILE"] = str(path)
-    return path
+    directory = tempfile.mkdtemp(prefix="rocketstore-secret-")
+    share_secret(directory)
+    return Path(directory) / "cluster.secret"
 
 
 CLUSTER_SECRET_FILE = _session_secret()

@@ -154,6 +154,24 @@ def test_the_slave_container_settings_are_the_masters_but_the_role() -> None:
             assert m.get(key) == s.get(key), f"{name}: {key} differs between master and slave"
 
 
+def test_every_container_reads_the_one_cluster_secret(rendered) -> None:
+    """The Secret is projected beside broker.properties, which names it (clusterSecretFile), in every pod:
+    the services of a pod, and a master and its slave, share it."""
+    properties = next(o for o in rendered if o["kind"] == "ConfigMap")["data"]["broker.properties"]
+    assert "clusterSecretFile=/etc/rocketstore/cluster.secret" in properties.splitlines()
+    for name, sts in _pods(rendered).items():
+        spec = sts["spec"]["template"]["spec"]
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        sources = volumes["config"]["projected"]["sources"]
+        secret = next(src["secret"] for src in sources if "secret" in src)
+        assert secret["name"] == "rocketstore-cluster-secret"
+        assert secret["items"] == [{"key": "cluster.secret", "path": "cluster.secret", "mode": 0o440}]
+        for c in spec["containers"]:
+            assert {"name": "config", "mountPath": "/etc/rocketstore", "readOnly": True} in c["volumeMounts"], \
+                f"{name}/{c['name']} does not see the cluster secret"
+            assert _flag(c, "--config") == "/etc/rocketstore/broker.properties", f"{name}/{c['name']}"
+
+
 def test_the_renderer_refuses_what_it_does_not_render(tmp_path: Path) -> None:
     (tmp_path / "kustomization.yaml").write_text("resources: []\nconfigMapGenerator: []\n")
     with pytest.raises(RenderError, match="configMapGenerator"):

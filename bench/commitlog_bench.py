@@ -76,8 +76,9 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
-from rocketstore.codec import MIN_RECORD_LENGTH, encode_unplaced, place
+from rocketstore.codec import encode_unplaced, place
 from rocketstore.demo import free_port, wait_serving
+from rocketstore.formats import MIN_RECORD_LENGTH
 from rocketstore.internal_auth import process_secret, share_secret, with_secret
 from rocketstore.log import configure_logging
 from rocketstore.message import Message

@@ -47,7 +47,12 @@ from concurrent import futures
 
 import grpc
 
-from rocketstore.codec import MESSAGE_MAGIC_CODE, PROPERTIESLEN_LENGTH, RECORD_V4_FIXED, TOPICLEN_LENGTH
+from rocketstore.formats import (
+    MESSAGE_MAGIC_CODE,
+    PROPERTIESLEN_LENGTH,
+    RECORD_V4_FIXED,
+    TOPICLEN_LENGTH,
+)
 
 RECORD_SIZE = 1_177  # what commitlog_bench's messages take on disk: 1 KiB body, TAGS and UNIQ_KEY
 SCENARIOS = ["chain-send-1", "unary-64x1", "chain-send-64x1", "chain-send-b100", "pull-32", "chain-pull-32", "walk"]
@@ -164,7 +169,7 @@ assert _HEAD.size == RECORD_V4_FIXED.size  # the codec's layout, ints for addres
 
 
 def _records(count: int) -> bytes:
-    from rocketstore.codec import encode_message  # the project's own encoder: real records
+    from rocketstore.codec import encode_message
     from rocketstore.message import Message
 
     out = bytearray()

@@ -4,6 +4,7 @@
  *   services/dispatcher/decode.py       walk_records_py
  *   services/index/index_file.py        index_key_hash_py, put_message_keys_py
  *   rocketstore/message.py              java_string_hash
+ *   rocketstore/tls_demux.py            pump_py (the port demultiplexer, at the end of this file)
  *
  * Each function here gives exactly the bytes and results of its Python twin, which stays the
  * reference and the fallback (tests/test_hot_loops_agree.py checks them against each other on random
@@ -663,6 +664,320 @@ done:
     return result;
 }
 
+
+/* ---------------------------------------------------------------------------------------------------
+ * The port demultiplexer's pump (rocketstore/tls_demux.py; its Python twin is tls_demux.pump_py).
+ *
+ * One thread, off the GIL, owns one listening socket: it accepts, peeks the first byte of each new
+ * connection (0x16, a TLS handshake record, goes to the TLS backend; anything else, such as HTTP/2's
+ * "PRI * HTTP/2.0" preface, to the plaintext one), connects to that backend on 127.0.0.1 from a port it
+ * binds first (unique, so the backend's view of the peer names this connection alone) and records the
+ * client's address for that port in `peers`, then moves bytes both ways with recv/send. Bytes go
+ * through one scratch buffer; only what a peer could not take at once is kept, per direction, and its
+ * source is not read again until it is gone, so a slow reader holds no more than one read.
+ * A connection that sends nothing for `pending_ms` is closed. The control pipe says 'a' (stop
+ * accepting) and 'q' (close everything and return).
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdlib.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define PUMP_SCRATCH (256 * 1024)
+#define PEER_ENTRY 20 /* family (4 or 6, 0: none), port (2 bytes, big-endian), address (4 or 16 bytes) */
+#define TLS_RECORD_HANDSHAKE 0x16
+
+enum { SIDE_CLIENT = 0, SIDE_BACKEND = 1 };
+enum { ST_PENDING, ST_CONNECTING, ST_OPEN };
+
+struct pump_conn;
+struct pump_tag { struct pump_conn *conn; int side; };
+struct pump_conn {
+    int fd[2];
+    int state;
+    int read_done[2];        /* side sent FIN */
+    char *held[2];           /* bytes read from side, not yet taken by the other side */
+    size_t held_off[2], held_len[2];
+    unsigned short port;     /* source port of the backend connection (its peers entry) */
+    long long deadline_ms;   /* pending: closed if silent until then */
+    struct pump_conn *prev, *next; /* pending list, oldest first */
+    struct pump_conn *all_prev, *all_next; /* every connection, to close them all at the end */
+    int closing;
+    struct pump_tag tag[2];
+    uint32_t interest[2];
+};
+
+struct pump {
+    int ep, listen_fd, control_fd, plain_port, tls_port;
+    long long pending_ms;
+    unsigned char *peers;
+    Py_ssize_t peers_len;
+    struct pump_conn *pending_head, *pending_tail, *all;
+    char *scratch;
+    unsigned long long accepted_tls, accepted_plain;
+    int live;
+};
+
+static long long now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void pending_unlink(struct pump *p, struct pump_conn *c) {
+    if (c->prev) c->prev->next = c->next; else if (p->pending_head == c) p->pending_head = c->next;
+    if (c->next) c->next->prev = c->prev; else if (p->pending_tail == c) p->pending_tail = c->prev;
+    c->prev = c->next = NULL;
+}
+
+static void conn_close(struct pump *p, struct pump_conn *c) {
+    if (c->state == ST_PENDING) pending_unlink(p, c);
+    for (int s = 0; s < 2; s++) {
+        if (c->fd[s] >= 0) close(c->fd[s]); /* also leaves the epoll set */
+        free(c->held[s]);
+    }
+    if (c->port && (Py_ssize_t)(c->port + 1) * PEER_ENTRY <= p->peers_len) p->peers[c->port * PEER_ENTRY] = 0;
+    if (c->all_prev) c->all_prev->all_next = c->all_next; else p->all = c->all_next;
+    if (c->all_next) c->all_next->all_prev = c->all_prev;
+    p->live--;
+    free(c);
+}
+
+/* What side s waits for: its bytes while nothing of it is held and it is still sending, room for the
+ * other side's held bytes. */
+static void conn_watch(struct pump *p, struct pump_conn *c, int s) {
+    uint32_t want = 0;
+    if (c->state == ST_OPEN) {
+        if (!c->held[s] && !c->read_done[s]) want |= EPOLLIN;
+        if (c->held[1 - s]) want |= EPOLLOUT;
+    } else if (c->state == ST_CONNECTING && s == SIDE_BACKEND) {
+        want = EPOLLOUT;
+    }
+    if (want != c->interest[s]) {
+        struct epoll_event ev = {.events = want, .data.ptr = &c->tag[s]};
+        epoll_ctl(p->ep, EPOLL_CTL_MOD, c->fd[s], &ev);
+        c->interest[s] = want;
+    }
+}
+
+static void record_peer(struct pump *p, unsigned short port, struct sockaddr_storage *addr) {
+    if ((Py_ssize_t)(port + 1) * PEER_ENTRY > p->peers_len) return;
+    unsigned char *e = p->peers + port * PEER_ENTRY;
+    if (addr->ss_family == AF_INET) {
+        struct sockaddr_in *a = (struct sockaddr_in *)addr;
+        memcpy(e + 1, &a->sin_port, 2);
+        memcpy(e + 3, &a->sin_addr, 4);
+        e[0] = 4;
+    } else if (addr->ss_family == AF_INET6) {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)addr;
+        memcpy(e + 1, &a->sin6_port, 2);
+        memcpy(e + 3, &a->sin6_addr, 16);
+        e[0] = 6;
+    }
+}
+
+/* The first byte arrived: connect to the backend it names. */
+static int conn_route(struct pump *p, struct pump_conn *c) {
+    unsigned char first;
+    ssize_t n = recv(c->fd[SIDE_CLIENT], &first, 1, MSG_PEEK);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) return -1;
+    if (n < 0) return 0;
+    int tls = first == TLS_RECORD_HANDSHAKE;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    c->fd[SIDE_BACKEND] = fd;
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    struct sockaddr_in local = {.sin_family = AF_INET, .sin_port = 0};
+    local.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof local;
+    if (bind(fd, (struct sockaddr *)&local, sizeof local) < 0 ||
+        getsockname(fd, (struct sockaddr *)&local, &len) < 0) return -1;
+    struct sockaddr_storage client;
+    socklen_t client_len = sizeof client;
+    if (getpeername(c->fd[SIDE_CLIENT], (struct sockaddr *)&client, &client_len) == 0) {
+        c->port = ntohs(local.sin_port);
+        record_peer(p, c->port, &client);
+    }
+    struct sockaddr_in backend = {.sin_family = AF_INET};
+    backend.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    backend.sin_port = htons((unsigned short)(tls ? p->tls_port : p->plain_port));
+    if (connect(fd, (struct sockaddr *)&backend, sizeof backend) < 0 && errno != EINPROGRESS) return -1;
+    pending_unlink(p, c);
+    c->state = ST_CONNECTING;
+    if (tls) p->accepted_tls++; else p->accepted_plain++;
+    struct epoll_event ev = {.events = EPOLLOUT, .data.ptr = &c->tag[SIDE_BACKEND]};
+    if (epoll_ctl(p->ep, EPOLL_CTL_ADD, fd, &ev) < 0) return -1;
+    c->interest[SIDE_BACKEND] = EPOLLOUT;
+    conn_watch(p, c, SIDE_CLIENT); /* nothing more from the client until the backend answers */
+    return 0;
+}
+
+/* Send side s's held bytes to the other side; 0 when all went (or some stay), -1 on failure. */
+static int conn_flush(struct pump_conn *c, int s) {
+    while (c->held_len[s] > c->held_off[s]) {
+        ssize_t n = send(c->fd[1 - s], c->held[s] + c->held_off[s], c->held_len[s] - c->held_off[s], MSG_NOSIGNAL);
+        if (n < 0) return (errno == EAGAIN || errno == EINTR) ? 0 : -1;
+        c->held_off[s] += (size_t)n;
+    }
+    free(c->held[s]);
+    c->held[s] = NULL;
+    c->held_off[s] = c->held_len[s] = 0;
+    return 0;
+}
+
+/* Side s is readable: one read, passed on at once; what the other side cannot take now is held. */
+static int conn_read(struct pump *p, struct pump_conn *c, int s) {
+    ssize_t n = recv(c->fd[s], p->scratch, PUMP_SCRATCH, 0);
+    if (n < 0) return (errno == EAGAIN || errno == EINTR) ? 0 : -1;
+    if (n == 0) {
+        c->read_done[s] = 1;
+        if (c->read_done[1 - s]) return -1;
+        shutdown(c->fd[1 - s], SHUT_WR);
+        return 0;
+    }
+    ssize_t sent = send(c->fd[1 - s], p->scratch, (size_t)n, MSG_NOSIGNAL);
+    if (sent < 0) {
+        if (errno != EAGAIN && errno != EINTR) return -1;
+        sent = 0;
+    }
+    if (sent < n) {
+        c->held[s] = malloc((size_t)(n - sent));
+        if (!c->held[s]) return -1;
+        memcpy(c->held[s], p->scratch + sent, (size_t)(n - sent));
+        c->held_off[s] = 0;
+        c->held_len[s] = (size_t)(n - sent);
+    }
+    return 0;
+}
+
+static void pump_accept(struct pump *p) {
+    for (int i = 0; i < 64; i++) {
+        int fd = accept4(p->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) return; /* EAGAIN, or out of descriptors: the guard and the pending timeout make room */
+        struct pump_conn *c = calloc(1, sizeof *c);
+        if (!c) { close(fd); return; }
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        c->fd[SIDE_CLIENT] = fd;
+        c->fd[SIDE_BACKEND] = -1;
+        c->tag[0].conn = c->tag[1].conn = c;
+        c->tag[SIDE_CLIENT].side = SIDE_CLIENT;
+        c->tag[SIDE_BACKEND].side = SIDE_BACKEND;
+        c->state = ST_PENDING;
+        c->deadline_ms = now_ms() + p->pending_ms;
+        c->interest[SIDE_CLIENT] = EPOLLIN;
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &c->tag[SIDE_CLIENT]};
+        if (epoll_ctl(p->ep, EPOLL_CTL_ADD, fd, &ev) < 0) { close(fd); free(c); continue; }
+        c->prev = p->pending_tail;
+        if (p->pending_tail) p->pending_tail->next = c; else p->pending_head = c;
+        p->pending_tail = c;
+        c->all_next = p->all;
+        if (p->all) p->all->all_prev = c;
+        p->all = c;
+        p->live++;
+    }
+}
+
+static int conn_event(struct pump *p, struct pump_conn *c, int s, uint32_t events) {
+    if (c->state == ST_PENDING) return (events & (EPOLLIN | EPOLLERR | EPOLLHUP)) ? conn_route(p, c) : 0;
+    if (c->state == ST_CONNECTING) {
+        int err = 0;
+        socklen_t len = sizeof err;
+        if (getsockopt(c->fd[SIDE_BACKEND], SOL_SOCKET, SO_ERROR, &err, &len) < 0 || err) return -1;
+        c->state = ST_OPEN;
+        conn_watch(p, c, SIDE_CLIENT);
+        conn_watch(p, c, SIDE_BACKEND);
+        return 0;
+    }
+    if ((events & EPOLLOUT) && c->held[1 - s] && conn_flush(c, 1 - s) < 0) return -1;
+    if (events & EPOLLIN) {
+        if (conn_read(p, c, s) < 0) return -1;
+    } else if (events & (EPOLLERR | EPOLLHUP)) {
+        return -1;
+    }
+    conn_watch(p, c, s);
+    conn_watch(p, c, 1 - s);
+    return 0;
+}
+
+static PyObject *demux_pump(PyObject *self, PyObject *args) {
+    struct pump p = {0};
+    Py_buffer peers;
+    if (!PyArg_ParseTuple(args, "iiiiLw*", &p.listen_fd, &p.control_fd, &p.plain_port, &p.tls_port, &p.pending_ms,
+                          &peers))
+        return NULL;
+    p.peers = peers.buf;
+    p.peers_len = peers.len;
+    p.scratch = malloc(PUMP_SCRATCH);
+    p.ep = epoll_create1(EPOLL_CLOEXEC);
+    if (!p.scratch || p.ep < 0) {
+        free(p.scratch);
+        if (p.ep >= 0) close(p.ep);
+        PyBuffer_Release(&peers);
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    static int listen_tag, control_tag;
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &listen_tag};
+    int failed = epoll_ctl(p.ep, EPOLL_CTL_ADD, p.listen_fd, &ev) < 0;
+    ev.data.ptr = &control_tag;
+    failed = failed || epoll_ctl(p.ep, EPOLL_CTL_ADD, p.control_fd, &ev) < 0;
+    if (failed) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        close(p.ep);
+        free(p.scratch);
+        PyBuffer_Release(&peers);
+        return NULL;
+    }
+    struct epoll_event events[256];
+    int running = 1;
+    Py_BEGIN_ALLOW_THREADS
+    while (running) {
+        int timeout = -1;
+        if (p.pending_head) {
+            long long left = p.pending_head->deadline_ms - now_ms();
+            timeout = left < 0 ? 0 : (int)(left > 60000 ? 60000 : left);
+        }
+        int n = epoll_wait(p.ep, events, 256, timeout);
+        if (n < 0 && errno != EINTR) break;
+        /* A connection closed by one event may still be named by a later event of this batch: closes wait. */
+        struct pump_conn *closing[512];
+        int nclosing = 0;
+        for (int i = 0; i < n; i++) {
+            void *tag = events[i].data.ptr;
+            if (tag == &listen_tag) { pump_accept(&p); continue; }
+            if (tag == &control_tag) {
+                char cmd = 0;
+                if (read(p.control_fd, &cmd, 1) <= 0 || cmd == 'q') running = 0;
+                else if (cmd == 'a') epoll_ctl(p.ep, EPOLL_CTL_DEL, p.listen_fd, NULL);
+                continue;
+            }
+            struct pump_tag *t = tag;
+            struct pump_conn *c = t->conn;
+            if (c->closing) continue;
+            if (conn_event(&p, c, t->side, events[i].events) < 0) {
+                c->closing = 1;
+                closing[nclosing++] = c;
+            }
+        }
+        for (int i = 0; i < nclosing; i++) conn_close(&p, closing[i]);
+        long long now = now_ms();
+        while (p.pending_head && p.pending_head->deadline_ms <= now) conn_close(&p, p.pending_head);
+    }
+    while (p.all) conn_close(&p, p.all);
+    Py_END_ALLOW_THREADS
+    close(p.ep);
+    free(p.scratch);
+    PyBuffer_Release(&peers);
+    return Py_BuildValue("KK", p.accepted_tls, p.accepted_plain);
+}
+
 static PyMethodDef methods[] = {
     {"java_string_hash", java_string_hash, METH_O, "Java's String.hashCode (signed 32-bit)."},
     {"index_key_hash", index_key_hash, METH_O, "IndexFile.indexKeyHashMethod: abs(String.hashCode), 0 for MIN_VALUE."},
@@ -670,6 +985,9 @@ static PyMethodDef methods[] = {
     {"place_records", place_records, METH_VARARGS, "codec.place_records_py, compiled."},
     {"walk_records", walk_records, METH_VARARGS, "decode.walk_records_py, compiled."},
     {"put_message_keys", put_message_keys, METH_VARARGS, "index_file.put_message_keys_py, compiled."},
+    {"demux_pump", demux_pump, METH_VARARGS,
+     "tls_demux.pump_py, compiled: (listen_fd, control_fd, plain_port, tls_port, pending_ms, peers) ->\n"
+     "(tls connections, plaintext connections), run off the GIL until the control pipe says 'q'."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -14,7 +14,7 @@ import asyncio
 import signal
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import grpc.aio
@@ -24,6 +24,11 @@ from grpc_reflection.v1alpha import reflection
 from rocketstore.log import get_logger
 from rocketstore.server import MAX_MESSAGE_BYTES, RpcLatencyInterceptor, _join_host_port
 from rocketstore.servicing import AioDecodeRequests
+from rocketstore.tls import TlsMode
+from rocketstore.tls_demux import PortDemultiplexer
+
+if TYPE_CHECKING:
+    from rocketstore.tls import ServerTls
 
 __all__ = ["AioGrpcServer", "AioRpcLatencyInterceptor", "serve_until_signal"]
 
@@ -49,21 +54,30 @@ class AioGrpcServer:
     health and reflection added at ``start``. ``port=0`` picks a free port."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, options: Sequence[tuple[str, Any]] = (),
-                 interceptors: Sequence[grpc.aio.ServerInterceptor] = ()) -> None:
+                 interceptors: Sequence[grpc.aio.ServerInterceptor] = (), tls: ServerTls | None = None,
+                 silent_close_ms: int = 10_000) -> None:
+        """``tls``: the port takes TLS only (``enforcing``) or TLS and plaintext both (``permissive``: a
+        ``PortDemultiplexer`` holds the port and relays each connection to a plaintext or a TLS port of
+        this server on loopback, closing one that sends nothing for ``silent_close_ms``)."""
         self.host = host
+        self.tls_mode = TlsMode.DISABLED if tls is None else tls.mode
         # Innermost: a request that cannot be decoded is answered INVALID_ARGUMENT, and the
         # interceptors given (latency) see that status.
         merged = dict(_OPTIONS)
         merged.update(options)  # a given option replaces the default of the same name
         self._server = grpc.aio.server(options=list(merged.items()),
                                        interceptors=[*interceptors, AioDecodeRequests()])
-        address = _join_host_port(host, port)
-        try:
-            bound = self._server.add_insecure_port(address)
-        except RuntimeError as exc:
-            raise OSError(f"cannot listen on {address}: {exc}") from exc
-        if bound == 0:
-            raise OSError(f"cannot listen on {address}")
+        self._demux: PortDemultiplexer | None = None
+        if tls is not None and tls.mode is TlsMode.PERMISSIVE:
+            plain = self._bind("127.0.0.1", 0, None)
+            secure = self._bind("127.0.0.1", 0, tls.credentials())
+            try:
+                self._demux = PortDemultiplexer(host, port, plain, secure, silent_close_ms)
+            except OSError as exc:
+                raise OSError(f"cannot listen on {_join_host_port(host, port)}: {exc}") from exc
+            bound = self._demux.port
+        else:
+            bound = self._bind(host, port, tls.credentials() if tls is not None else None)
         self.port: int = bound
         self.endpoint: str = _join_host_port(host, bound)
         self._service_names: list[str] = []
@@ -71,17 +85,22 @@ class AioGrpcServer:
         self._started = False
         self._stopped = False
 
-    def listen_also(self, host: str, port: int = 0) -> str:
-        """Serve the same services on a second address too (before ``start``); returns its endpoint.
-        A gateway sharing its port with others (SO_REUSEPORT) is reached on this one alone."""
+    def _bind(self, host: str, port: int, credentials: grpc.ServerCredentials | None) -> int:
         address = _join_host_port(host, port)
         try:
-            bound = self._server.add_insecure_port(address)
+            bound = (self._server.add_insecure_port(address) if credentials is None
+                     else self._server.add_secure_port(address, credentials))
         except RuntimeError as exc:
             raise OSError(f"cannot listen on {address}: {exc}") from exc
         if bound == 0:
             raise OSError(f"cannot listen on {address}")
-        return _join_host_port(host, bound)
+        return bound
+
+    def listen_also(self, host: str, port: int = 0) -> str:
+        """Serve the same services on a second address too (before ``start``), in plaintext whatever the
+        TLS mode (loopback, for the front gateways); returns its endpoint. A gateway sharing its port with
+        others (SO_REUSEPORT) is reached on this one alone."""
+        return _join_host_port(host, self._bind(host, port, None))
 
     @property
     def service_names(self) -> tuple[str, ...]:
@@ -104,9 +123,12 @@ class AioGrpcServer:
         reflection.enable_server_reflection(
             (*self._service_names, health.SERVICE_NAME, reflection.SERVICE_NAME), self._server)
         await self._server.start()
+        if self._demux is not None:
+            self._demux.start()
         for name in ("", *self._service_names):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
-        _log.info("grpc server started", endpoint=self.endpoint, services=list(self._service_names))
+        _log.info("grpc server started", endpoint=self.endpoint, services=list(self._service_names),
+                  tls_mode=self.tls_mode.value)
 
     async def stop(self, grace: float | None = 5.0) -> None:
         """Report NOT_SERVING, then stop, letting in-flight calls finish for up to ``grace`` seconds."""
@@ -114,7 +136,11 @@ class AioGrpcServer:
             return
         self._stopped = True
         await self._health.enter_graceful_shutdown()
+        if self._demux is not None:
+            self._demux.stop_accepting()  # open connections keep being relayed while their calls drain
         await self._server.stop(grace)
+        if self._demux is not None:
+            self._demux.close()
         _log.info("grpc server stopped", endpoint=self.endpoint)
 
 

@@ -13,10 +13,17 @@ from __future__ import annotations
 
 import mmap
 import os
-import struct
 
-OS_PAGE_SIZE = 4096
-_LONG = struct.Struct(">q")
+from rocketstore.formats import (
+    CHECKPOINT_FIELD,
+    CHECKPOINT_SIZE,
+    POS_INDEX_MSG_TIMESTAMP,
+    POS_LOGICS_MSG_TIMESTAMP,
+    POS_PHYSIC_MSG_TIMESTAMP,
+)
+
+OS_PAGE_SIZE = CHECKPOINT_SIZE
+_LONG = CHECKPOINT_FIELD
 
 
 class StoreCheckpoint:
@@ -43,27 +50,27 @@ class StoreCheckpoint:
 
     @property
     def physic_msg_timestamp(self) -> int:
-        return self._get(0)
+        return self._get(POS_PHYSIC_MSG_TIMESTAMP)
 
     @physic_msg_timestamp.setter
     def physic_msg_timestamp(self, value: int) -> None:
-        self._set(0, value)
+        self._set(POS_PHYSIC_MSG_TIMESTAMP, value)
 
     @property
     def logics_msg_timestamp(self) -> int:
-        return self._get(8)
+        return self._get(POS_LOGICS_MSG_TIMESTAMP)
 
     @logics_msg_timestamp.setter
     def logics_msg_timestamp(self, value: int) -> None:
-        self._set(8, value)
+        self._set(POS_LOGICS_MSG_TIMESTAMP, value)
 
     @property
     def index_msg_timestamp(self) -> int:
-        return self._get(16)
+        return self._get(POS_INDEX_MSG_TIMESTAMP)
 
     @index_msg_timestamp.setter
     def index_msg_timestamp(self, value: int) -> None:
-        self._set(16, value)
+        self._set(POS_INDEX_MSG_TIMESTAMP, value)
 
     def min_timestamp(self) -> int:
         """Where crash recovery may start: 3 s before the older of the two log timestamps."""

@@ -99,7 +99,7 @@ SERVICES: dict[str, ServiceEntry] = {
         "rocketstore.services.gateway.main",
         "the gateway: send, pull with long polling, consumer groups, queries, admin and batch reads",
         peers=("commitlog",),
-        optional_peers=("index", "owner"),
+        optional_peers=("index", "owner", "ha"),
         ports=("own",),
         helps=(
             ("index", "endpoint of the index service (required, except with --owner)"),
@@ -108,6 +108,9 @@ SERVICES: dict[str, ServiceEntry] = {
                       "owner, never write a config file (what `rocketstore up --gateways N` starts)"),
             ("own", "with --owner: also listen on this loopback port, bound by this process alone (health checks "
                     "and tests reach this one process there) (default: none)"),
+            ("ha", "with --owner, for a front that does not share the owner's store directory (a pod of its own): "
+                   "the owner broker's ha service, whose topics.json it copies into its own --data-dir every "
+                   "0.5 s (default: read the store directory's topics.json)"),
         ),
     ),
 }

@@ -29,6 +29,34 @@ from dataclasses import dataclass
 from typing import TypeAlias
 
 from rocketstore import _speedups
+from rocketstore.formats import (  # the record's layout (formats.py: the home of every on-disk format)
+    BLANK_MAGIC_CODE,
+    BODYLEN_LENGTH,
+    BODYLEN_POSITIONS,
+    END_FILE_MIN_BLANK_LENGTH,
+    HOST_FLAGS_SHIFT,
+    HOST_PORT_LENGTH,
+    HOST_V4,
+    HOST_V4_LENGTH,
+    HOST_V6,
+    HOST_V6_EXTRA,
+    HOST_V6_LENGTH,
+    MESSAGE_MAGIC_CODE,
+    MIN_RECORD_LENGTH,
+    POS_BODYCRC,
+    POS_BORNHOST,
+    POS_PHYSICALOFFSET,
+    POS_QUEUEOFFSET,
+    POS_SYSFLAG,
+    PROPERTIESLEN_LENGTH,
+    RECORD_HEAD,
+    RECORD_HEAD_FORMAT,
+    RECORD_MIDDLE,
+    RECORD_PREFIX,
+    STORETIMESTAMP_LENGTH,
+    STORETIMESTAMP_POSITIONS,
+    TOPICLEN_LENGTH,
+)
 from rocketstore.message import (
     BORNHOST_V6_FLAG,
     STOREHOSTADDRESS_V6_FLAG,
@@ -47,9 +75,6 @@ from rocketstore.statuses import PutMessageStatus
 ReadableBuffer: TypeAlias = bytes | bytearray | memoryview | mmap.mmap
 WritableBuffer: TypeAlias = bytearray | memoryview | mmap.mmap
 
-MESSAGE_MAGIC_CODE = 0xDAA320A7
-BLANK_MAGIC_CODE = 0xCBD43194
-END_FILE_MIN_BLANK_LENGTH = 4 + 4
 MAX_TOPIC_LENGTH = 127
 MAX_PROPERTIES_LENGTH = 32767
 # 4.9.4+: a record may exceed maxMessageSize by this much (topic and properties).
@@ -63,65 +88,6 @@ CRC32_PREFIX = PROPERTY_CRC32.encode() + b"\x01"
 CRC32_TAIL_UNFILLED = CRC32_PREFIX + b"0" * CRC32_DIGITS + b"\x02"
 assert len(CRC32_TAIL_UNFILLED) == CRC32_RESERVED_LEN == 20
 _CRC32_FIRST = CRC32_PREFIX[0]
-
-# --- the record layout, named once ---------------------------------------------------------
-# Every position and size below is computed from the struct formats of the fields before it, as
-# aiokafka lays out its records; other modules import these names instead of repeating numbers.
-# The head (TOTALSIZE .. BORNTIMESTAMP) is the same for every record; BORNHOST and STOREHOSTADDRESS
-# are 8 bytes (IPv4) or 20 (IPv6, by SYSFLAG), so the fields after them move by 12 bytes per IPv6 host.
-_HEAD_FORMAT = ">iIIiiqqiq"  # TOTALSIZE MAGICCODE BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET SYSFLAG BORNTIMESTAMP
-RECORD_HEAD = struct.Struct(_HEAD_FORMAT)
-POS_TOTALSIZE = 0
-POS_MAGIC = struct.calcsize(">i")
-POS_BODYCRC = struct.calcsize(">iI")
-POS_QUEUEID = struct.calcsize(">iII")
-POS_FLAG = struct.calcsize(">iIIi")
-POS_QUEUEOFFSET = struct.calcsize(">iIIii")
-POS_PHYSICALOFFSET = struct.calcsize(">iIIiiq")
-POS_SYSFLAG = struct.calcsize(">iIIiiqq")
-POS_BORNTIMESTAMP = struct.calcsize(">iIIiiqqi")
-POS_BORNHOST = RECORD_HEAD.size
-
-HOST_V4 = struct.Struct(">4sI")  # address, port
-HOST_V6 = struct.Struct(">16sI")
-HOST_V4_LENGTH = HOST_V4.size
-HOST_V6_LENGTH = HOST_V6.size
-HOST_V6_EXTRA = HOST_V6_LENGTH - HOST_V4_LENGTH  # how far an IPv6 host moves the fields after it
-HOST_PORT_LENGTH = struct.calcsize(">I")
-STORETIMESTAMP_LENGTH = struct.calcsize(">q")
-# After STOREHOSTADDRESS: RECONSUMETIMES PREPAREDTRANSACTIONOFFSET BODYLEN, then BODY.
-RECORD_MIDDLE = struct.Struct(">iqi")
-RECONSUMETIMES_TO_BODYLEN = struct.calcsize(">iq")
-BODYLEN_LENGTH = struct.calcsize(">i")
-TOPICLEN_LENGTH = struct.calcsize(">B")  # V1: one byte
-PROPERTIESLEN_LENGTH = struct.calcsize(">h")
-
-# Positions of the fields after BORNHOST in a record with IPv4 hosts (RocketMQ's MessageDecoder
-# exports STORE_TIMESTAMP_POSITION = 56); add HOST_V6_EXTRA for each IPv6 host before the field.
-POS_STORETIMESTAMP = POS_BORNHOST + HOST_V4_LENGTH
-POS_STOREHOST = POS_STORETIMESTAMP + STORETIMESTAMP_LENGTH
-POS_RECONSUMETIMES = POS_STOREHOST + HOST_V4_LENGTH
-POS_PREPAREDTRANSACTIONOFFSET = POS_RECONSUMETIMES + struct.calcsize(">i")
-POS_BODYLEN = POS_RECONSUMETIMES + RECONSUMETIMES_TO_BODYLEN
-POS_BODY = POS_BODYLEN + BODYLEN_LENGTH
-# TOTALSIZE .. BODYLEN of a record with IPv4 hosts, in one struct (the body follows).
-RECORD_V4_FIXED = struct.Struct(_HEAD_FORMAT + "4sIq4sIiqi")
-# A V1 record with IPv4 hosts and empty body, topic and properties: RocketMQ's fixed overhead.
-MIN_RECORD_LENGTH = POS_BODY + TOPICLEN_LENGTH + PROPERTIESLEN_LENGTH
-# TOTALSIZE, MAGICCODE: how every record starts; the END_OF_FILE blank is only these 8 bytes.
-RECORD_PREFIX = struct.Struct(">iI")
-
-assert RECORD_HEAD.size == POS_BORNTIMESTAMP + STORETIMESTAMP_LENGTH
-assert RECORD_V4_FIXED.size == POS_BODY and RECORD_PREFIX.size == END_FILE_MIN_BLANK_LENGTH
-assert STOREHOSTADDRESS_V6_FLAG == BORNHOST_V6_FLAG << 1  # HOST_FLAGS_SHIFT reads both bits at once
-
-# The fast walks look the moving positions up by the two host bits of SYSFLAG:
-# ``table[(sys_flag >> HOST_FLAGS_SHIFT) & 3]``, index 1 = IPv6 born host, 2 = IPv6 store host.
-HOST_FLAGS_SHIFT = BORNHOST_V6_FLAG.bit_length() - 1
-STORETIMESTAMP_POSITIONS = tuple(POS_STORETIMESTAMP + HOST_V6_EXTRA * (i & 1) for i in range(4))
-STOREHOST_POSITIONS = tuple(POS_STOREHOST + HOST_V6_EXTRA * (i & 1) for i in range(4))
-RECONSUMETIMES_POSITIONS = tuple(POS_RECONSUMETIMES + HOST_V6_EXTRA * ((i & 1) + (i >> 1)) for i in range(4))
-BODYLEN_POSITIONS = tuple(POS_BODYLEN + HOST_V6_EXTRA * ((i & 1) + (i >> 1)) for i in range(4))
 
 _HEAD = RECORD_HEAD
 _INT = struct.Struct(">i")
@@ -170,7 +136,7 @@ def _record_struct(born_v6: bool, store_v6: bool, body_len: int, topic_len: int,
     born_addr = (HOST_V6_LENGTH if born_v6 else HOST_V4_LENGTH) - HOST_PORT_LENGTH
     store_addr = (HOST_V6_LENGTH if store_v6 else HOST_V4_LENGTH) - HOST_PORT_LENGTH
     st = struct.Struct(
-        f"{_HEAD_FORMAT}{born_addr}siq{store_addr}siiqi{body_len}sB{topic_len}sh{props_len}s{crc_len}s")
+        f"{RECORD_HEAD_FORMAT}{born_addr}siq{store_addr}siiqi{body_len}sB{topic_len}sh{props_len}s{crc_len}s")
     _struct_cache[(born_v6, store_v6, body_len, topic_len, props_len, crc_len)] = st
     return st
 

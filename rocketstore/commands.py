@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from concurrent.futures import Future
 
     from rocketstore.client.messages import ReceivedMessage, SendResult
+    from rocketstore.tls import ClientTls
     from rocketstore.v1 import gateway_pb2 as pb
 
 __all__ = ["add_commands"]
@@ -104,6 +105,28 @@ def _add_endpoint(p: argparse.ArgumentParser) -> None:
                    help=f"the gateway (default: {DEFAULT_ENDPOINT}); several as 'H1:P1;H2:P2' where it makes sense")
     p.add_argument("--timeout-rpc", type=_seconds, default=10.0, metavar="SECONDS", dest="rpc_timeout",
                    help="deadline of each call to the gateway (default: 10)")
+    tls = p.add_argument_group("TLS (a gateway's port takes TLS by default; see docs/security.md)")
+    tls.add_argument("--tls", action="store_true", default=os.environ.get("ROCKETSTORE_TLS", "") not in ("", "0"),
+                     help="connect over TLS (implied by --ca; env ROCKETSTORE_TLS=1)")
+    tls.add_argument("--ca", metavar="PEM", default=os.environ.get("ROCKETSTORE_TLS_CA") or None,
+                     help="CA certificate (or the gateway's self-signed one) to check the gateway's certificate "
+                     "against (default: the system's roots; env ROCKETSTORE_TLS_CA)")
+    tls.add_argument("--tls-cert", metavar="PEM", default=os.environ.get("ROCKETSTORE_TLS_CERT") or None,
+                     help="client certificate, for a gateway that requires one (env ROCKETSTORE_TLS_CERT)")
+    tls.add_argument("--tls-key", metavar="PEM", default=os.environ.get("ROCKETSTORE_TLS_KEY") or None,
+                     help="key of --tls-cert (env ROCKETSTORE_TLS_KEY)")
+    tls.add_argument("--tls-server-name", metavar="NAME", default=None,
+                     help="name the gateway's certificate is checked for, when not the host of --endpoint")
+
+
+def client_tls(args: argparse.Namespace) -> ClientTls | None:
+    """The TLS of the command's connections to the gateway (--tls, --ca, --tls-cert, --tls-key), or None:
+    plaintext."""
+    if not (args.tls or args.ca or args.tls_cert or args.tls_key):
+        return None
+    from rocketstore.tls import ClientTls
+
+    return ClientTls(ca=args.ca, cert=args.tls_cert, key=args.tls_key, server_name=args.tls_server_name)
 
 
 def _add_json(p: argparse.ArgumentParser) -> None:
@@ -308,7 +331,7 @@ def _run_send(args: argparse.Namespace) -> int:
     target = _SendTarget(queue_id=args.queue_id, sharding_key=args.sharding_key)
     sent = 0
     t0 = time.perf_counter()
-    with Producer(args.endpoint, args.producer_group, send_timeout=args.rpc_timeout,
+    with Producer(args.endpoint, args.producer_group, send_timeout=args.rpc_timeout, tls=client_tls(args),
                   retry_times_when_send_failed=args.retries, retry_times_when_send_async_failed=args.retries) as p:
         if args.mode == "oneway":
             for i in range(args.count):
@@ -409,7 +432,7 @@ def _run_consume(args: argparse.Namespace) -> int:
         return ConsumeStatus.CONSUME_SUCCESS
 
     # One consuming thread: messages print in queue order and --count stops at exactly that many.
-    consumer = PushConsumer(args.endpoint, args.group, listener, orderly=args.orderly,
+    consumer = PushConsumer(args.endpoint, args.group, listener, orderly=args.orderly, tls=client_tls(args),
                             message_model="BROADCASTING" if args.broadcast else "CLUSTERING",
                             consume_from_where=where, consume_timestamp=ts, consume_thread_nums=1,
                             poll_timeout=5.0, timeout=args.rpc_timeout, consume_stream=not args.pull)
@@ -453,7 +476,7 @@ def _run_status(args: argparse.Namespace) -> int:
     from rocketstore.client import Admin
     from rocketstore.client.admin import to_dict
 
-    with Admin(args.endpoint, timeout=args.rpc_timeout) as admin:
+    with Admin(args.endpoint, timeout=args.rpc_timeout, tls=client_tls(args)) as admin:
         s = admin.broker_status()
     ha = replication_status(s.stats, s.commitlog_max_offset)
     if args.json:
@@ -573,7 +596,7 @@ def _run_topic_create(args: argparse.Namespace) -> int:
     from rocketstore.client import Admin
 
     read, write = _queue_nums(args)
-    with Admin(args.endpoint, timeout=args.rpc_timeout) as admin:
+    with Admin(args.endpoint, timeout=args.rpc_timeout, tls=client_tls(args)) as admin:
         t = admin.create_topic(args.topic, read_queue_nums=read or 0, write_queue_nums=write or 0,
                                perm=args.perm or 0, order=bool(args.order), message_type=args.message_type or "")
     _print_topic(t, args.json, "created")
@@ -584,7 +607,7 @@ def _run_topic_update(args: argparse.Namespace) -> int:
     from rocketstore.client import Admin
 
     read, write = _queue_nums(args)
-    with Admin(args.endpoint, timeout=args.rpc_timeout) as admin:
+    with Admin(args.endpoint, timeout=args.rpc_timeout, tls=client_tls(args)) as admin:
         t = admin.update_topic(args.topic, read_queue_nums=read, write_queue_nums=write, perm=args.perm,
                                order=args.order, message_type=args.message_type)
     _print_topic(t, args.json, "updated")
@@ -594,7 +617,7 @@ def _run_topic_update(args: argparse.Namespace) -> int:
 def _run_topic_delete(args: argparse.Namespace) -> int:
     from rocketstore.client import Admin
 
-    with Admin(args.endpoint, timeout=args.rpc_timeout) as admin:
+    with Admin(args.endpoint, timeout=args.rpc_timeout, tls=client_tls(args)) as admin:
         admin.delete_topic(args.topic)
     print(f"deleted topic {args.topic}")
     return EXIT_OK
@@ -603,7 +626,7 @@ def _run_topic_delete(args: argparse.Namespace) -> int:
 def _run_topic_list(args: argparse.Namespace) -> int:
     from rocketstore.client import Admin
 
-    with Admin(args.endpoint, timeout=args.rpc_timeout) as admin:
+    with Admin(args.endpoint, timeout=args.rpc_timeout, tls=client_tls(args)) as admin:
         topics = admin.list_topics(include_system=args.system)
     if args.json:
         for t in topics:
@@ -617,7 +640,7 @@ def _run_topic_list(args: argparse.Namespace) -> int:
 def _run_topic_stats(args: argparse.Namespace) -> int:
     from rocketstore.client import Admin
 
-    with Admin(args.endpoint, timeout=args.rpc_timeout) as admin:
+    with Admin(args.endpoint, timeout=args.rpc_timeout, tls=client_tls(args)) as admin:
         stats = admin.topic_stats(args.topic)
     if args.json:
         for q in stats.queues:
@@ -662,7 +685,7 @@ def _add_group(commands: _SubParsers) -> None:
 def _run_group_list(args: argparse.Namespace) -> int:
     from rocketstore.client import Admin
 
-    with Admin(args.endpoint, timeout=args.rpc_timeout) as admin:
+    with Admin(args.endpoint, timeout=args.rpc_timeout, tls=client_tls(args)) as admin:
         groups = admin.list_groups()
     if args.json:
         for g in groups:
@@ -677,7 +700,7 @@ def _run_group_list(args: argparse.Namespace) -> int:
 def _run_group_progress(args: argparse.Namespace) -> int:
     from rocketstore.client import Admin
 
-    with Admin(args.endpoint, timeout=args.rpc_timeout) as admin:
+    with Admin(args.endpoint, timeout=args.rpc_timeout, tls=client_tls(args)) as admin:
         progress = admin.consumer_progress(args.group, args.topic)
     if args.json:
         for q in progress.queues:
@@ -700,7 +723,7 @@ def _run_group_reset(args: argparse.Namespace) -> int:
             to = _timestamp(args.to)
         except argparse.ArgumentTypeError as e:
             raise ValueError(f"--to {e}") from None
-    with Admin(args.endpoint, timeout=args.rpc_timeout) as admin:
+    with Admin(args.endpoint, timeout=args.rpc_timeout, tls=client_tls(args)) as admin:
         offsets = admin.reset_offset_by_time(args.group, args.topic, to)
     for qid, offset in sorted(offsets.items()):
         if args.json:
@@ -734,7 +757,7 @@ def _add_query(commands: _SubParsers) -> None:
 def _run_query(args: argparse.Namespace) -> int:
     from rocketstore.client import Admin
 
-    with Admin(args.endpoint, timeout=args.rpc_timeout) as admin:
+    with Admin(args.endpoint, timeout=args.rpc_timeout, tls=client_tls(args)) as admin:
         messages = admin.query_message(offset_msg_id=args.offset_msg_id, msg_id=args.msg_id, key=args.key,
                                        queue_offset=args.offset, topic=args.topic, queue_id=args.queue_id,
                                        begin_timestamp=args.begin, end_timestamp=args.end, max_messages=args.max)
@@ -863,7 +886,7 @@ def _run_bench_produce(args: argparse.Namespace) -> int:
             claimed[0] += max(n, 0)
             return n
 
-    producer = Producer(args.endpoint, "benchmark_producer", send_timeout=args.rpc_timeout,
+    producer = Producer(args.endpoint, "benchmark_producer", send_timeout=args.rpc_timeout, tls=client_tls(args),
                         max_in_flight=max(args.in_flight, args.threads))
     print(f"bench produce: {args.count} messages of {args.size} bytes to {args.topic} on {args.endpoint}, "
           f"{args.threads} threads, batch {args.batch}, {args.mode}", flush=True)
@@ -930,7 +953,7 @@ def _run_bench_consume(args: argparse.Namespace) -> int:
     from rocketstore.client import PullConsumer
     from rocketstore.client.errors import ClientError
 
-    probe = PullConsumer(args.endpoint, args.group, timeout=args.rpc_timeout)
+    probe = PullConsumer(args.endpoint, args.group, timeout=args.rpc_timeout, tls=client_tls(args))
     try:
         ranges = probe.offsets(args.topic)
         committed = probe.committed(args.topic) if args.start == "committed" else {}
@@ -961,7 +984,7 @@ def _run_bench_consume(args: argparse.Namespace) -> int:
             return n
 
     def worker(mine: list[int]) -> None:
-        consumer = PullConsumer(args.endpoint, args.group, timeout=args.rpc_timeout)
+        consumer = PullConsumer(args.endpoint, args.group, timeout=args.rpc_timeout, tls=client_tls(args))
         try:
             positions = {q: starts[q] for q in mine}
             active = [q for q in mine if positions[q] < ends[q]]
@@ -1015,7 +1038,7 @@ def _run_bench_consume(args: argparse.Namespace) -> int:
     stop.set()
     meter_thread.join(2.0)
     if final:
-        committer = PullConsumer(args.endpoint, args.group, timeout=args.rpc_timeout)
+        committer = PullConsumer(args.endpoint, args.group, timeout=args.rpc_timeout, tls=client_tls(args))
         try:
             committer.commit({(args.topic, q): o for q, o in final.items()})
         finally:
@@ -1049,7 +1072,7 @@ def _bench_consume_streams(args: argparse.Namespace, starts: dict[int, int], end
     s2c = {"sum": 0.0, "max": 0.0}
     if total == 0:
         done.set()
-    conns = [Connection(args.endpoint, args.rpc_timeout) for _ in range(n_streams)]
+    conns = [Connection(args.endpoint, args.rpc_timeout, tls=client_tls(args)) for _ in range(n_streams)]
     streams: list[ConsumeStream] = []
     last = [time.perf_counter()] * n_streams
 
@@ -1093,7 +1116,7 @@ def _bench_consume_streams(args: argparse.Namespace, starts: dict[int, int], end
         stream.close()
     for conn in conns:
         conn.close()
-    committer = PullConsumer(args.endpoint, args.group, timeout=args.rpc_timeout)
+    committer = PullConsumer(args.endpoint, args.group, timeout=args.rpc_timeout, tls=client_tls(args))
     try:
         with lock:
             committer.commit({(args.topic, q): min(o, ends[q]) for q, o in positions.items()})

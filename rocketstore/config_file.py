@@ -21,6 +21,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from rocketstore.errors import RocketstoreError
 from rocketstore.log import get_logger
 
 __all__ = ["BAK_SUFFIX", "TMP_SUFFIX", "ConfigFileError", "load_json", "persist_json", "persist_text", "to_json"]
@@ -39,7 +40,7 @@ _path_locks: dict[str, threading.Lock] = {}
 _path_locks_guard = threading.Lock()
 
 
-class ConfigFileError(ValueError):
+class ConfigFileError(RocketstoreError, ValueError):
     """Neither a config file nor its ``.bak`` could be read, and at least one of them exists."""
 
 

@@ -36,20 +36,28 @@ from dataclasses import asdict, dataclass, field
 from typing import TextIO
 
 from rocketstore.codec import (
-    BLANK_MAGIC_CODE,
     CRC32_RESERVED_LEN,
-    END_FILE_MIN_BLANK_LENGTH,
-    MESSAGE_MAGIC_CODE,
-    MIN_RECORD_LENGTH,
-    POS_BODYCRC,
-    POS_PHYSICALOFFSET,
-    RECORD_PREFIX,
     check_record,
     read_record_info,
     record_spans,
     stored_record_crc,
 )
 from rocketstore.config_file import persist_json
+from rocketstore.formats import (
+    BLANK_MAGIC_CODE,
+    CQ_BLANK_SIZE,
+    CQ_STORE_UNIT_SIZE,
+    END_FILE_MIN_BLANK_LENGTH,
+    INDEX_ENTRY,
+    INDEX_HEADER,
+    INDEX_HEADER_SIZE,
+    MESSAGE_MAGIC_CODE,
+    MIN_RECORD_LENGTH,
+    POS_BODYCRC,
+    POS_PHYSICALOFFSET,
+    RECORD_PREFIX,
+)
+from rocketstore.formats import CQ_UNIT as FORMATS_CQ_UNIT
 from rocketstore.message import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
@@ -67,12 +75,12 @@ __all__ = ["EXIT_CANNOT_CHECK", "Finding", "Report", "StoreInUse", "check_store"
 
 EXIT_CANNOT_CHECK = 2  # the store is in use, or is no store
 LOCK_FILES = ("lock", "index.lock")  # the CommitLog service's and the index service's
-CQ_UNIT = 20
-_UNIT = struct.Struct(">qiq")
-_CQ_BLANK_SIZE = 0x7FFFFFFF
-_INDEX_HEADER = struct.Struct(">qqqqii")
-_INDEX_HEADER_SIZE = 40
-_ENTRY = struct.Struct(">iqii")
+CQ_UNIT = CQ_STORE_UNIT_SIZE
+_UNIT = FORMATS_CQ_UNIT
+_CQ_BLANK_SIZE = CQ_BLANK_SIZE
+_INDEX_HEADER = INDEX_HEADER
+_INDEX_HEADER_SIZE = INDEX_HEADER_SIZE
+_ENTRY = INDEX_ENTRY
 _INT = struct.Struct(">i")
 _UINT = struct.Struct(">I")
 _LONG = struct.Struct(">q")

@@ -1,4 +1,22 @@
-"""The errors every internal client raises and every servicer answers with.
+"""The project's one exception tree, and the errors every internal client raises and every servicer answers with.
+
+Every error the project raises to a caller derives from ``RocketstoreError``; ``grpc.RpcError`` is caught only
+in client modules, which turn it into one of these::
+
+    RocketstoreError
+     ├── BrokerError             between services: internal clients raise it, servicers answer with it (below)
+     │    └── GatewayError       the gateway's refusals (services/gateway/errors.py)
+     ├── ClientError             what the public client, the CLI and the Spark jobs raise for a failed call
+     │    │                      (rocketstore/client/errors.py; ``code``: the grpc.StatusCode, ``detail``)
+     │    ├── InvalidArgumentError, NotFoundError, PermissionDeniedError, OutOfRangeError
+     │    └── ResourceExhaustedError, UnavailableError, DeadlineExceededError   (``retryable``)
+     ├── SettingsError           a setting the broker cannot run with (also a ValueError)
+     ├── ConfigFileError         a config file that does not load (also a ValueError)
+     ├── LaunchError             ``rocketstore up`` could not start a service (also a RuntimeError)
+     └── JobFailed               a Spark job's failure, with its exit code (also a RuntimeError)
+
+``V2Error`` (services/gateway/v2/errors.py) is not raised to callers: it carries a RocketMQ 5 ``Code`` that the
+gateway answers inside the response's ``Status``, as the protocol asks.
 
 A call to another service fails in one of three ways, and callers decide by the kind, never by
 catching ``grpc.RpcError``::
@@ -27,6 +45,7 @@ import errno
 
 __all__ = [
     "BrokerError",
+    "RocketstoreError",
     "DeadlineExceeded",
     "FailedPrecondition",
     "Internal",
@@ -42,7 +61,11 @@ __all__ = [
 ]
 
 
-class BrokerError(Exception):
+class RocketstoreError(Exception):
+    """The root of every error the project raises to its callers (see the tree above)."""
+
+
+class BrokerError(RocketstoreError):
     """A call that failed; ``code`` is a grpc.StatusCode name (``"INVALID_ARGUMENT"``), ``message``
     says what failed in words a caller can show as they are. An error raised by an internal client also
     names the ``service`` it called and keeps the status text that service sent in ``details``."""

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from rocketstore.errors import BrokerError, DeadlineExceeded
 from rocketstore.rpc_client import translate
+
+if TYPE_CHECKING:
+    from rocketstore.tls import ClientTls
 
 __all__ = ["HealthClient", "wait_serving"]
 
@@ -21,12 +24,13 @@ class HealthClient:
     """``status()`` of a service (or of the whole server with ``service=""``) as a name: "SERVING",
     "NOT_SERVING", "SERVICE_UNKNOWN"...; failures to answer are ``BrokerError``."""
 
-    def __init__(self, endpoint: str, name: str = "") -> None:
+    def __init__(self, endpoint: str, name: str = "", tls: ClientTls | None = None) -> None:
         self.endpoint = endpoint
         self.name = name or endpoint  # for messages: "the commitlog service ..."
         # A service polled while it starts refuses connections at first; grpc's default reconnect
         # back-off (1 s, growing) would then hide its SERVING for a second or more.
-        self._channel = grpc.insecure_channel(endpoint, options=_FAST_RECONNECT)
+        self._channel = (grpc.insecure_channel(endpoint, options=_FAST_RECONNECT) if tls is None else
+                         grpc.secure_channel(endpoint, tls.credentials(), options=[*_FAST_RECONNECT, *tls.options()]))
         self._stub: Any = health_pb2_grpc.HealthStub(self._channel)  # the generated stub is untyped
 
     def status(self, service: str = "", timeout: float = 1.0) -> str:
@@ -70,7 +74,8 @@ class HealthClient:
 
 
 def wait_serving(endpoint: str, timeout: float, *, service: str = "", name: str = "",
-                 check: Callable[[], None] = lambda: None, interval: float = 0.05) -> None:
-    """``HealthClient(endpoint, name).wait_serving(timeout, ...)`` on a channel of its own."""
-    with HealthClient(endpoint, name) as health:
+                 check: Callable[[], None] = lambda: None, interval: float = 0.05,
+                 tls: ClientTls | None = None) -> None:
+    """``HealthClient(endpoint, name, tls).wait_serving(timeout, ...)`` on a channel of its own."""
+    with HealthClient(endpoint, name, tls) as health:
         health.wait_serving(timeout, service=service, check=check, interval=interval)

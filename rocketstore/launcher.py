@@ -47,8 +47,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from rocketstore.errors import DeadlineExceeded
+from rocketstore.errors import DeadlineExceeded, RocketstoreError
 from rocketstore.health_client import wait_serving
+from rocketstore.tls import ClientTls
 
 __all__ = ["HA_SERVICE_ORDER", "LOCAL_SERVICE_ORDER", "MODES", "SERVICE_ORDER", "Launcher", "LaunchError",
            "ManagedService", "free_port", "ha_port", "run_up", "run_with_slave", "services_of"]
@@ -76,7 +77,7 @@ STABLE_AFTER = 60.0  # a service up this long is healthy again: its back-off sta
 _PR_SET_PDEATHSIG = 1
 
 
-class LaunchError(RuntimeError):
+class LaunchError(RocketstoreError, RuntimeError):
     """A service did not come up; the message says which and ends with its log's last lines."""
 
 
@@ -112,6 +113,7 @@ class ManagedService:
     exit_codes: list[int] = field(default_factory=list)
     # Where its health is checked when ``endpoint`` is shared with other processes (front gateways).
     own_endpoint: str | None = None
+    tls: ClientTls | None = None  # how its health is checked on ``endpoint`` when that takes TLS only
 
     @property
     def endpoint(self) -> str:
@@ -148,7 +150,8 @@ class ManagedService:
                                   f"(log: {self.log_path}):\n{self.log_tail()}")
 
         try:
-            wait_serving(self.own_endpoint or self.endpoint, timeout, name=self.name, check=check)
+            wait_serving(self.own_endpoint or self.endpoint, timeout, name=self.name, check=check,
+                         tls=None if self.own_endpoint else self.tls)
         except DeadlineExceeded as e:
             raise LaunchError(f"{e} (log: {self.log_path}):\n{self.log_tail()}") from None
 
@@ -247,6 +250,7 @@ class Launcher:
                 self._notes.append(f"  ha: port {ha} is taken; listening on {self.extra_ports['ha']} instead "
                                    "(set haListenPort to choose the port)")
         self._log_level = log_level
+        self._grpcurl_security = "-plaintext"
         self._settings = list(settings)
         self.secret: str | None = None  # the cluster secret (``provision_secret``); set before start: a slave's
         self.services: dict[str, ManagedService] = {}
@@ -290,6 +294,33 @@ class Launcher:
             if "owner" in self.extra_ports:
                 cmd += ["--own-port", str(self.extra_ports["owner"])]
         return cmd
+
+    def _client_port_tls(self) -> str:
+        """The gateway's tls.server.mode, said once: its settings checked (and a self-signed certificate made)
+        before any process starts, and the gateways' health checked over TLS where the port takes TLS only."""
+        from rocketstore.services.gateway.tls_settings import server_tls
+        from rocketstore.settings import load_settings
+        from rocketstore.tls import TlsMode, certificate_names
+
+        try:
+            settings = load_settings(self.config, {**dict(self._settings), "storePathRootDir": str(self.store_dir)},
+                                     os.environ)
+            tls = server_tls(settings)
+        except (OSError, ValueError) as e:
+            raise LaunchError(f"TLS of the gateway's port: {e}") from None
+        self._grpcurl_security = "-plaintext"
+        if tls is None:
+            return "  TLS: disabled (tls.server.mode): plaintext only"
+        if tls.mode is TlsMode.ENFORCING:
+            names = certificate_names(tls.certificate_chain)
+            client = ClientTls(ca=tls.cert_path, server_name=None if self.host in names else names[0])
+            for name in (self.front, *self.fronts):
+                self.services[name].tls = client
+            what = "TLS only"
+            self._grpcurl_security = f"-cacert {tls.cert_path}"
+        else:
+            what = "TLS and plaintext on the same port"
+        return f"  TLS: {tls.mode.value} (tls.server.mode): {what}; certificate {tls.cert_path}"
 
     def _port_taken(self, host: str, port: int) -> bool:
         try:
@@ -362,6 +393,7 @@ class Launcher:
         t0 = time.monotonic()
         self.say(f"rocketstore up ({self.mode} mode): store {self.store_dir}, "
                  f"logs {self.services[self.front].log_path.parent}")
+        self.say(self._client_port_tls())
         for note in self._notes:
             self.say(note)
         self.secret = self.provision_secret(self.secret)
@@ -411,7 +443,7 @@ class Launcher:
             self.stop()
             raise
         self.say(f"ready in {time.monotonic() - t0:.1f} s: clients use the gateway at {self.gateway_endpoint} "
-                 f"(grpcurl -plaintext {self.gateway_endpoint} list); Ctrl-C stops everything")
+                 f"(grpcurl {self._grpcurl_security} {self.gateway_endpoint} list); Ctrl-C stops everything")
 
     # --- supervise -------------------------------------------------------------------------
     def supervise_once(self) -> None:

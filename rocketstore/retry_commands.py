@@ -15,7 +15,7 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from rocketstore.cli import SubParsers
-from rocketstore.commands import EXIT_OK, _add_endpoint, _add_json, _emit, _guard, _print_message, _table
+from rocketstore.commands import EXIT_OK, _add_endpoint, _add_json, _emit, _guard, _print_message, _table, client_tls
 
 if TYPE_CHECKING:
     from rocketstore.client import Admin
@@ -103,7 +103,7 @@ def _fields(args: argparse.Namespace) -> dict[str, Any]:
 def _run_create(args: argparse.Namespace) -> int:
     from rocketstore.client import Admin
 
-    with Admin(args.endpoint, timeout=args.rpc_timeout) as admin:
+    with Admin(args.endpoint, timeout=args.rpc_timeout, tls=client_tls(args)) as admin:
         g = admin.create_subscription_group(args.group, **_fields(args))
     _print_group(g, args.json, "created ")
     return EXIT_OK
@@ -112,7 +112,7 @@ def _run_create(args: argparse.Namespace) -> int:
 def _run_update(args: argparse.Namespace) -> int:
     from rocketstore.client import Admin
 
-    with Admin(args.endpoint, timeout=args.rpc_timeout) as admin:
+    with Admin(args.endpoint, timeout=args.rpc_timeout, tls=client_tls(args)) as admin:
         g = admin.update_subscription_group(args.group, **_fields(args))
     _print_group(g, args.json, "updated ")
     return EXIT_OK
@@ -121,7 +121,7 @@ def _run_update(args: argparse.Namespace) -> int:
 def _run_delete(args: argparse.Namespace) -> int:
     from rocketstore.client import Admin
 
-    with Admin(args.endpoint, timeout=args.rpc_timeout) as admin:
+    with Admin(args.endpoint, timeout=args.rpc_timeout, tls=client_tls(args)) as admin:
         admin.delete_subscription_group(args.group)
     print(f"deleted subscription group {args.group}")
     return EXIT_OK
@@ -130,7 +130,7 @@ def _run_delete(args: argparse.Namespace) -> int:
 def _run_show(args: argparse.Namespace) -> int:
     from rocketstore.client import Admin
 
-    with Admin(args.endpoint, timeout=args.rpc_timeout) as admin:
+    with Admin(args.endpoint, timeout=args.rpc_timeout, tls=client_tls(args)) as admin:
         g = admin.subscription_group(args.group)
     _print_group(g, args.json, "")
     return EXIT_OK
@@ -176,7 +176,7 @@ def _all_dead_letters(admin: Admin, group: str, offset: int, count: int) -> list
 def _run_dlq_list(args: argparse.Namespace) -> int:
     from rocketstore.client import Admin
 
-    with Admin(args.endpoint, timeout=args.rpc_timeout) as admin:
+    with Admin(args.endpoint, timeout=args.rpc_timeout, tls=client_tls(args)) as admin:
         messages = _all_dead_letters(admin, args.group, args.offset, args.count)
     if args.json:
         for m in messages:
@@ -205,7 +205,7 @@ def _find(admin: Admin, args: argparse.Namespace) -> ReceivedMessage:
 def _run_dlq_show(args: argparse.Namespace) -> int:
     from rocketstore.client import Admin
 
-    with Admin(args.endpoint, timeout=args.rpc_timeout) as admin:
+    with Admin(args.endpoint, timeout=args.rpc_timeout, tls=client_tls(args)) as admin:
         m = _find(admin, args)
     _print_message(m, args.json)
     if not args.json:
@@ -217,7 +217,7 @@ def _run_dlq_show(args: argparse.Namespace) -> int:
 def _run_dlq_resend(args: argparse.Namespace) -> int:
     from rocketstore.client import Admin
 
-    with Admin(args.endpoint, timeout=args.rpc_timeout) as admin:
+    with Admin(args.endpoint, timeout=args.rpc_timeout, tls=client_tls(args)) as admin:
         m = _find(admin, args)
         r = admin.resend_dead_letter(args.group, m.commit_log_offset)
     if args.json:

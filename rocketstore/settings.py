@@ -28,6 +28,9 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 import structlog
 
+from rocketstore.errors import RocketstoreError
+from rocketstore.formats import CQ_STORE_UNIT_SIZE
+
 __all__ = [
     "ENV_PREFIX",
     "KEYS",
@@ -51,7 +54,7 @@ ENV_PREFIX = "ROCKETSTORE_"
 _ENV_NOT_KEYS = frozenset({"CONFIG"})
 
 _JAVA_INT_MAX = 2**31 - 1
-_CQ_UNIT_SIZE = 20  # bytes per ConsumeQueue entry; the CQ file size is always a whole number of them
+_CQ_UNIT_SIZE = CQ_STORE_UNIT_SIZE  # the CQ file size is always a whole number of units
 
 
 class FlushDiskType(enum.Enum):
@@ -81,7 +84,7 @@ class KeyStatus(enum.Enum):
 SERVICES = ("commitlog", "index", "dispatcher", "gateway", "ha", "schedule")
 
 
-class SettingsError(ValueError):
+class SettingsError(RocketstoreError, ValueError):
     """A setting has a value the broker cannot run with.
 
     The message names the key, the bad value, where it came from and what is expected, e.g.
@@ -191,6 +194,18 @@ def _round_up_to_cq_unit(value: int) -> int:
 def _clamp_disk_ratio(value: int) -> int:
     """MessageStoreConfig.getDiskMaxUsedSpaceRatio clamps to 10..95; we store what the getter returns."""
     return min(max(value, 10), 95)
+
+
+def _lowered(value: str) -> str:
+    return value.strip().lower()
+
+
+def _one_of(*allowed: str) -> Callable[[str], None]:
+    def check(value: str) -> None:
+        if value.strip().lower() not in allowed:
+            raise _Invalid("expected one of " + ", ".join(allowed))
+
+    return check
 
 
 def _expand_path(value: str) -> str:
@@ -387,8 +402,9 @@ KEYS: tuple[SettingKey, ...] = (
        "connects to its master",
        minimum=0),
     _k("brokerIP1", str, "127.0.0.1", "Address the broker advertises to clients and writes into messages.",
-       by="commitlog", part="the host of the store address written into every record (STOREHOST) and into "
-       "offset msgIds; nothing is advertised, clients reach the gateway directly"),
+       by="commitlog gateway", part="the host of the store address written into every record (STOREHOST) and "
+       "into offset msgIds, and one of the names of the gateway's self-signed TLS certificate; nothing is "
+       "advertised, clients reach the gateway directly"),
     _k("brokerIP2", str, "", "Address the master advertises for HA replication; empty means brokerIP1.",
        ignored="there is no name server to advertise to: a slave is given its master's ha address "
        "(haMasterAddress)"),
@@ -399,8 +415,8 @@ KEYS: tuple[SettingKey, ...] = (
        "records and offset msgIds; the gateway listens on its own --port (8081)", **_PORT),
     _k("haListenPort", int, 10915, "Port the master listens on for slave replication.", by="ha",
        part="the ha service's port. RocketMQ's default is listenPort + 1 (10912), but here 10912 is the "
-       "index service's default port (dispatcher 10913, schedule 10916), so the default is 10915, the port "
-       "of the ha container in deploy/k8s; a master and its slaves must agree on it (haMasterAddress)",
+       "index service's default port (dispatcher 10913, schedule 10916), so the default is 10915, the ha "
+       "port in deploy/k8s; a master and its slaves must agree on it (haMasterAddress)",
        **_PORT),
     _k("serverChannelMaxIdleTimeSeconds", int, 120,
        "Seconds a client connection may stay idle before the broker closes it (NettyServerConfig).",
@@ -421,6 +437,28 @@ KEYS: tuple[SettingKey, ...] = (
        by="gateway", part="not a RocketMQ key: over it, the address's connections that have not sent a byte (not "
        "even the HTTP/2 preface) are closed, oldest first; connections that have spoken are never closed for "
        "it", minimum=1),
+    # --- TLS of the gateway's client port (RocketMQ's TlsSystemConfig, read by its proxy)
+    _k("tls.server.mode", str, "permissive",
+       "disabled: plaintext only; permissive: TLS and plaintext on the same port; enforcing: TLS only.",
+       by="gateway", part="the port of v1, v2 and Spark's batch reads; internal ports stay plaintext",
+       check=_one_of("disabled", "permissive", "enforcing"), normalize=_lowered, aliases=("tlsServerMode",)),
+    _k("tls.test.mode.enable", bool, True,
+       "Serve a self-signed certificate when none is configured.", by="gateway",
+       part="made once in <storePathRootDir>/config/tls/ and kept (a configured tls.server.certPath wins)",
+       aliases=("tlsTestModeEnable",)),
+    _k("tls.server.certPath", str, "", "PEM certificate (chain) the TLS port serves.", by="gateway",
+       aliases=("tlsCertPath",), normalize=_expand_path),
+    _k("tls.server.keyPath", str, "", "PEM private key of tls.server.certPath.", by="gateway",
+       aliases=("tlsKeyPath",), normalize=_expand_path),
+    _k("tls.server.keyPassword", str, "", "Password of an encrypted tls.server.keyPath (empty: none).",
+       by="gateway"),
+    _k("tls.server.need.client.auth", str, "none",
+       "none, optional or require a client certificate signed by tls.server.trustCertPath.", by="gateway",
+       part="optional takes a client with or without a certificate and does not verify it (grpcio verifies "
+       "client certificates only when it requires them)",
+       check=_one_of("none", "optional", "require"), normalize=_lowered),
+    _k("tls.server.trustCertPath", str, "", "PEM CA certificates client certificates are checked against.",
+       by="gateway", normalize=_expand_path),
     _k("useEpollNativeSelector", bool, False, "Use Netty's native epoll selector.",
        ignored="a Netty knob; gRPC chooses its own poller (epoll on Linux)"),
     _k("sendMessageThreadPoolNums", int, 16, "Threads handling sends.",
@@ -686,12 +724,13 @@ def _mapped(name: str) -> str:
 
 
 def _snake(name: str) -> str:
-    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
+    # Dotted keys (RocketMQ's tls.server.certPath) become tls_server_cert_path.
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower().replace(".", "_")
 
 
 def _norm(name: str) -> str:
-    """Matching form of a key: case, '_' and '-' ignored, and maped == mapped."""
-    return _mapped(name.replace("_", "").replace("-", "").lower())
+    """Matching form of a key: case, '_', '-' and '.' ignored, and maped == mapped."""
+    return _mapped(name.replace("_", "").replace("-", "").replace(".", "").lower())
 
 
 def _build_lookup(keys: Iterable[SettingKey]) -> dict[str, SettingKey]:
@@ -717,14 +756,14 @@ def lookup_key(name: str) -> SettingKey | None:
 # The dataclass, generated from the table.
 
 
-class _SettingsMethods:
+if TYPE_CHECKING:  # the fields are made from KEYS at run time; settings_fields.py is their static view
+    from rocketstore.settings_fields import SettingsFields as _Fields
+else:
+    _Fields = object
+
+
+class _SettingsMethods(_Fields):
     """Behaviour of Settings; the fields themselves come from KEYS."""
-
-    if TYPE_CHECKING:  # the fields are generated, so tell type checkers any attribute exists
-
-        def __init__(self, **values: Any) -> None: ...
-
-        def __getattr__(self, name: str) -> Any: ...
 
     def __post_init__(self) -> None:
         values = {key.attr: getattr(self, key.attr) for key in KEYS}
@@ -799,15 +838,6 @@ class _SettingsMethods:
     def delete_when_hours(self) -> tuple[int, ...]:
         """Hours of the day (0..23) at which expired files are deleted, parsed from deleteWhen."""
         return _delete_when_hours(self.delete_when)
-
-    @property
-    def transient_store_pool_active(self) -> bool:
-        """RocketMQ's isTransientStorePoolEnable(): the switch only counts on an ASYNC_FLUSH master."""
-        return bool(
-            self.transient_store_pool_enable
-            and self.flush_disk_type is FlushDiskType.ASYNC_FLUSH
-            and self.broker_role is not BrokerRole.SLAVE
-        )
 
 
 def _field_default(key: SettingKey) -> Any:

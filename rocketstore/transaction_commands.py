@@ -18,6 +18,7 @@ def run_send_transaction(args: argparse.Namespace, message: Any, emit: Any) -> i
     """``rocketstore send --transaction commit|rollback|unknown``: each message as a half message whose
     local transaction ends with that state."""
     from rocketstore.client import LocalTransactionState, TransactionListener, TransactionMQProducer
+    from rocketstore.commands import client_tls
 
     state = {"commit": LocalTransactionState.COMMIT_MESSAGE, "rollback": LocalTransactionState.ROLLBACK_MESSAGE,
              "unknown": LocalTransactionState.UNKNOW}[args.transaction]
@@ -30,7 +31,8 @@ def run_send_transaction(args: argparse.Namespace, message: Any, emit: Any) -> i
             return state
 
     t0 = time.perf_counter()
-    with TransactionMQProducer(args.endpoint, args.producer_group, Fixed(), send_timeout=args.rpc_timeout) as p:
+    with TransactionMQProducer(args.endpoint, args.producer_group, Fixed(), send_timeout=args.rpc_timeout,
+                               tls=client_tls(args)) as p:
         for i in range(args.count):
             r = p.send_message_in_transaction(message(i))
             if args.json:
@@ -69,9 +71,10 @@ def add_transaction_commands(commands: Any, add_endpoint: Any, add_json: Any, gu
 
 def _run_list(args: argparse.Namespace) -> int:
     from rocketstore.client.connection import Connection
+    from rocketstore.commands import client_tls
     from rocketstore.v1 import gateway_pb2 as pb
 
-    with Connection(args.endpoint.split(";")[0], args.rpc_timeout) as conn:
+    with Connection(args.endpoint.split(";")[0], args.rpc_timeout, tls=client_tls(args)) as conn:
         reply = conn.call(conn.gateway.ListTransactions, pb.ListTransactionsRequest(producer_group=args.producer_group))
     rows = []
     for t in reply.transactions:
@@ -108,12 +111,13 @@ def _cluster_secret(args: argparse.Namespace) -> str:
 
 def _run_resolve(args: argparse.Namespace) -> int:
     from rocketstore.client.connection import Connection
+    from rocketstore.commands import client_tls
     from rocketstore.internal_auth import call_metadata
     from rocketstore.v1 import gateway_pb2 as pb
 
     resolution = pb.TRANSACTION_COMMIT if args.commit else pb.TRANSACTION_ROLLBACK
     metadata = call_metadata(_cluster_secret(args))
-    with Connection(args.endpoint.split(";")[0], args.rpc_timeout) as conn:
+    with Connection(args.endpoint.split(";")[0], args.rpc_timeout, tls=client_tls(args)) as conn:
         reply = conn.call(conn.gateway.EndTransaction, pb.EndTransactionRequest(
             transaction_id=args.transaction_id, resolution=resolution, by_operator=True), metadata=metadata)
     outcome = "committed" if args.commit else "rolled back"

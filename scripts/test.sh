@@ -2,12 +2,15 @@
 # Installs what the tests need and runs them: the one test command of the README and of CI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# Spark runs on a JVM: install Debian's Java 17 runtime when the machine has none.
-if ! command -v java >/dev/null 2>&1; then
-    if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless >/dev/null
-    else sudo apt-get update -qq && sudo apt-get install -y -qq openjdk-17-jre-headless >/dev/null; fi
+# Spark runs on a JVM, and Maven compiles the official Java client's test driver (tests/java): install
+# Debian's Java 17 JDK and Maven when the machine lacks them.
+if ! command -v javac >/dev/null 2>&1 || ! command -v mvn >/dev/null 2>&1; then
+    packages="openjdk-17-jdk-headless maven"
+    if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq $packages >/dev/null
+    else sudo apt-get update -qq && sudo apt-get install -y -qq $packages >/dev/null; fi
 fi
 python3 -m pip install --quiet --disable-pip-version-check -e '.[test]'
+python3 tests/java_client.py  # builds tests/java unless its last build is of the same sources (jars kept in ~/.m2)
 python3 -m rocketstore.protogen --check
 ruff check .
 python3 -m mypy

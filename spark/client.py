@@ -1,8 +1,10 @@
 """The gateway calls the data source makes, with errors a Spark user can act on.
 
 Channels are cached per process (Spark reuses its Python workers across tasks) and never shared across a
-fork. Every failure becomes a ``GatewayError`` whose message names the endpoint, what was being done and
-what to check; a read stream that breaks is resumed from the last offset it delivered.
+fork. Every failure becomes the project client's exception for its status (``rocketstore.client.ClientError``
+and its subclasses: ``NotFoundError``, ``UnavailableError``, ...) whose message names the endpoint, what was
+being done and what to check; a read stream that breaks is resumed from the last offset it delivered. This is
+the one module of the Spark jobs that handles ``grpc.RpcError``.
 """
 
 from __future__ import annotations
@@ -14,12 +16,14 @@ from collections.abc import Iterator, Sequence
 
 import grpc
 
+from rocketstore.client.errors import ClientError, error_for_code
 from rocketstore.v1 import gateway_pb2 as pb
 from rocketstore.v1 import gateway_pb2_grpc as pb_grpc
 
 from .planning import QueueInfo
 
-__all__ = ["GatewayError", "batch_read_stub", "describe_error", "gateway_stub", "list_queues", "read_queue"]
+__all__ = ["ClientError", "batch_read_stub", "check_reachable", "commit_offsets", "consumer_progress", "error_for_code",
+           "describe_error", "gateway_stub", "list_queues", "read_queue", "send_result"]
 
 _OPTIONS = [
     # A batch of thousands of records is several MiB; the server bounds what it sends.
@@ -33,14 +37,6 @@ _RESUME_ATTEMPTS = 5
 _lock = threading.Lock()
 _channels: dict[str, grpc.Channel] = {}
 _pid = os.getpid()
-
-
-class GatewayError(RuntimeError):
-    """A gateway call failed; the message says why and what to check."""
-
-    def __init__(self, message: str, code: grpc.StatusCode | None = None) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 def channel(endpoint: str) -> grpc.Channel:
@@ -63,9 +59,9 @@ def gateway_stub(endpoint: str) -> pb_grpc.GatewayStub:
     return pb_grpc.GatewayStub(channel(endpoint))
 
 
-def describe_error(e: grpc.RpcError, endpoint: str, doing: str, timeout_ms: int | None = None) -> GatewayError:
-    code: grpc.StatusCode = e.code()  # type: ignore[attr-defined]
-    details: str = e.details() or ""  # type: ignore[attr-defined]
+def describe_error(e: grpc.RpcError, endpoint: str, doing: str, timeout_ms: int | None = None) -> ClientError:
+    code: grpc.StatusCode = e.code()
+    details: str = e.details() or ""
     if code == grpc.StatusCode.UNAVAILABLE and ("connect" in details.lower() or "resolve" in details.lower()
                                                 or "dns" in details.lower()):
         msg = (f"cannot reach the rocketstore gateway at {endpoint} to {doing} ({details}). Check the 'endpoint' "
@@ -81,7 +77,7 @@ def describe_error(e: grpc.RpcError, endpoint: str, doing: str, timeout_ms: int 
                "and not the port of the commitlog or index service?")
     else:
         msg = f"the rocketstore gateway at {endpoint} refused to {doing}: {code.name}: {details}"
-    return GatewayError(msg, code)
+    return error_for_code(code, msg, endpoint)
 
 
 def list_queues(endpoint: str, topics: Sequence[str], pattern: str | None, start_timestamp: int | None,
@@ -102,8 +98,8 @@ def list_queues(endpoint: str, topics: Sequence[str], pattern: str | None, start
     listed = {q.topic for q in out}
     missing = [t for t in topics if t not in listed]
     if missing:  # a gateway that answers an unknown topic with no queues rather than NOT_FOUND
-        raise GatewayError(f"the rocketstore gateway at {endpoint} knows no topic {', '.join(map(repr, missing))}",
-                           grpc.StatusCode.NOT_FOUND)
+        raise error_for_code(grpc.StatusCode.NOT_FOUND, f"the rocketstore gateway at {endpoint} knows no topic "
+                             f"{', '.join(map(repr, missing))}", endpoint)
     return out
 
 
@@ -121,8 +117,9 @@ def read_queue(endpoint: str, topic: str, queue_id: int, start: int, end: int, e
             for batch in stream:
                 failures = 0
                 if batch.next_offset <= offset:
-                    raise GatewayError(f"the gateway at {endpoint} did not advance reading {topic}/{queue_id} at "
-                                       f"offset {offset} (next offset {batch.next_offset})")
+                    raise error_for_code(grpc.StatusCode.INTERNAL, f"the gateway at {endpoint} did not advance "
+                                         f"reading {topic}/{queue_id} at offset {offset} (next offset "
+                                         f"{batch.next_offset})", endpoint)
                 offset = batch.next_offset
                 yield batch
                 if offset >= end:
@@ -130,7 +127,7 @@ def read_queue(endpoint: str, topic: str, queue_id: int, start: int, end: int, e
             else:
                 return  # the server ended the stream: nothing more up to ``end``
         except grpc.RpcError as e:
-            code = e.code()  # type: ignore[attr-defined]
+            code = e.code()
             if code == grpc.StatusCode.RESOURCE_EXHAUSTED and batch_messages > 1:
                 batch_messages = max(1, batch_messages // 2)
                 continue
@@ -140,3 +137,42 @@ def read_queue(endpoint: str, topic: str, queue_id: int, start: int, end: int, e
             time.sleep(min(0.2 * 2 ** failures, 5.0))
         finally:
             stream.cancel()
+
+
+def commit_offsets(endpoint: str, group: str, entries: Sequence[pb.OffsetEntry], timeout_ms: int) -> None:
+    """Commit a consumer group's offsets (CommitOffsets)."""
+    try:
+        gateway_stub(endpoint).CommitOffsets(pb.CommitOffsetsRequest(consumer_group=group, offsets=entries),
+                                             timeout=timeout_ms / 1000)
+    except grpc.RpcError as e:
+        raise describe_error(e, endpoint, f"commit offsets of group {group!r}") from None
+
+
+def send_result(future: grpc.Future[pb.SendResponse], endpoint: str, topic: str, timeout_ms: int) -> pb.SendResponse:
+    """The answer of a Send made with ``.future``."""
+    try:
+        response: pb.SendResponse = future.result()
+    except grpc.RpcError as e:
+        raise describe_error(e, endpoint, f"store messages in topic {topic!r}", timeout_ms) from None
+    return response
+
+
+def check_reachable(endpoint: str, timeout_ms: int) -> None:
+    """Fail early, with what to check, when the gateway does not answer (ListTopics)."""
+    try:
+        gateway_stub(endpoint).ListTopics(pb.ListTopicsRequest(), timeout=timeout_ms / 1000)
+    except grpc.RpcError as e:
+        raise describe_error(e, endpoint, "list topics before writing", timeout_ms) from None
+
+
+def consumer_progress(endpoint: str, groups: Sequence[str], timeout_ms: int) -> list[pb.ConsumerProgress]:
+    """Each group's progress (every group with offsets when none is named)."""
+    stub = gateway_stub(endpoint)
+    timeout = timeout_ms / 1000
+    try:
+        names = list(groups) or [g.consumer_group for g in stub.ListGroups(pb.ListGroupsRequest(),
+                                                                            timeout=timeout).groups]
+        return [stub.GetConsumerProgress(pb.GetConsumerProgressRequest(consumer_group=group), timeout=timeout)
+                for group in names]
+    except grpc.RpcError as e:
+        raise describe_error(e, endpoint, "report consumer progress", timeout_ms) from None

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 from pyspark.sql.datasource import (
@@ -133,7 +134,7 @@ class QueuePartition(InputPartition):
 
 
 def _read(opts: ReadOptions, columns: Sequence[str], partition: InputPartition, expression: str,
-          tag_set: frozenset[str] | None) -> Iterator:
+          tag_set: frozenset[str] | None) -> Iterator[Any]:
     if not isinstance(partition, QueuePartition):  # Spark's placeholder when a plan has no partition
         return
     schema = arrow_schema(columns)
@@ -180,7 +181,7 @@ class RocketStoreReader(DataSourceReader):
                              end_time_wins=o.ending_timestamp is not None)
         return [QueuePartition(s) for s in split_ranges(ranges, o.max_messages_per_partition, o.min_partitions)]
 
-    def read(self, partition: InputPartition) -> Iterator:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         tags = self._tags()
         return _read(self.opts, self.columns, partition, " || ".join(sorted(tags)) if tags else "*", tags)
 
@@ -195,7 +196,7 @@ class RocketStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         self._target: Offsets | None = None  # Trigger.AvailableNow: what was there when the query started
         self._latest: Offsets | None = None
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> dict[str, Any]:
         o = self.opts
         queues = _list_queues(o, o.starting_timestamp)
         return initial_offsets(queues, o.starting, o.starting_timestamp is not None)
@@ -206,15 +207,15 @@ class RocketStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
             for q in queues:
                 begin = offset_of(start, q.topic, q.queue_id)
                 if begin is not None and begin < q.min_offset:
-                    raise client.GatewayError(
+                    raise client.error_for_code(grpc.StatusCode.OUT_OF_RANGE,
                         f"messages {begin}..{q.min_offset - 1} of {q.topic}/{q.queue_id} expired before this query "
                         "read them (their CommitLog files were deleted). Set option failOnDataLoss=false to skip "
-                        "them and go on from the oldest message kept")
+                        "them and go on from the oldest message kept", self.opts.endpoint)
         latest = merge_forward(start, latest_offsets(queues))
         self._latest = latest
         return latest
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         latest = self._target if self._target is not None else self._available(start)
         latest = merge_forward(start, latest)
         if isinstance(limit, ReadMaxRows):
@@ -225,31 +226,29 @@ class RocketStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         n = self.opts.max_offsets_per_trigger
         return ReadMaxRows(n) if n else ReadAllAvailable()
 
-    def reportLatestOffset(self) -> dict | None:
+    def reportLatestOffset(self) -> dict[str, Any] | None:
         return self._latest
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = latest_offsets(_list_queues(self.opts))
 
-    def partitions(self, start: dict, end: dict) -> list[QueuePartition]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[QueuePartition]:
         slices = split_ranges(stream_ranges(start, end), self.opts.max_messages_per_partition)
         return [QueuePartition(s) for s in slices]
 
-    def read(self, partition: InputPartition) -> Iterator:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         return _read(self.opts, self.columns, partition, self.opts.expression, self.opts.tag_set)
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         group = self.opts.consumer_group
         if not group:
             return
         entries = [pb.OffsetEntry(topic=t, queue_id=int(q), offset=o) for t, qs in end.items() for q, o in qs.items()]
         try:
-            client.gateway_stub(self.opts.endpoint).CommitOffsets(
-                pb.CommitOffsetsRequest(consumer_group=group, offsets=entries), timeout=self.opts.timeout_ms / 1000)
-        except grpc.RpcError as e:
+            client.commit_offsets(self.opts.endpoint, group, entries, self.opts.timeout_ms)
+        except client.ClientError as e:
             # The offsets Spark checkpoints are what the query resumes from; the group's are for monitoring.
-            _log.warning(
-                "%s", client.describe_error(e, self.opts.endpoint, f"commit offsets of group {group!r}"))
+            _log.warning("%s", e)
 
 
 # --- writing -----------------------------------------------------------------------------------
@@ -301,7 +300,7 @@ class _Sender:
     def __init__(self, opts: WriteOptions) -> None:
         self.opts = opts
         self.stub = client.gateway_stub(opts.endpoint)
-        self.pending: dict[tuple[str, int | None], tuple[list, int]] = {}
+        self.pending: dict[tuple[str, int | None], tuple[list[Any], int]] = {}
         self.in_flight: dict[tuple[str, int | None], object] = {}
         self.summary = SendSummary(0, 0, 0)
 
@@ -318,11 +317,7 @@ class _Sender:
         future = self.in_flight.pop(key, None)
         if future is None:
             return
-        try:
-            response = future.result()  # type: ignore[attr-defined]
-        except grpc.RpcError as e:
-            raise client.describe_error(e, self.opts.endpoint, f"store messages in topic {key[0]!r}",
-                                        self.opts.timeout_ms) from None
+        response = client.send_result(future, self.opts.endpoint, key[0], self.opts.timeout_ms)  # type: ignore[arg-type]
         self.summary.not_ok += sum(1 for r in response.results if r.status != pb.SEND_OK)
 
     def _send(self, key: tuple[str, int | None]) -> None:
@@ -345,14 +340,14 @@ class _Sender:
         return self.summary
 
 
-def _write_batches(opts: WriteOptions, columns: list[str], batches: Iterator) -> SendSummary:
+def _write_batches(opts: WriteOptions, columns: list[str], batches: Iterator[Any]) -> SendSummary:
     import pyarrow as pa
     import pyarrow.compute as pc
 
     sender = _Sender(opts)
     row = 0
     for batch in batches:
-        data: dict[str, list] = {}
+        data: dict[str, list[Any]] = {}
         for name in columns:
             col = batch.column(name)
             if name == "bornTimestamp" and pa.types.is_timestamp(col.type):
@@ -394,14 +389,14 @@ class RocketStoreWriter(DataSourceArrowWriter):
         self.opts = opts
         self.columns = columns
 
-    def write(self, iterator: Iterator) -> SendSummary:
+    def write(self, iterator: Iterator[Any]) -> SendSummary:
         return _write_batches(self.opts, self.columns, iterator)
 
-    def commit(self, messages: list) -> None:
+    def commit(self, messages: list[Any]) -> None:
         _report(messages)
 
 
-def _report(messages: list) -> None:
+def _report(messages: list[Any]) -> None:
     """Stored, but not as durably as asked (flush or slave timeouts): the gateway answered with a status."""
     not_ok = sum(m.not_ok for m in messages if isinstance(m, SendSummary))
     if not_ok:
@@ -413,18 +408,14 @@ class RocketStoreStreamWriter(DataSourceStreamArrowWriter):
         self.opts = opts
         self.columns = columns
 
-    def write(self, iterator: Iterator) -> SendSummary:
+    def write(self, iterator: Iterator[Any]) -> SendSummary:
         return _write_batches(self.opts, self.columns, iterator)
 
-    def commit(self, messages: list, batchId: int) -> None:  # noqa: N803 - Spark's name
+    def commit(self, messages: list[Any], batchId: int) -> None:  # noqa: N803 - Spark's name
         _report(messages)
 
 
-def _check_reachable(endpoint: str, timeout_ms: int) -> None:
-    try:
-        client.gateway_stub(endpoint).ListTopics(pb.ListTopicsRequest(), timeout=timeout_ms / 1000)
-    except grpc.RpcError as e:
-        raise client.describe_error(e, endpoint, "list topics before writing", timeout_ms) from None
+_check_reachable = client.check_reachable
 
 
 class RocketStoreDataSource(DataSource):

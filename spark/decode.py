@@ -17,7 +17,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rocketstore.codec import (
+from rocketstore.codec import PROPERTY_CRC32
+from rocketstore.formats import (
     BODYLEN_LENGTH,
     HOST_PORT_LENGTH,
     HOST_V4_LENGTH,
@@ -35,7 +36,6 @@ from rocketstore.codec import (
     POS_STORETIMESTAMP,
     POS_SYSFLAG,
     PROPERTIESLEN_LENGTH,
-    PROPERTY_CRC32,
     RECONSUMETIMES_TO_BODYLEN,
     TOPICLEN_LENGTH,
 )

@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TextIO
 
+from rocketstore.errors import RocketstoreError
+
 from . import client
 from .options import OptionError, parse_read_options
 from .planning import QueueInfo
@@ -33,7 +35,7 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 
 
-class JobFailed(RuntimeError):
+class JobFailed(RocketstoreError, RuntimeError):
     """A job stopped; ``code`` is the exit code (1 failed, 2 bad arguments)."""
 
     def __init__(self, message: str, code: int = EXIT_FAILED) -> None:
@@ -90,8 +92,8 @@ def preflight(options: dict[str, str]) -> list[QueueInfo]:
         raise JobFailed(str(e), EXIT_USAGE) from None
     try:
         return client.list_queues(opts.endpoint, opts.topics, opts.topic_pattern, None, None, opts.timeout_ms)
-    except client.GatewayError as e:
-        raise JobFailed(str(e)) from None
+    except client.ClientError as e:
+        raise JobFailed(e.detail) from None
 
 
 def build_session(app_name: str, master: str | None = None, conf: list[tuple[str, str]] | None = None

@@ -171,7 +171,7 @@ def _millis(value: Any) -> int | None:
     return None
 
 
-def _intersect(old: frozenset | None, new: Iterable) -> frozenset:
+def _intersect(old: frozenset[Any] | None, new: Iterable[Any]) -> frozenset[Any]:
     values = frozenset(new)
     return values if old is None else old & values
 
@@ -195,9 +195,9 @@ def push_filters(filters: Sequence[Any], pushed: Pushed | None = None) -> tuple[
     rest: list[Any] = []
     described = list(p.described)
     for f in filters:
-        attr = getattr(f, "attribute", ())
+        attr: Any = getattr(f, "attribute", ())
         column = attr[0] if len(attr) == 1 else None
-        value = getattr(f, "value", None)
+        value: Any = getattr(f, "value", None)
         kind = type(f)
         values = list(value) if kind is In else [value]
         exact = True

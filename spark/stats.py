@@ -18,7 +18,6 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-import grpc
 from rocketstore.spark import client
 from rocketstore.spark.jobs import (
     JobFailed,
@@ -44,30 +43,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def consumer_lag(endpoint: str, topics: Sequence[str], groups: Sequence[str] = (),
                  timeout_ms: int = 30_000) -> list[dict[str, Any]]:
     """Per group and topic: the lag (broker max offset minus committed offset, per queue and in total)."""
-    from rocketstore.v1 import gateway_pb2 as pb
-
-    stub = client.gateway_stub(endpoint)
-    timeout = timeout_ms / 1000
     try:
-        names = list(groups) or [g.consumer_group for g in stub.ListGroups(pb.ListGroupsRequest(),
-                                                                            timeout=timeout).groups]
-        out = []
-        wanted = set(topics)
-        for group in names:
-            progress = stub.GetConsumerProgress(pb.GetConsumerProgressRequest(consumer_group=group), timeout=timeout)
-            per_topic: dict[str, list[Any]] = {}
-            for q in progress.queues:
-                if q.topic in wanted:
-                    per_topic.setdefault(q.topic, []).append(q)
-            for topic, queues in sorted(per_topic.items()):
-                out.append({
-                    "group": group, "topic": topic, "lag": sum(q.lag for q in queues),
-                    "queues": [{"queueId": q.queue_id, "brokerOffset": q.broker_offset,
-                                "consumerOffset": q.consumer_offset, "lag": q.lag} for q in queues],
-                })
-        return out
-    except grpc.RpcError as e:
-        raise JobFailed(str(client.describe_error(e, endpoint, "report consumer progress", timeout_ms))) from None
+        everyone = client.consumer_progress(endpoint, groups, timeout_ms)
+    except client.ClientError as e:
+        raise JobFailed(e.detail) from None
+    out = []
+    wanted = set(topics)
+    for group in everyone:
+        per_topic: dict[str, list[Any]] = {}
+        for q in group.queues:
+            if q.topic in wanted:
+                per_topic.setdefault(q.topic, []).append(q)
+        for topic, queues in sorted(per_topic.items()):
+            out.append({
+                "group": group.consumer_group, "topic": topic, "lag": sum(q.lag for q in queues),
+                "queues": [{"queueId": q.queue_id, "brokerOffset": q.broker_offset,
+                            "consumerOffset": q.consumer_offset, "lag": q.lag} for q in queues],
+            })
+    return out
 
 
 def statistics(spark: Any, options: dict[str, str], topics: Sequence[str], groups: Sequence[str] = (),

@@ -17,7 +17,7 @@ import bisect
 import re
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent import futures
 from dataclasses import dataclass, field
 
@@ -57,7 +57,7 @@ class FakeGateway(pb_grpc.BatchReadServicer, pb_grpc.GatewayServicer):
         self._physical = 0
         self._round_robin = 0
         self._uniq = UniqKeyGenerator()
-        self.clock = lambda: int(time.time() * 1000)
+        self.clock: Callable[[], int] = lambda: int(time.time() * 1000)
         self.read_calls = 0
         self.sends = 0
         self._server: grpc.Server | None = None
@@ -118,7 +118,7 @@ class FakeGateway(pb_grpc.BatchReadServicer, pb_grpc.GatewayServicer):
         queues = self._topics.get(topic)
         if queues is None:
             context.abort(grpc.StatusCode.NOT_FOUND, f"topic {topic!r} does not exist")
-        return queues  # type: ignore[return-value]
+        return queues
 
     # --- BatchRead ---------------------------------------------------------------------------
     def ListQueues(self, request: pb.ListQueuesRequest, context: grpc.ServicerContext) -> pb.ListQueuesResponse:
@@ -135,12 +135,14 @@ class FakeGateway(pb_grpc.BatchReadServicer, pb_grpc.GatewayServicer):
         with self._lock:
             for topic in dict.fromkeys(names):
                 for qid, q in enumerate(self._queues(topic, context)):
-                    e = out.queues.add(topic=topic, queue_id=qid, min_offset=q.min_offset, max_offset=q.max_offset)
+                    entry = out.queues.add(topic=topic, queue_id=qid, min_offset=q.min_offset,
+                                           max_offset=q.max_offset)
                     if request.start_timestamp:
-                        e.start_offset_by_time = q.min_offset + bisect.bisect_left(q.store_times,
+                        entry.start_offset_by_time = q.min_offset + bisect.bisect_left(q.store_times,
                                                                                    request.start_timestamp)
                     if request.end_timestamp:
-                        e.end_offset_by_time = q.min_offset + bisect.bisect_left(q.store_times, request.end_timestamp)
+                        entry.end_offset_by_time = q.min_offset + bisect.bisect_left(q.store_times,
+                                                                                     request.end_timestamp)
         return out
 
     def ReadQueue(self, request: pb.BatchReadRequest, context: grpc.ServicerContext) -> Iterator[pb.RecordBatch]:

@@ -599,6 +599,45 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "cluster: needs each service in its own process (one dies, the others live)")
+    for group, what in TEST_GROUPS.items():
+        config.addinivalue_line("markers", f"{group}: {what}")
+
+
+# Every test is in one group (a marker set at collection), so a developer can run a subset: `pytest -m unit`
+# for the fast in-process tests, `-m "not spark and not rmq5"` to leave out the JVM and third-party clients.
+TEST_GROUPS = {
+    "unit": "in-process tests of one module or class: no service process, no third-party client",
+    "process": "starts the broker's services (or the CLI, the launcher) as real processes on loopback",
+    "fault": "kill -9, crashes, damaged files and full disks, with real processes",
+    "spark": "a real local Spark session (a JVM)",
+    "rmq5": "the official RocketMQ clients, or Apache RocketMQ itself, against the broker",
+}
+_FAULT_FILES = ("test_fault_", "test_crash_", "test_dispatch_crash", "test_index_faults", "test_full_disk",
+                "test_corrupt_", "test_writes_refused_", "test_unconsumed_deletion")
+_PROCESS_FIXTURES = frozenset({"commitlog_factory", "commitlog_service", "commitlog_stub", "broker_factory", "broker",
+                               "gateway"})
+_PROCESS_FILES = ("test_cli", "test_client", "test_doctor", "test_grpcurl", "test_launcher", "test_up_with_slave",
+                  "test_front_gateways", "test_gateway_connection_flood", "test_gateway_idle_clients",
+                  "test_server_bootstrap", "test_transaction_cli", "test_clean_up_keeps_what_is_needed", "test_ha_")
+
+
+def _group_of(item: pytest.Item) -> str:
+    name = item.path.name
+    if name.startswith("test_spark_"):
+        return "spark"
+    if name.startswith(("test_rmq5_", "test_java_", "test_rocketmq_")) or "rmq5_client" in getattr(
+            item, "fixturenames", ()):
+        return "rmq5"
+    if name.startswith(_FAULT_FILES):
+        return "fault"
+    if _PROCESS_FIXTURES & set(getattr(item, "fixturenames", ())) or name.startswith(_PROCESS_FILES):
+        return "process"
+    return "unit"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        item.add_marker(_group_of(item))
 
 
 def pytest_report_header(config: pytest.Config) -> str:

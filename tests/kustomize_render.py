@@ -9,7 +9,8 @@ Supported kustomization keys: ``resources`` (files and directories holding a kus
 rendered here. Strategic merge follows Kubernetes' patch merge keys for the lists the manifests
 patch (containers and env by name, volumeMounts by mountPath, ports by containerPort or port);
 other lists are replaced. Name references are not rewritten, so prefixes and suffixes are refused
-in a kustomization whose resources refer to each other by name.
+in a kustomization whose resources refer to each other by name. As kustomize, it refuses a
+directory resource that contains a kustomization which refers to it (an overlay inside its base).
 """
 
 from __future__ import annotations
@@ -37,9 +38,12 @@ class RenderError(ValueError):
     """The kustomization uses something this renderer does not, or a patch matches nothing."""
 
 
-def render(directory: str | Path) -> list[Obj]:
+def render(directory: str | Path, _visited: tuple[Path, ...] = ()) -> list[Obj]:
     """The objects ``kustomize build directory`` would produce (for the supported subset)."""
-    root = Path(directory)
+    root = Path(directory).resolve()
+    for seen in _visited:  # kustomize's cycle check: an overlay may not live inside its base's directory
+        if seen.is_relative_to(root):
+            raise RenderError(f"cycle detected: {root} contains {seen}, which refers to it")
     kfile = root / "kustomization.yaml"
     if not kfile.exists():
         raise RenderError(f"{root} has no kustomization.yaml")
@@ -51,7 +55,7 @@ def render(directory: str | Path) -> list[Obj]:
     for res in k.get("resources", []):
         path = (root / res).resolve()
         if path.is_dir():
-            objects += render(path)
+            objects += render(path, (*_visited, root))
         else:
             objects += [d for d in yaml.safe_load_all(path.read_text()) if d]
     for entry in k.get("patchesStrategicMerge", []):

@@ -35,10 +35,11 @@ def client_python() -> Path:
     return python
 
 
-def run_client(script: str, payload: dict[str, Any], timeout: float = 120) -> Any:
-    """Run ``rmq5_scripts/<script>`` with the official client, ``payload`` as JSON on stdin; returns the JSON
-    it prints. Its stderr and the client's log are in the failure message when it fails."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+def run_client(script: str, payload: dict[str, Any], timeout: float = 120, env: dict[str, str] | None = None) -> Any:
+    """Run ``rmq5_scripts/<script>`` with the official client, ``payload`` as JSON on stdin (and ``env`` added
+    to its environment); returns the JSON it prints. Its stderr and the client's log are in the failure
+    message when it fails."""
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}, **(env or {})}
     done = subprocess.run([str(client_python()), str(SCRIPTS / script)], input=json.dumps(payload), text=True,
                           capture_output=True, timeout=timeout, env=env)
     if done.returncode != 0:

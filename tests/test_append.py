@@ -20,7 +20,7 @@ from storage_helpers import (
     walk_file,
 )
 
-from rocketstore.codec import BLANK_MAGIC_CODE
+from rocketstore.formats import BLANK_MAGIC_CODE
 from rocketstore.message import (
     STOREHOSTADDRESS_V6_FLAG,
     TRANSACTION_COMMIT_TYPE,

@@ -19,7 +19,8 @@ from rocketstore.services.dispatcher.decode import (
 )
 from storage_helpers import StoreFactory, msg, read_log
 
-from rocketstore.codec import BLANK_MAGIC_CODE, encode_message
+from rocketstore.codec import encode_message
+from rocketstore.formats import BLANK_MAGIC_CODE
 from rocketstore.message import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_PREPARED_TYPE,

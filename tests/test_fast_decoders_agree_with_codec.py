@@ -26,17 +26,19 @@ from rocketstore.spark.decode import COLUMNS, decode_records
 from rocketstore.client.messages import decode_records as client_decode_records
 from rocketstore.codec import (
     BLANK,
-    BLANK_MAGIC_CODE,
-    MIN_RECORD_LENGTH,
-    POS_BODY,
-    POS_BODYLEN,
-    POS_STORETIMESTAMP,
     check_record,
     decode_message,
     encode_message,
     read_record_info,
     record_length,
     store_timestamp_position,
+)
+from rocketstore.formats import (
+    BLANK_MAGIC_CODE,
+    MIN_RECORD_LENGTH,
+    POS_BODY,
+    POS_BODYLEN,
+    POS_STORETIMESTAMP,
 )
 from rocketstore.message import (
     COMPRESSED_FLAG,

@@ -46,15 +46,13 @@ from storage_helpers import fill_disk, mounted_tmpfs
 from test_dispatch_crash import QUEUES, Acked, Load, verify, wait_caught_up, wait_for
 
 from rocketstore.codec import (
-    BODYLEN_LENGTH,
-    BODYLEN_POSITIONS,
-    POS_SYSFLAG,
     check_record,
     decode_message,
     encode_message,
     host_flags,
 )
 from rocketstore.errors import DeadlineExceeded
+from rocketstore.formats import BODYLEN_LENGTH, BODYLEN_POSITIONS, POS_SYSFLAG
 from rocketstore.health_client import wait_serving
 from rocketstore.internal_auth import process_secret, with_secret
 from rocketstore.message import Message, MessageExt

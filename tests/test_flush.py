@@ -169,11 +169,11 @@ def test_flush_failure_completes_requests_false() -> None:
     service = GroupCommitService(flush, lambda: 0)
     service.start()
     try:
-        req = GroupCommitRequest(10, 5)
+        req = GroupCommitRequest(10, 60)
         service.put_request(req)
         t0 = time.monotonic()
         assert req.wait() is False
-        assert time.monotonic() - t0 < 4, "a failed flush is answered at once, not at the deadline"
+        assert time.monotonic() - t0 < 30, "a failed flush is answered at once, not at the 60 s deadline"
     finally:
         broken.clear()
         service.shutdown()

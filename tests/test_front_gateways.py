@@ -127,8 +127,12 @@ def finish(sender: subprocess.Popen[str]) -> dict[str, object]:
     return result
 
 
-def stored_ids(endpoint: str, topic: str) -> Counter[str]:
-    """How many times each msg id is stored in ``topic`` (every queue read from its first offset)."""
+def stored_ids(endpoint: str, topic: str, expect: int = 0) -> Counter[str]:
+    """How many times each msg id is stored in ``topic`` (every queue read from its first offset), once at
+    least ``expect`` are visible: an acknowledged message reaches its ConsumeQueue when it is dispatched, a
+    moment after its send was answered."""
+    if expect:
+        wait_until(lambda: sum(stored_ids(endpoint, topic).values()) >= expect, f"{expect} messages dispatched")
     ids: Counter[str] = Counter()
     with PullConsumer(endpoint, "front-checker") as consumer:
         for queue_id, (low, high) in consumer.offsets(topic).items():
@@ -202,7 +206,7 @@ def test_two_gateways_share_the_port_and_both_store_sends(tmp_path: Path) -> Non
         cpu = {pid: cpu_seconds(pid) - cpu_before[pid] for pid in (broker, front)}
         acked = [tuple(a) for r in results for a in r["acked"]]  # type: ignore[attr-defined]
         assert len(acked) == 4 * 240 and len({msg_id for msg_id, _ in acked}) == len(acked)
-        stored = stored_ids(up.endpoint, "Spread")
+        stored = stored_ids(up.endpoint, "Spread", len(acked))
         assert stored == Counter(msg_id for msg_id, _ in acked)  # each acknowledged message stored exactly once
         assert cpu[broker] > 0 and cpu[front] > 0, cpu
         print(f"CPU seconds during the sends: broker {cpu[broker]:.2f}, front {cpu[front]:.2f}")
@@ -242,7 +246,7 @@ def test_sends_through_the_front_are_stored_by_the_front(up2: GatewaysUp) -> Non
         pb_grpc.GatewayStub(channel).GetBrokerStatus(pb.GetBrokerStatusRequest(), timeout=10)
     assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED, "the owner port answers front gateways only"
     assert status.put_messages == owner_status.put_messages == 0  # the front stored all 20 itself
-    assert sum(stored_ids(up2.endpoint, "Mine").values()) == 20
+    assert sum(stored_ids(up2.endpoint, "Mine", 20).values()) == 20
 
 
 def test_front_forwards_what_it_cannot_serve_alone(up2: GatewaysUp) -> None:
@@ -263,7 +267,7 @@ def test_front_forwards_what_it_cannot_serve_alone(up2: GatewaysUp) -> None:
         # A transaction's half message is the owner's (its transaction table): invisible until committed.
         half = stub.Send(pb.SendRequest(topic="Fresh", producer_group="tx-producers", transaction=True,
                                         messages=[pb.OutgoingMessage(body=b"t")]), timeout=10).results[0]
-        assert sum(stored_ids(up2.endpoint, "Fresh").values()) == 1
+        assert sum(stored_ids(up2.endpoint, "Fresh", 1).values()) == 1
         stub.EndTransaction(pb.EndTransactionRequest(
             producer_group="tx-producers", transaction_id=half.msg_id, commit_log_offset=half.commit_log_offset,
             queue_offset=half.queue_offset, resolution=pb.TRANSACTION_COMMIT), timeout=10)
@@ -285,7 +289,7 @@ def test_send_stream_through_the_front(up2: GatewaysUp) -> None:
             before = owner_stored()
             later = [producer.send(Message("Streamed", b"b%d" % i)) for i in range(20)]
             assert owner_stored() == before  # the front stored these itself
-    ids = stored_ids(up2.endpoint, "Streamed")
+    ids = stored_ids(up2.endpoint, "Streamed", 25)
     assert ids == Counter(r.msg_id for r in first + later)
 
 
@@ -365,7 +369,7 @@ def test_kill9_of_the_front_loses_nothing_acknowledged(up2: GatewaysUp) -> None:
     results = [finish(s) for s in senders]
     acked = Counter(msg_id for r in results for msg_id, _ in r["acked"])  # type: ignore[attr-defined]
     assert sum(acked.values()) == 3000 + 3 * 400
-    stored = stored_ids(up2.endpoint, "Survive")
+    stored = stored_ids(up2.endpoint, "Survive", len(acked))
     assert not set(acked) - set(stored)  # nothing acknowledged is lost
     assert results[0]["retries"], results[0]  # the client on the front did lose its gateway
     up2.wait_for(lambda line: line.startswith("front1 (pid") and "exited with code -9" in line, DEADLINE,
@@ -459,3 +463,63 @@ def test_up_runs_a_gateway_per_two_cores_unless_told(mode: str, with_slave: bool
     from rocketstore.commands import default_gateways
 
     assert default_gateways(mode, with_slave, cores) == expected
+
+
+_EXTRA = re.compile(r"^\s+\((ha|internal)\)\s+(\S+:\d+)\s")
+
+
+def test_a_front_of_its_own_copies_topics_from_the_owners_ha_service(up2: GatewaysUp, tmp_path: Path) -> None:
+    """A front that does not share the store's disk (a pod of the Kubernetes Deployment): ``--ha`` names the owner
+    broker's ha service, whose topics.json it copies into its own data directory; it then stores sends itself."""
+    extra = {m.group(1): m.group(2) for line in up2.output().splitlines() if (m := _EXTRA.match(line))}
+    port, own = free_port(), free_port()
+    pod_dir = tmp_path / "front-pod"
+    proc = subprocess.Popen([rocketstore_exe(), "serve", "gateway", "--port", str(port), "--own-port", str(own),
+                             "--data-dir", str(pod_dir), "--commitlog", extra["internal"], "--owner", up2.owner(),
+                             "--ha", extra["ha"]], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_serving(f"127.0.0.1:{own}", DEADLINE, name="front gateway")
+        create_topic(up2.endpoint, "Podded")
+        copy = pod_dir / "config" / "topics.json"
+        wait_until(lambda: copy.exists() and "Podded" in json.loads(copy.read_text())["topicConfigTable"],
+                   "the owner's topics.json copied")
+        with grpc.insecure_channel(up2.owner()) as channel:
+            owner = pb_grpc.GatewayStub(channel)
+            before = owner.GetBrokerStatus(pb.GetBrokerStatusRequest(), timeout=10).put_messages
+
+            def front_has_it() -> bool:  # the copy is written, then loaded within TOPICS_RELOAD_SECONDS
+                with grpc.insecure_channel(f"127.0.0.1:{own}") as ch:
+                    pb_grpc.GatewayStub(ch).Send(pb.SendRequest(
+                        topic="Podded", messages=[pb.OutgoingMessage(body=b"probe")]), timeout=10)
+                return owner.GetBrokerStatus(pb.GetBrokerStatusRequest(), timeout=10).put_messages == before
+
+            wait_until(front_has_it, "a send stored by the front itself")
+            with grpc.insecure_channel(f"127.0.0.1:{own}") as ch:
+                stub = pb_grpc.GatewayStub(ch)
+                for i in range(20):
+                    stub.Send(pb.SendRequest(topic="Podded", messages=[pb.OutgoingMessage(body=b"%d" % i)]),
+                              timeout=10)
+            assert owner.GetBrokerStatus(pb.GetBrokerStatusRequest(), timeout=10).put_messages == before
+        ids = stored_ids(up2.endpoint, "Podded", 21)
+        assert sum(ids.values()) >= 21 and all(n == 1 for n in ids.values())
+        assert not (pod_dir / "commitlog").exists()  # the store stays the owner's alone
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=STOP_TIMEOUT)
+    assert proc.returncode == 0, out
+    serving = next(json.loads(line) for line in out.splitlines() if '"front gateway serving"' in line)
+    assert serving["topics_from"] == extra["ha"], serving
+
+
+def test_the_ha_service_hands_out_only_the_config_files_asked_for(up2: GatewaysUp) -> None:
+    from rocketstore.services.ha.client import HAClient
+
+    from rocketstore.errors import BrokerError
+
+    extra = {m.group(1): m.group(2) for line in up2.output().splitlines() if (m := _EXTRA.match(line))}
+    with HAClient(extra["ha"]) as ha:
+        files = ha.config_files(["topics.json"], timeout=10)
+        assert [name for name, _ in files] == ["topics.json"] and files[0][1]
+        assert len(ha.config_files(timeout=10)) == 4
+        with pytest.raises(BrokerError, match="no such config file to copy: passwords"):
+            ha.config_files(["passwords"], timeout=10)

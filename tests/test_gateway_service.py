@@ -169,7 +169,7 @@ def test_long_polling_wakes_when_a_message_arrives(gateway: Broker) -> None:
     assert isinstance(response, pb.PullResponse) and response.status == pb.PULL_FOUND
     assert [m.queue_offset for m in response.messages] == [1]
     assert got["waited"] >= 0.4  # it really waited ...
-    assert got["done"] - sent_at < 2.0  # ... and was answered on arrival, not at the 15 s timeout
+    assert got["done"] - sent_at < 7.5  # ... and was answered on arrival, not at the 15 s timeout
 
     # Nothing arrives: the pull answers NO_NEW_MSG when its poll time is over.
     t0 = time.monotonic()

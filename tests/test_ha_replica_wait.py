@@ -78,8 +78,8 @@ def test_a_request_already_covered_completes_at_once() -> None:
     tracker = ReplicaTracker(1 << 30)
     tracker.update("c1", "slave", 1000, True)
     t0 = time.monotonic()
-    assert tracker.request(1000, 5.0).wait()
-    assert time.monotonic() - t0 < 1.0
+    assert tracker.request(1000, 60.0).wait()
+    assert time.monotonic() - t0 < 30.0, "answered at once, not at the 60 s timeout"
 
 
 def test_asyncio_waiters_are_answered_by_an_acknowledgement_from_another_thread() -> None:
@@ -100,11 +100,11 @@ def test_asyncio_waiters_are_answered_by_an_acknowledgement_from_another_thread(
 
 # --- the store's answers ------------------------------------------------------------------------
 def test_sync_master_without_a_slave_answers_slave_not_available_and_stores(stores) -> None:
-    store = stores.start(brokerRole="SYNC_MASTER", syncFlushTimeout=5000)
+    store = stores.start(brokerRole="SYNC_MASTER", syncFlushTimeout=60000)
     t0 = time.monotonic()
     result = store.put_message(msg(body=b"no slave"))
     assert result.status is PutMessageStatus.SLAVE_NOT_AVAILABLE
-    assert time.monotonic() - t0 < 2.0, "answered at once, not after the timeout"
+    assert time.monotonic() - t0 < 30.0, "answered at once, not after the 60 s timeout"
     assert "haSlaveFallbehindMax" in result.reason
     assert read_back(store, result).body == b"no slave"
 
@@ -135,7 +135,7 @@ def test_sync_master_answers_flush_slave_timeout_when_the_slave_does_not_acknowl
 
 
 def test_a_slave_too_far_behind_is_not_available(stores) -> None:
-    store = stores.start(brokerRole="SYNC_MASTER", syncFlushTimeout=5000, haSlaveFallbehindMax=1000)
+    store = stores.start(brokerRole="SYNC_MASTER", syncFlushTimeout=60000, haSlaveFallbehindMax=1000)
     store.report_slave("c1", "127.0.0.1:1", 0, True)
     for _ in range(5):
         store.put_message(msg(body=b"x" * 300, properties={"WAIT": "false"}))
@@ -143,7 +143,7 @@ def test_a_slave_too_far_behind_is_not_available(stores) -> None:
     t0 = time.monotonic()
     result = store.put_message(msg(body=b"far behind"))
     assert result.status is PutMessageStatus.SLAVE_NOT_AVAILABLE
-    assert time.monotonic() - t0 < 2.0
+    assert time.monotonic() - t0 < 30.0, "answered at once, not after the 60 s timeout"
 
 
 def test_a_message_that_does_not_wait_is_answered_put_ok_without_a_slave(stores) -> None:

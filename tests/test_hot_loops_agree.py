@@ -20,8 +20,9 @@ from rocketstore.services.dispatcher import decode
 from rocketstore.services.dispatcher.decode import DispatchDecoder
 from rocketstore.services.index import index_file
 
-from rocketstore import _speedups, codec
-from rocketstore.codec import END_FILE_MIN_BLANK_LENGTH, MessageRefused, encode_message, write_blank
+from rocketstore import _speedups, codec, formats
+from rocketstore.codec import MessageRefused, encode_message, write_blank
+from rocketstore.formats import END_FILE_MIN_BLANK_LENGTH
 from rocketstore.message import Message, java_string_hash, parse_host
 from rocketstore.v1 import commitlog_pb2 as cl_pb
 
@@ -214,7 +215,7 @@ def logs(draw: st.DrawFn) -> tuple[bytes, int]:
         out += rec
     tail = draw(st.sampled_from(["none", "blank", "garbage", "cut", "bad-offset", "bad-utf8"]))
     if tail == "blank":
-        out += struct.pack(">iI", 4096, codec.BLANK_MAGIC_CODE)
+        out += struct.pack(">iI", 4096, formats.BLANK_MAGIC_CODE)
     elif tail == "garbage":
         out += draw(st.binary(min_size=8, max_size=40))
     elif tail == "cut" and out:
@@ -346,6 +347,6 @@ def test_crc_and_layout_of_an_encoded_record() -> None:
     for kind in ("python", "compiled") if compiled is not None else ("python",):
         [rec] = _encode_with(kind, [m], STORE, 1 << 20)
         data = rec[1]
-        assert struct.unpack_from(">iII", data) == (len(data), codec.MESSAGE_MAGIC_CODE,
+        assert struct.unpack_from(">iII", data) == (len(data), formats.MESSAGE_MAGIC_CODE,
                                                     zlib.crc32(b"payload") & 0x7FFFFFFF)
         assert len(data) + END_FILE_MIN_BLANK_LENGTH <= 1 << 20

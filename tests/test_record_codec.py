@@ -12,9 +12,7 @@ import pytest
 
 from rocketstore.codec import (
     BLANK,
-    BLANK_MAGIC_CODE,
     INVALID,
-    MESSAGE_MAGIC_CODE,
     MessageRefused,
     check_record,
     decode_message,
@@ -23,6 +21,7 @@ from rocketstore.codec import (
     record_length,
     write_blank,
 )
+from rocketstore.formats import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
 from rocketstore.message import (
     BORNHOST_V6_FLAG,
     STOREHOSTADDRESS_V6_FLAG,

@@ -169,6 +169,15 @@ def test_docs_settings_md_is_fresh() -> None:
     assert problem is None, problem
 
 
+def test_the_static_view_of_settings_is_fresh() -> None:
+    """rocketstore/settings_fields.py, what mypy knows of Settings: every key's attribute with its type."""
+    problem = settings_doc.check_fields()
+    assert problem is None, problem
+    from rocketstore.settings_fields import SettingsFields
+
+    assert list(SettingsFields.__annotations__) == [key.attr for key in KEYS]
+
+
 def test_the_doc_has_a_row_per_key_with_its_status_and_readers() -> None:
     rows = {line.split(" | ")[0].lstrip("| ").split(",")[0]: line for line in describe().splitlines()[2:]}
     assert len(rows) == len(KEYS)

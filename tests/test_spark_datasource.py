@@ -16,11 +16,11 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from rocketstore.spark import archive, register, stats
-from rocketstore.spark.client import GatewayError
 from rocketstore.spark.datasource import RocketStoreStreamReader
 from rocketstore.spark.options import parse_read_options
 from rocketstore.spark.testing import FakeGateway
 
+from rocketstore.client.errors import OutOfRangeError
 from rocketstore.codec import decode_message
 from rocketstore.message import Message
 from rocketstore.v1 import gateway_pb2 as pb
@@ -183,7 +183,7 @@ def test_stream_offsets_limits_and_data_loss() -> None:
         assert reader.latestOffset(end, ReadAllAvailable()) == {"S": {"0": 10, "1": 10}}
         # Messages the query has not read expire: refused unless failOnDataLoss=false.
         g.expire("S", 0, 5)
-        with pytest.raises(GatewayError, match="messages 3..4 of S/0 expired"):
+        with pytest.raises(OutOfRangeError, match="messages 3..4 of S/0 expired"):
             reader.latestOffset(end, ReadAllAvailable())
         lenient = _stream_reader(g, topic="S", failOnDataLoss="false")
         assert lenient.latestOffset(end, ReadAllAvailable()) == {"S": {"0": 10, "1": 10}}

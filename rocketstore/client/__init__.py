@@ -12,6 +12,8 @@
     consumer.shutdown()
 """
 
+from rocketstore.tls import ClientTls
+
 from .admin import Admin
 from .consume_stream import ConsumeStream, StreamQueue
 from .consumer import (
@@ -56,6 +58,7 @@ from .transaction_producer import (
 __all__ = [
     "Admin",
     "ClientError",
+    "ClientTls",
     "ConsumeContext",
     "ConsumeFromWhere",
     "ConsumeOrderlyStatus",

@@ -15,6 +15,7 @@ import grpc
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 
+from rocketstore.tls import ClientTls
 from rocketstore.v1 import gateway_pb2 as pb
 
 from .connection import DEFAULT_TIMEOUT, Connection, split_endpoints
@@ -33,9 +34,9 @@ class Admin:
     """Administrative calls on one gateway. Every method raises the ClientError of the gateway's status
     (NotFoundError for an unknown topic, PermissionDeniedError for a system topic, ...)."""
 
-    def __init__(self, endpoint: str, *, timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(self, endpoint: str, *, timeout: float = DEFAULT_TIMEOUT, tls: ClientTls | None = None) -> None:
         self.endpoint = split_endpoints(endpoint)[0]
-        self._conn = Connection(self.endpoint, timeout)
+        self._conn = Connection(self.endpoint, timeout, tls=tls)
 
     def __enter__(self) -> Admin:
         return self

@@ -9,6 +9,7 @@ import grpc
 from google.protobuf.message import Message
 
 from rocketstore.channel import open_channel
+from rocketstore.tls import ClientTls
 from rocketstore.v1 import gateway_pb2 as pb
 from rocketstore.v1 import gateway_pb2_grpc
 
@@ -37,10 +38,12 @@ class Connection:
     """A channel to one gateway with its Gateway and BatchRead stubs, and the producer's sends: on one
     multiplexed SendStream (``send_stream=True``, opened by the first send) or as unary Send calls."""
 
-    def __init__(self, endpoint: str, timeout: float = DEFAULT_TIMEOUT, *, send_stream: bool = True) -> None:
+    def __init__(self, endpoint: str, timeout: float = DEFAULT_TIMEOUT, *, send_stream: bool = True,
+                 tls: ClientTls | None = None) -> None:
         self.endpoint = endpoint
         self.timeout = timeout
-        self.channel: grpc.Channel = open_channel(endpoint)
+        self.tls = tls
+        self.channel: grpc.Channel = open_channel(endpoint, tls=tls)
         self.gateway = gateway_pb2_grpc.GatewayStub(self.channel)
         self.batch_read = gateway_pb2_grpc.BatchReadStub(self.channel)
         self._sends = SendStream(self.channel, endpoint) if send_stream else None

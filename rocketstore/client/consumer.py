@@ -60,6 +60,7 @@ import grpc
 from rocketstore.log import get_logger
 from rocketstore.message import PROPERTY_RETRY_TOPIC
 from rocketstore.subscription import parse_expression
+from rocketstore.tls import ClientTls
 from rocketstore.v1 import gateway_pb2 as pb
 
 from .connection import DEFAULT_TIMEOUT, Connection, split_endpoints
@@ -152,11 +153,12 @@ class PullConsumer:
     """Pull queues at explicit offsets (RocketMQ's DefaultMQPullConsumer); offsets are the caller's to
     keep, and ``commit`` stores them for the group on the broker."""
 
-    def __init__(self, endpoint: str, group: str, *, timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(self, endpoint: str, group: str, *, timeout: float = DEFAULT_TIMEOUT,
+                 tls: ClientTls | None = None) -> None:
         self.endpoint = split_endpoints(endpoint)[0]
         self.group = group
         self._timeout = timeout
-        self._conn = Connection(self.endpoint, timeout)
+        self._conn = Connection(self.endpoint, timeout, tls=tls)
         # Reads from the slave (RocketMQ's suggestWhichBrokerId): the slave's gateway, learned from the
         # master's status, and the queues whose pulls go there until it sends them back.
         self._slave: Connection | None = None
@@ -185,7 +187,7 @@ class PullConsumer:
                     self._slave.close()
                 self._slave = None
             if found is not None and self._slave is None:
-                self._slave = Connection(found, self._timeout)
+                self._slave = Connection(found, self._timeout, tls=self._conn.tls)
         return self._slave.endpoint if self._slave is not None else None
 
     def queues(self, topic: str) -> list[MessageQueue]:
@@ -516,6 +518,7 @@ class PushConsumer:
         consume_stream: bool = True,
         stream_credit_messages: int = DEFAULT_CREDIT_MESSAGES,
         stream_credit_bytes: int = DEFAULT_CREDIT_BYTES,
+        tls: ClientTls | None = None,
     ) -> None:
         self.endpoints = split_endpoints(endpoints if isinstance(endpoints, str) else list(endpoints))
         self.group = group
@@ -544,7 +547,8 @@ class PushConsumer:
         self._timeout = timeout
         self._listener = listener
         self._subscriptions: dict[str, _Subscription] = {}
-        self._conns = {e: Connection(e, timeout) for e in self.endpoints}
+        self._tls = tls
+        self._conns = {e: Connection(e, timeout, tls=tls) for e in self.endpoints}
         # Each gateway's slave (its status' slave_gateways, learned at every re-balance): where the pulls
         # of a queue go while the broker suggests the slave (suggestWhichBrokerId) or cannot be reached.
         self._slaves: dict[str, Connection] = {}
@@ -751,7 +755,7 @@ class PushConsumer:
                 self._slave_topics.pop(endpoint, None)
                 self._retired.append(self._slaves.pop(endpoint))  # its pulls in flight finish
             if found and endpoint not in self._slaves:
-                self._slaves[endpoint] = Connection(found, self._timeout)
+                self._slaves[endpoint] = Connection(found, self._timeout, tls=self._tls)
 
     def _rebalance(self) -> None:
         """Take this consumer's share of every subscribed topic's queues; drop the queues it lost."""

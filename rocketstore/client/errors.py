@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import grpc
 
+from rocketstore.errors import RocketstoreError
+
 __all__ = [
     "ClientError",
     "DeadlineExceededError",
@@ -18,12 +20,13 @@ __all__ = [
     "PermissionDeniedError",
     "ResourceExhaustedError",
     "UnavailableError",
+    "error_for_code",
     "from_rpc_error",
     "from_status",
 ]
 
 
-class ClientError(Exception):
+class ClientError(RocketstoreError):
     """A request the gateway (or the network on the way to it) did not carry out.
 
     ``code`` is the gRPC status, ``detail`` the server's message, ``endpoint`` where it was sent.
@@ -86,6 +89,11 @@ _BY_CODE: dict[grpc.StatusCode, type[ClientError]] = {
 }
 
 
+def error_for_code(code: grpc.StatusCode, detail: str, endpoint: str = "") -> ClientError:
+    """The most specific client exception for ``code``, carrying ``detail`` as its message."""
+    return _BY_CODE.get(code, ClientError)(detail, code, endpoint)
+
+
 def from_rpc_error(error: grpc.RpcError, endpoint: str = "") -> ClientError:
     """The client exception for a failed call, with the server's detail (or a description of the
     transport failure when the server said nothing)."""
@@ -95,7 +103,21 @@ def from_rpc_error(error: grpc.RpcError, endpoint: str = "") -> ClientError:
         detail = f"the call to {endpoint or 'the gateway'} failed with {code.name}"
     elif code == grpc.StatusCode.UNAVAILABLE and endpoint and endpoint not in detail:
         detail = f"{endpoint}: {detail}"
+    if code == grpc.StatusCode.UNAVAILABLE:
+        detail += tls_hint(detail)
     return _BY_CODE.get(code, ClientError)(detail, code, endpoint)
+
+
+def tls_hint(detail: str) -> str:
+    """What to try when a connection failed the way a TLS mismatch does: a plaintext client closed at once by
+    a port that takes TLS only, or a TLS client's handshake answered by a plaintext port."""
+    if "Socket closed" in detail or "Connection reset" in detail:
+        return (" (if the gateway takes TLS only, tls.server.mode=enforcing, connect over TLS: ClientTls, or "
+                "--tls/--ca on the command line)")
+    if "SSL" in detail or "handshake" in detail.lower():
+        return (" (the TLS handshake failed: the gateway may not take TLS, tls.server.mode=disabled, or its "
+                "certificate is not signed by the CA given, or a client certificate is required)")
+    return ""
 
 
 _BY_NUMBER: dict[int, grpc.StatusCode] = {code.value[0]: code for code in grpc.StatusCode}

@@ -14,14 +14,13 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from rocketstore.codec import (
+from rocketstore.codec import PROPERTY_CRC32, decode_message
+from rocketstore.formats import (
     MESSAGE_MAGIC_CODE,
     MIN_RECORD_LENGTH,
     PROPERTIESLEN_LENGTH,
-    PROPERTY_CRC32,
     RECORD_V4_FIXED,
     TOPICLEN_LENGTH,
-    decode_message,
 )
 from rocketstore.message import (
     BORNHOST_V6_FLAG,

@@ -36,6 +36,7 @@ import grpc
 
 from rocketstore.log import get_logger
 from rocketstore.message_id import UniqKeyGenerator
+from rocketstore.tls import ClientTls
 from rocketstore.v1 import gateway_pb2 as pb
 
 from .connection import Connection, split_endpoints
@@ -159,6 +160,7 @@ class Producer:
         route_refresh_interval: float = 30.0,
         client_ip: str = "127.0.0.1",
         send_stream: bool = True,
+        tls: ClientTls | None = None,
     ) -> None:
         self.endpoints = split_endpoints(endpoints if isinstance(endpoints, str) else list(endpoints))
         self.group = group
@@ -180,6 +182,7 @@ class Producer:
         self._idle = threading.Condition(self._pending_lock)
         self._callbacks = ThreadPoolExecutor(max_workers=4, thread_name_prefix="producer-callback")
         self._send_stream = send_stream
+        self._tls = tls
         self._closed = False
 
     # --- life cycle ------------------------------------------------------------------------
@@ -213,7 +216,8 @@ class Producer:
                     raise ClientError("the producer is shut down", grpc.StatusCode.CANCELLED, endpoint)
                 conn = self._connections.get(endpoint)
                 if conn is None:
-                    conn = self._connections[endpoint] = Connection(endpoint, send_stream=self._send_stream)
+                    conn = self._connections[endpoint] = Connection(endpoint, send_stream=self._send_stream,
+                                                                    tls=self._tls)
         return conn
 
     def queues(self, topic: str, refresh: bool = False, timeout: float | None = None) -> list[MessageQueue]:

@@ -32,6 +32,7 @@ from typing import Any
 import grpc
 
 from rocketstore.log import get_logger
+from rocketstore.tls import ClientTls
 from rocketstore.v1 import gateway_pb2 as pb
 
 from .connection import Connection, split_endpoints
@@ -81,13 +82,13 @@ class TransactionSendResult:
 
 class TransactionMQProducer:
     def __init__(self, endpoints: str | Sequence[str], group: str, listener: TransactionListener, *,
-                 send_timeout: float = 3.0, check_threads: int = 4) -> None:
+                 send_timeout: float = 3.0, check_threads: int = 4, tls: ClientTls | None = None) -> None:
         self.endpoints = split_endpoints(endpoints if isinstance(endpoints, str) else list(endpoints))
         self.group = group
         self.listener = listener
         self.send_timeout = send_timeout
         self.client_id = f"{group}@{uuid.uuid4().hex[:12]}"
-        self._connections = [Connection(e) for e in self.endpoints]
+        self._connections = [Connection(e, tls=tls) for e in self.endpoints]
         self._next = 0
         self._checks = ThreadPoolExecutor(max_workers=check_threads, thread_name_prefix="transaction-check")
         self._streams: list[Any] = []  # the open TransactionChecks calls (iterators that can be cancelled)

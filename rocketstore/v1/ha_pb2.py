@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17rocketstore/v1/ha.proto\x12\x0erocketstore.v1\"\x17\n\x15GetConfigFilesRequest\";\n\nConfigFile\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06\x65xists\x18\x02 \x01(\x08\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\x0c\"8\n\x0b\x43onfigFiles\x12)\n\x05\x66iles\x18\x01 \x03(\x0b\x32\x1a.rocketstore.v1.ConfigFile\"\xb1\x01\n\x0bSlaveReport\x12\x12\n\nmax_offset\x18\x01 \x01(\x03\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12\x11\n\tbroker_id\x18\x03 \x01(\x03\x12\x14\n\x0c\x63heck_offset\x18\x04 \x01(\x03\x12\x13\n\x0b\x63heck_crc32\x18\x05 \x01(\r\x12\x18\n\x10gateway_endpoint\x18\x06 \x01(\t\x12\x12\n\ntakes_more\x18\x07 \x01(\x08\x12\r\n\x05\x65rror\x18\x08 \x01(\t\"Q\n\x08Transfer\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x19\n\x11master_max_offset\x18\x03 \x01(\x03\x12\x0c\n\x04more\x18\x04 \x03(\x0c\"\x14\n\x12GetHAStatusRequest\"\xe4\x01\n\x0fSlaveConnection\x12\x15\n\rconnection_id\x18\x01 \x01(\t\x12\x15\n\rslave_address\x18\x02 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x03 \x01(\t\x12\x11\n\tbroker_id\x18\x04 \x01(\x03\x12\x14\n\x0cstart_offset\x18\x05 \x01(\x03\x12\x14\n\x0c\x61\x63ked_offset\x18\x06 \x01(\x03\x12\x13\n\x0bsent_offset\x18\x07 \x01(\x03\x12\x11\n\tlag_bytes\x18\x08 \x01(\x03\x12\x18\n\x10gateway_endpoint\x18\t \x01(\t\x12\r\n\x05\x65rror\x18\n \x01(\t\"\xf1\x01\n\x08HAStatus\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x12\n\nmax_offset\x18\x02 \x01(\x03\x12/\n\x06slaves\x18\x03 \x03(\x0b\x32\x1f.rocketstore.v1.SlaveConnection\x12\x16\n\x0emaster_address\x18\x04 \x01(\t\x12\x11\n\tconnected\x18\x05 \x01(\x08\x12\x19\n\x11master_max_offset\x18\x06 \x01(\x03\x12\x11\n\tlag_bytes\x18\x07 \x01(\x03\x12\r\n\x05\x65rror\x18\x08 \x01(\t\x12\x12\n\nlag_millis\x18\t \x01(\x03\x12\x16\n\x0erefused_slaves\x18\n \x03(\t2\xed\x01\n\x02HA\x12\x46\n\tReplicate\x12\x1b.rocketstore.v1.SlaveReport\x1a\x18.rocketstore.v1.Transfer(\x01\x30\x01\x12I\n\tGetStatus\x12\".rocketstore.v1.GetHAStatusRequest\x1a\x18.rocketstore.v1.HAStatus\x12T\n\x0eGetConfigFiles\x12%.rocketstore.v1.GetConfigFilesRequest\x1a\x1b.rocketstore.v1.ConfigFilesb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17rocketstore/v1/ha.proto\x12\x0erocketstore.v1\"&\n\x15GetConfigFilesRequest\x12\r\n\x05names\x18\x01 \x03(\t\";\n\nConfigFile\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06\x65xists\x18\x02 \x01(\x08\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\x0c\"8\n\x0b\x43onfigFiles\x12)\n\x05\x66iles\x18\x01 \x03(\x0b\x32\x1a.rocketstore.v1.ConfigFile\"\xb1\x01\n\x0bSlaveReport\x12\x12\n\nmax_offset\x18\x01 \x01(\x03\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12\x11\n\tbroker_id\x18\x03 \x01(\x03\x12\x14\n\x0c\x63heck_offset\x18\x04 \x01(\x03\x12\x13\n\x0b\x63heck_crc32\x18\x05 \x01(\r\x12\x18\n\x10gateway_endpoint\x18\x06 \x01(\t\x12\x12\n\ntakes_more\x18\x07 \x01(\x08\x12\r\n\x05\x65rror\x18\x08 \x01(\t\"Q\n\x08Transfer\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x19\n\x11master_max_offset\x18\x03 \x01(\x03\x12\x0c\n\x04more\x18\x04 \x03(\x0c\"\x14\n\x12GetHAStatusRequest\"\xe4\x01\n\x0fSlaveConnection\x12\x15\n\rconnection_id\x18\x01 \x01(\t\x12\x15\n\rslave_address\x18\x02 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x03 \x01(\t\x12\x11\n\tbroker_id\x18\x04 \x01(\x03\x12\x14\n\x0cstart_offset\x18\x05 \x01(\x03\x12\x14\n\x0c\x61\x63ked_offset\x18\x06 \x01(\x03\x12\x13\n\x0bsent_offset\x18\x07 \x01(\x03\x12\x11\n\tlag_bytes\x18\x08 \x01(\x03\x12\x18\n\x10gateway_endpoint\x18\t \x01(\t\x12\r\n\x05\x65rror\x18\n \x01(\t\"\xf1\x01\n\x08HAStatus\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x12\n\nmax_offset\x18\x02 \x01(\x03\x12/\n\x06slaves\x18\x03 \x03(\x0b\x32\x1f.rocketstore.v1.SlaveConnection\x12\x16\n\x0emaster_address\x18\x04 \x01(\t\x12\x11\n\tconnected\x18\x05 \x01(\x08\x12\x19\n\x11master_max_offset\x18\x06 \x01(\x03\x12\x11\n\tlag_bytes\x18\x07 \x01(\x03\x12\r\n\x05\x65rror\x18\x08 \x01(\t\x12\x12\n\nlag_millis\x18\t \x01(\x03\x12\x16\n\x0erefused_slaves\x18\n \x03(\t2\xed\x01\n\x02HA\x12\x46\n\tReplicate\x12\x1b.rocketstore.v1.SlaveReport\x1a\x18.rocketstore.v1.Transfer(\x01\x30\x01\x12I\n\tGetStatus\x12\".rocketstore.v1.GetHAStatusRequest\x1a\x18.rocketstore.v1.HAStatus\x12T\n\x0eGetConfigFiles\x12%.rocketstore.v1.GetConfigFilesRequest\x1a\x1b.rocketstore.v1.ConfigFilesb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,21 +32,21 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'rocketstore.v1.ha_pb2', _gl
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_GETCONFIGFILESREQUEST']._serialized_start=43
-  _globals['_GETCONFIGFILESREQUEST']._serialized_end=66
-  _globals['_CONFIGFILE']._serialized_start=68
-  _globals['_CONFIGFILE']._serialized_end=127
-  _globals['_CONFIGFILES']._serialized_start=129
-  _globals['_CONFIGFILES']._serialized_end=185
-  _globals['_SLAVEREPORT']._serialized_start=188
-  _globals['_SLAVEREPORT']._serialized_end=365
-  _globals['_TRANSFER']._serialized_start=367
-  _globals['_TRANSFER']._serialized_end=448
-  _globals['_GETHASTATUSREQUEST']._serialized_start=450
-  _globals['_GETHASTATUSREQUEST']._serialized_end=470
-  _globals['_SLAVECONNECTION']._serialized_start=473
-  _globals['_SLAVECONNECTION']._serialized_end=701
-  _globals['_HASTATUS']._serialized_start=704
-  _globals['_HASTATUS']._serialized_end=945
-  _globals['_HA']._serialized_start=948
-  _globals['_HA']._serialized_end=1185
+  _globals['_GETCONFIGFILESREQUEST']._serialized_end=81
+  _globals['_CONFIGFILE']._serialized_start=83
+  _globals['_CONFIGFILE']._serialized_end=142
+  _globals['_CONFIGFILES']._serialized_start=144
+  _globals['_CONFIGFILES']._serialized_end=200
+  _globals['_SLAVEREPORT']._serialized_start=203
+  _globals['_SLAVEREPORT']._serialized_end=380
+  _globals['_TRANSFER']._serialized_start=382
+  _globals['_TRANSFER']._serialized_end=463
+  _globals['_GETHASTATUSREQUEST']._serialized_start=465
+  _globals['_GETHASTATUSREQUEST']._serialized_end=485
+  _globals['_SLAVECONNECTION']._serialized_start=488
+  _globals['_SLAVECONNECTION']._serialized_end=716
+  _globals['_HASTATUS']._serialized_start=719
+  _globals['_HASTATUS']._serialized_end=960
+  _globals['_HA']._serialized_start=963
+  _globals['_HA']._serialized_end=1200
 # @@protoc_insertion_point(module_scope)

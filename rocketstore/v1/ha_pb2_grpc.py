@@ -71,7 +71,8 @@ class HAServicer:
     def GetConfigFiles(self, request, context):
         """The broker metadata a slave copies from its master every few seconds (RocketMQ's
         SlaveSynchronize): topics.json, consumerOffset.json, subscriptionGroup.json and
-        delayOffset.json from the master's config directory, as they are on its disk.
+        delayOffset.json from the master's config directory, as they are on its disk (front gateways
+        without the store's config directory read topics.json here too).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -60,7 +60,8 @@ class HAStub:
     GetConfigFiles: _grpc.UnaryUnaryMultiCallable[_ha_pb2.GetConfigFilesRequest, _ha_pb2.ConfigFiles]
     """The broker metadata a slave copies from its master every few seconds (RocketMQ's
     SlaveSynchronize): topics.json, consumerOffset.json, subscriptionGroup.json and
-    delayOffset.json from the master's config directory, as they are on its disk.
+    delayOffset.json from the master's config directory, as they are on its disk (front gateways
+    without the store's config directory read topics.json here too).
     """
 
 @_typing.type_check_only
@@ -73,7 +74,8 @@ class HAAsyncStub(HAStub):
     GetConfigFiles: _aio.UnaryUnaryMultiCallable[_ha_pb2.GetConfigFilesRequest, _ha_pb2.ConfigFiles]  # type: ignore[assignment]
     """The broker metadata a slave copies from its master every few seconds (RocketMQ's
     SlaveSynchronize): topics.json, consumerOffset.json, subscriptionGroup.json and
-    delayOffset.json from the master's config directory, as they are on its disk.
+    delayOffset.json from the master's config directory, as they are on its disk (front gateways
+    without the store's config directory read topics.json here too).
     """
 
 class HAServicer(metaclass=_abc_1.ABCMeta):
@@ -101,7 +103,8 @@ class HAServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_ha_pb2.ConfigFiles, _abc.Awaitable[_ha_pb2.ConfigFiles]]:
         """The broker metadata a slave copies from its master every few seconds (RocketMQ's
         SlaveSynchronize): topics.json, consumerOffset.json, subscriptionGroup.json and
-        delayOffset.json from the master's config directory, as they are on its disk.
+        delayOffset.json from the master's config directory, as they are on its disk (front gateways
+        without the store's config directory read topics.json here too).
         """
 
 def add_HAServicer_to_server(servicer: HAServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

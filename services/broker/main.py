@@ -41,6 +41,7 @@ from rocketstore.services.commitlog.store import CommitLogStore, StoreStartError
 from rocketstore.services.dispatcher.dispatcher import Dispatcher
 from rocketstore.services.gateway.gateway import Gateway
 from rocketstore.services.gateway.main import GatewayMetrics, add_gateway_services, client_server
+from rocketstore.services.gateway.tls_settings import server_tls
 from rocketstore.services.ha.client import HAClient
 from rocketstore.services.ha.config_sync import ConfigSync, config_dir_of
 from rocketstore.services.ha.master import HAMaster
@@ -69,6 +70,7 @@ from rocketstore.v1 import commitlog_pb2_grpc, ha_pb2_grpc, index_pb2_grpc
 
 if TYPE_CHECKING:
     from rocketstore.settings import Settings
+    from rocketstore.tls import ServerTls
 
 __all__ = ["INPROCESS", "serve"]
 
@@ -90,6 +92,7 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int | None = None, 
     keep_freed_buffers()  # batches, tail reads and replicated appends of a MiB or more
     broker = LocalBroker(settings)
     try:
+        tls = server_tls(settings)
         broker.open(internal_host, internal_port or 0, host, settings.ha_listen_port if ha_port is None else ha_port)
     except (StoreStartError, OSError, ValueError) as e:  # locked or inconsistent store, port taken, bad config
         _log.error("broker cannot start", error=str(e), store_path_root_dir=settings.store_path_root_dir)
@@ -97,13 +100,13 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int | None = None, 
         return 1
     try:
         return asyncio.run(_serve_gateway(broker, host, DEFAULT_PORT if port is None else port, metrics_port,
-                                          (internal_host, own_port)))
+                                          (internal_host, own_port), tls))
     finally:
         broker.close()
 
 
 async def _serve_gateway(broker: LocalBroker, host: str, port: int, metrics_port: int | None,
-                         own: tuple[str, int | None]) -> int:
+                         own: tuple[str, int | None], tls: ServerTls | None) -> int:
     settings = broker.settings
     channel = aio_channel_to(broker.local)
     try:
@@ -123,7 +126,8 @@ async def _serve_gateway(broker: LocalBroker, host: str, port: int, metrics_port
         # The gateway's connection limits (silent and idle connections closed, per address and in all), and
         # SO_REUSEPORT (grpc's default on Linux, said here because front gateways rely on it): the front
         # gateways of `rocketstore up --gateways N` bind this same port.
-        server, guard = client_server(settings, host, port, interceptors, options=[("grpc.so_reuseport", 1)])
+        server, guard = client_server(settings, host, port, interceptors, options=[("grpc.so_reuseport", 1)],
+                                      tls=tls)
         own_host, own_port = own
         add_gateway_services(server, gateway)
         if own_port is not None:
@@ -146,7 +150,8 @@ async def _serve_gateway(broker: LocalBroker, host: str, port: int, metrics_port
         raise
     broker.serve_internal()
     broker.start_ha(server.endpoint)
-    _log.info("broker serving", mode="local", gateway=server.endpoint, owner=owner.endpoint if owner else None,
+    _log.info("broker serving", mode="local", gateway=server.endpoint, tls_mode=server.tls_mode.value,
+              certificate=tls.cert_path if tls is not None else None, owner=owner.endpoint if owner else None,
               internal=broker.internal_endpoint,
               ha=broker.ha_endpoint, metrics_port=bound_metrics, store_path_root_dir=settings.store_path_root_dir,
               broker_role=settings.broker_role.name, flush_disk_type=settings.flush_disk_type.name,

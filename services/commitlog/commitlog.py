@@ -16,14 +16,16 @@ from typing import overload
 
 from rocketstore import codec
 from rocketstore.codec import (
-    END_FILE_MIN_BLANK_LENGTH,
-    MESSAGE_MAGIC_CODE,
-    MIN_RECORD_LENGTH,
-    RECORD_PREFIX,
     EncodedRecord,
     MessageRefused,
     encode_unplaced,
     write_blank,
+)
+from rocketstore.formats import (
+    END_FILE_MIN_BLANK_LENGTH,
+    MESSAGE_MAGIC_CODE,
+    MIN_RECORD_LENGTH,
+    RECORD_PREFIX,
 )
 from rocketstore.log import get_logger
 from rocketstore.mapped_file import MappedFile
@@ -122,6 +124,7 @@ class CommitLog:
         self.file_size = settings.mapped_file_size_commit_log
         # RocketMQ 5's whole-record CRC: the __CRC32# property, reserved by encode and filled in by place.
         self.append_prop_crc = settings.enabled_append_prop_crc
+        # RocketMQ's isTransientStorePoolEnable(): the switch only counts on an ASYNC_FLUSH master.
         self.transient_pool_enabled = (
             settings.transient_store_pool_enable
             and settings.flush_disk_type is FlushDiskType.ASYNC_FLUSH

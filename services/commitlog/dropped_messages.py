@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Mapping
 
-from rocketstore.codec import (
+from rocketstore.formats import (
     BLANK_MAGIC_CODE,
     BODYLEN_LENGTH,
     BODYLEN_POSITIONS,

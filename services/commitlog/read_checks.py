@@ -21,16 +21,18 @@ import zlib
 from dataclasses import dataclass, field
 
 from rocketstore.codec import (
-    BLANK_MAGIC_CODE,
     CRC32_RESERVED_LEN,
     MAX_TOPIC_LENGTH,
+    check_record,
+    record_spans,
+    stored_record_crc,
+)
+from rocketstore.formats import (
+    BLANK_MAGIC_CODE,
     MESSAGE_MAGIC_CODE,
     MIN_RECORD_LENGTH,
     POS_BODYCRC,
     POS_PHYSICALOFFSET,
-    check_record,
-    record_spans,
-    stored_record_crc,
 )
 
 __all__ = ["CorruptRange", "find_corrupt", "zero_spans"]

@@ -16,7 +16,12 @@ import os
 from rocketstore.services.commitlog.commitlog import CommitLog
 
 from rocketstore.checkpoint import StoreCheckpoint
-from rocketstore.codec import BLANK, INVALID, check_record, read_record_info
+from rocketstore.codec import (
+    BLANK,
+    INVALID,
+    check_record,
+    read_record_info,
+)
 from rocketstore.log import get_logger
 from rocketstore.mapped_file import MappedFile
 from rocketstore.message import TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE

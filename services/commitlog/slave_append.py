@@ -19,7 +19,7 @@ import time
 
 from rocketstore.services.commitlog.commitlog import CommitLog
 
-from rocketstore.codec import (
+from rocketstore.formats import (
     BLANK_MAGIC_CODE,
     BODYLEN_POSITIONS,
     HOST_FLAGS_SHIFT,

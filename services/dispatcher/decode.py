@@ -13,7 +13,8 @@ import struct
 from dataclasses import dataclass, field
 
 from rocketstore import _speedups
-from rocketstore.codec import (
+from rocketstore.codec import check_record
+from rocketstore.formats import (
     BLANK_MAGIC_CODE,
     BODYLEN_LENGTH,
     BODYLEN_POSITIONS,
@@ -26,7 +27,6 @@ from rocketstore.codec import (
     RECORD_PREFIX,
     STORETIMESTAMP_POSITIONS,
     TOPICLEN_LENGTH,
-    check_record,
 )
 from rocketstore.message import java_string_hash, property_value
 

@@ -14,7 +14,10 @@ channels and checks). A front gateway keeps none of it:
 * it forwards every other call, unchanged (raw bytes, metadata, deadline, status), to the owner at its own
   port (which no other process binds), and so any send it cannot serve alone: a transaction's half
   message, a topic its copy of topics.json does not hold (the owner applies autoCreateTopicEnable);
-* it never writes a config file: it reads topics.json and reads it again when the owner replaces it.
+* it never writes the store's config files: it reads topics.json and reads it again when the owner
+  replaces it — from the store directory when it shares the owner's machine, or, with ``--ha`` (a front in
+  a pod of its own, as the Kubernetes Deployment runs it), copied from the owner's ha service
+  (``GetConfigFiles``, as a slave copies it) into a config directory of its own every half second.
 
 A client cannot tell which process answered it.
 """
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -30,8 +34,11 @@ import grpc
 import grpc.aio
 from google.protobuf.message import DecodeError
 from rocketstore.services.commitlog.client import AsyncCommitLogClient
+from rocketstore.services.ha.client import HAClient
 
 from rocketstore.aio_server import AioGrpcServer, serve_until_signal
+from rocketstore.config_file import persist_text
+from rocketstore.errors import BrokerError
 from rocketstore.internal_auth import METADATA_KEY, operator_denial, process_secret, with_secret_aio
 from rocketstore.log import get_logger
 from rocketstore.server import MAX_MESSAGE_BYTES, start_metrics_server
@@ -46,7 +53,8 @@ from .send_processor import SEND_TIMEOUT, SendMessageProcessor
 from .send_stream import SendStreamCall, SendStreams
 from .sender import SendBatcher
 from .servicer import BATCH_READ_SERVICE, CLIENT_HOST_HEADER, GATEWAY_SERVICE, _facing, peer_host
-from .topics import TopicConfig, TopicConfigManager
+from .tls_settings import server_tls
+from .topics import TOPICS_FILE, TopicConfig, TopicConfigManager
 from .v2.producer import V2SendProcessor
 from .v2.servicer import MESSAGING_SERVICE, _answers, _client_id
 
@@ -56,6 +64,7 @@ _log = get_logger("rocketstore.gateway.front")
 _Context = grpc.aio.ServicerContext[Any, Any]
 
 TOPICS_RELOAD_SECONDS = 0.5  # the owner's topic changes reach a front gateway within this (plus a file read)
+TOPICS_FETCH_TIMEOUT_S = 2.0
 STOP_GRACE_SECONDS = 5.0
 SEND = f"/{GATEWAY_SERVICE}/Send"
 SEND_STREAM = f"/{GATEWAY_SERVICE}/SendStream"
@@ -233,6 +242,38 @@ class OwnerRelay:
         return pb.SendResponse.FromString(raw)
 
 
+class TopicsCopy:
+    """The owner's topics.json, copied from its ha service into this front's own config directory (a front
+    that does not share the store's disk). Only a changed file is written, atomically; the copy is what
+    the front's TopicConfigManager reads, as a front beside the store reads the store's own file."""
+
+    def __init__(self, ha: HAClient, config_dir: str) -> None:
+        self._ha = ha
+        self.path = os.path.join(config_dir, TOPICS_FILE)
+        self._last: bytes | None = None
+        self.error = ""
+
+    def copy_once(self) -> bool:
+        """Fetch the owner's topics.json and write it if it changed; True if written. A failure is logged
+        once (until it clears) and leaves the last copy in place: sends of topics it lacks go to the owner."""
+        try:
+            ((_, content),) = self._ha.config_files([TOPICS_FILE], timeout=TOPICS_FETCH_TIMEOUT_S)
+        except BrokerError as e:
+            if e.message != self.error:
+                _log.warning("cannot copy the owner's topics.json", error=e.message)
+            self.error = e.message
+            return False
+        self.error = ""
+        if content is None or content == self._last:
+            return False
+        persist_text(self.path, content)
+        self._last = content
+        return True
+
+    def close(self) -> None:
+        self._ha.close()
+
+
 class FrontContext(SendContext):
     """A front gateway's context: the topic table read, never written; a topic it does not hold is the
     owner's to find or create."""
@@ -248,9 +289,11 @@ class FrontContext(SendContext):
 class FrontGateway(grpc.GenericRpcHandler):
     """The calls of one front gateway: sends served here, everything else relayed to the owner."""
 
-    def __init__(self, settings: Settings, commitlog: AsyncCommitLogClient, relay: OwnerRelay) -> None:
+    def __init__(self, settings: Settings, commitlog: AsyncCommitLogClient, relay: OwnerRelay,
+                 topics_copy: TopicsCopy | None = None) -> None:
         self.context = FrontContext(settings, commitlog)
         self.relay = relay
+        self.topics_copy = topics_copy
         self.sender = SendBatcher(commitlog.append)
         self.send = SendMessageProcessor(self.context, self.sender)
         self.v2 = V2SendProcessor(self.context, self.send, None)
@@ -333,11 +376,13 @@ class FrontGateway(grpc.GenericRpcHandler):
 
     async def _reload_topics(self) -> None:
         while True:
-            await asyncio.sleep(TOPICS_RELOAD_SECONDS)
             try:
+                if self.topics_copy is not None:
+                    await asyncio.to_thread(self.topics_copy.copy_once)
                 await asyncio.to_thread(self.context.topics.reload_if_changed)
             except Exception as e:  # noqa: BLE001 - a file mid-replace is read again next time
                 _log.warning("topics.json not reloaded", error=repr(e))
+            await asyncio.sleep(TOPICS_RELOAD_SECONDS)
 
     async def shutdown(self) -> None:
         if self._reloader is not None:
@@ -347,26 +392,36 @@ class FrontGateway(grpc.GenericRpcHandler):
         self.sender.close()
         await self.context.commitlog.close()
         await self.relay.close()
+        if self.topics_copy is not None:
+            self.topics_copy.close()
         _log.info("front gateway stopped", messages_stored=self.served, calls_forwarded=self.relay.forwarded)
 
 
 def serve_front(settings: Settings, host: str, port: int, metrics_port: int | None, commitlog: str, owner: str,
-                own: tuple[str, int] | None) -> int:
-    return asyncio.run(_serve(settings, host, port, metrics_port, commitlog, owner, own))
+                own: tuple[str, int] | None, ha: str | None = None) -> int:
+    return asyncio.run(_serve(settings, host, port, metrics_port, commitlog, owner, own, ha))
 
 
 async def _serve(settings: Settings, host: str, port: int, metrics_port: int | None, commitlog: str, owner: str,
-                 own: tuple[str, int] | None) -> int:
+                 own: tuple[str, int] | None, ha: str | None) -> int:
     try:
-        front = FrontGateway(settings, AsyncCommitLogClient(commitlog), OwnerRelay(owner))
-    except (OSError, ValueError) as e:  # unreadable config/ or topics.json
+        tls = server_tls(settings)
+        topics_copy = None
+        if ha is not None:
+            config_dir = os.path.join(settings.store_path_root_dir, "config")
+            os.makedirs(config_dir, exist_ok=True)
+            topics_copy = TopicsCopy(HAClient(ha), config_dir)
+            await asyncio.to_thread(topics_copy.copy_once)  # the owner's topics from the first send, if it answers
+        front = FrontGateway(settings, AsyncCommitLogClient(commitlog), OwnerRelay(owner), topics_copy)
+    except (OSError, ValueError) as e:  # unreadable config/, topics.json or TLS files
         _log.error("front gateway cannot start", error=str(e), store_path_root_dir=settings.store_path_root_dir)
         return 1
     front.start()
     try:
         # SO_REUSEPORT (grpc's default on Linux, said here because this is what the front relies on):
         # the port is shared with the owner gateway and the other front gateways.
-        server = AioGrpcServer(host, port, options=[("grpc.so_reuseport", 1)])
+        server = AioGrpcServer(host, port, options=[("grpc.so_reuseport", 1)], tls=tls,
+                               silent_close_ms=settings.grpc_server_handshake_timeout_millis)
         own_endpoint = server.listen_also(*own) if own is not None else None
         server.add(lambda handler, srv: srv.add_generic_rpc_handlers((handler,)), front, GATEWAY_SERVICE)
         for name in (BATCH_READ_SERVICE, MESSAGING_SERVICE):  # served by the same handler: named for health
@@ -379,7 +434,7 @@ async def _serve(settings: Settings, host: str, port: int, metrics_port: int | N
         await front.shutdown()
         raise
     _log.info("front gateway serving", endpoint=server.endpoint, own=own_endpoint, owner=owner, commitlog=commitlog,
-              metrics_port=bound_metrics)
+              topics_from=ha or "the store directory", metrics_port=bound_metrics)
     await serve_until_signal(server, front.shutdown, STOP_GRACE_SECONDS, on_signal=front.send_streams.stop)
     return 0
 

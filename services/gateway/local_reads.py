@@ -27,15 +27,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from rocketstore import _speedups
-from rocketstore.codec import (
+from rocketstore.formats import (
     BODYLEN_LENGTH,
     BODYLEN_POSITIONS,
+    CQ_STORE_UNIT_SIZE,
     HOST_FLAGS_SHIFT,
     MESSAGE_MAGIC_CODE,
     MIN_RECORD_LENGTH,
     POS_SYSFLAG,
+    RECORD_HEAD_TO_PHYSICALOFFSET,
     TOPICLEN_LENGTH,
 )
+from rocketstore.formats import CQ_UNIT as FORMATS_CQ_UNIT
 from rocketstore.log import get_logger
 from rocketstore.settings import Settings
 from rocketstore.subscription import Subscription
@@ -46,12 +49,12 @@ __all__ = ["LocalBatch", "LocalStoreReader"]
 
 _log = get_logger("rocketstore.gateway")
 
-CQ_UNIT = 20
+CQ_UNIT = CQ_STORE_UNIT_SIZE
 MIN_SCAN_UNITS = 800  # units a read looks at, at least (as getMessage's 16,000 bytes)
 MAX_OPEN_FILES = 32
-_UNIT = struct.Struct(">qiq")
+_UNIT = FORMATS_CQ_UNIT
 # TOTALSIZE, MAGICCODE, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET, PHYSICALOFFSET: the head of every record
-_HEAD = struct.Struct(">iIiiiqq")
+_HEAD = RECORD_HEAD_TO_PHYSICALOFFSET
 _INT = struct.Struct(">i")
 # The dispatcher's compiled record walk (rocketstore/_hotloops.c), when built: the fields of a run of records
 # in one call; without it, the loop below checks each record.

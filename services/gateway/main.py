@@ -26,10 +26,12 @@ from rocketstore.v2 import service_pb2_grpc as v2_grpc
 
 from .gateway import Gateway
 from .servicer import BATCH_READ_SERVICE, GATEWAY_SERVICE, BatchReadServicer, GatewayServicer
+from .tls_settings import server_tls
 from .v2.servicer import MESSAGING_SERVICE, MessagingServicer
 
 if TYPE_CHECKING:
     from rocketstore.settings import Settings
+    from rocketstore.tls import ServerTls
 
 __all__ = ["DEFAULT_PORT", "serve"]
 
@@ -55,14 +57,17 @@ def connection_options(settings: Settings, max_connections: int) -> list[tuple[s
 
 
 def client_server(settings: Settings, host: str, port: int, interceptors: Sequence[grpc.aio.ServerInterceptor],
-                  options: Sequence[tuple[str, int]] = ()) -> tuple[AioGrpcServer, ConnectionGuard]:
+                  options: Sequence[tuple[str, int]] = (), tls: ServerTls | None = None,
+                  ) -> tuple[AioGrpcServer, ConnectionGuard]:
     """The server clients connect to (this process's, or the broker process's in local mode), bound, with
     the connection limits: the open file limit raised to the hard limit, gRPC's options, and
-    the guard that closes silent connections (start it once the server serves, stop it after)."""
+    the guard that closes silent connections (start it once the server serves, stop it after); with
+    ``tls`` (``server_tls(settings)``), TLS as tls.server.mode says."""
     soft, hard = raise_descriptor_limit()
     max_connections = settings.grpc_max_connections or max(64, soft - DESCRIPTORS_KEPT)
     server = AioGrpcServer(host, port, options=[*connection_options(settings, max_connections), *options],
-                           interceptors=interceptors)
+                           interceptors=interceptors, tls=tls,
+                           silent_close_ms=settings.grpc_server_handshake_timeout_millis)
     guard = ConnectionGuard(server.port, max_connections=max_connections,
                             max_per_address=settings.grpc_max_connections_per_address)
     for interceptor in interceptors:
@@ -88,7 +93,7 @@ def add_gateway_services(server: AioGrpcServer, gateway: Gateway, endpoint: str 
 
 def serve(settings: Settings, host: str = "127.0.0.1", port: int | None = None, metrics_port: int | None = None,
           *, log_level: str = "info", commitlog: str, index: str | None = None, owner: str | None = None,
-          own_port: int | None = None) -> int:
+          own_port: int | None = None, ha: str | None = None) -> int:
     configure_logging(json=True, level=log_level, service=SERVICE)
     try:
         configure(settings.cluster_secret_file, settings.store_path_root_dir)  # for its internal calls
@@ -99,7 +104,10 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int | None = None, 
         from .front import serve_front
 
         return serve_front(settings, host, DEFAULT_PORT if port is None else port, metrics_port, commitlog, owner,
-                           ("127.0.0.1", own_port) if own_port is not None else None)
+                           ("127.0.0.1", own_port) if own_port is not None else None, ha)
+    if ha is not None:
+        print("rocketstore serve gateway: --ha goes with --owner", file=sys.stderr)
+        return 2
     if index is None:
         print("rocketstore serve gateway: --index HOST:PORT is required (except for a front gateway, --owner)",
               file=sys.stderr)
@@ -113,15 +121,16 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int | None = None, 
 async def _serve(settings: Settings, host: str, port: int, metrics_port: int | None, commitlog: str,
                  index: str) -> int:
     try:
+        tls = server_tls(settings)
         gateway = Gateway.connect(settings, commitlog, index)
-    except (OSError, ValueError) as e:  # unreadable config/, corrupt topics.json with no usable backup
+    except (OSError, ValueError) as e:  # unreadable config/ or TLS files, corrupt topics.json with no usable backup
         _log.error("gateway cannot start", error=str(e), store_path_root_dir=settings.store_path_root_dir)
         return 1
     gateway.start()
     guard: ConnectionGuard | None = None
     try:
         metrics = GatewayMetrics(gateway) if metrics_port is not None else None
-        server, guard = client_server(settings, host, port, [metrics] if metrics is not None else [])
+        server, guard = client_server(settings, host, port, [metrics] if metrics is not None else [], tls=tls)
         add_gateway_services(server, gateway)
         await server.start()
         guard.start()

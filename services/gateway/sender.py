@@ -16,7 +16,8 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from rocketstore.codec import END_FILE_MIN_BLANK_LENGTH, HOST_V6_EXTRA, MAX_PROPERTIES_LENGTH, MIN_RECORD_LENGTH
+from rocketstore.codec import MAX_PROPERTIES_LENGTH
+from rocketstore.formats import END_FILE_MIN_BLANK_LENGTH, HOST_V6_EXTRA, MIN_RECORD_LENGTH
 from rocketstore.log import get_logger
 from rocketstore.message import (
     COMPRESSED_FLAG,

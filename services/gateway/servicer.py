@@ -15,6 +15,7 @@ from rocketstore.errors import BrokerError
 from rocketstore.internal_auth import operator_denial
 from rocketstore.log import get_logger
 from rocketstore.servicing import rpc_errors
+from rocketstore.tls_demux import original_peer
 from rocketstore.v1 import gateway_pb2 as pb
 from rocketstore.v1 import gateway_pb2_grpc as pb_grpc
 
@@ -53,12 +54,16 @@ def peer_host(context: _Context) -> str:
     """The client's "ip:port" as gRPC names it ("ipv4:1.2.3.4:5" / "ipv6:[::1]:5"). A call from loopback
     may be a front gateway forwarding its client's call: then the address it names in CLIENT_HOST_HEADER.
     Honoured from loopback only (front gateways run beside their owner), so a remote client cannot choose
-    the born host stored with its messages; a local one could, as it could bind any local address."""
+    the born host stored with its messages; a local one could, as it could bind any local address.
+    A connection relayed by the port demultiplexer (tls.server.mode=permissive) is its client's."""
     peer = context.peer() or ""
     kind, _, address = peer.partition(":")
     if kind == "ipv4":
         if address.startswith("127."):
-            return _forwarded_host(context) or address
+            relayed = original_peer(address)
+            if relayed is not None and not relayed.startswith(("127.", "[::1]")):
+                return relayed
+            return _forwarded_host(context) or relayed or address
         return address
     if kind == "ipv6":
         address = address.replace("%5B", "[").replace("%5D", "]")

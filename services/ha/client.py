@@ -116,10 +116,12 @@ class HAClient:
         return HAStatus.from_proto(self._calls.call(self._stub.GetStatus, pb.GetHAStatusRequest(), retry=True,
                                                     timeout=timeout))
 
-    def config_files(self, *, timeout: float | None = None) -> list[tuple[str, bytes | None]]:
-        """GetConfigFiles: the master's synced config files, (name, bytes or None when it has none)
-        (retried on UNAVAILABLE within its deadline: it changes nothing)."""
-        reply = self._calls.call(self._stub.GetConfigFiles, pb.GetConfigFilesRequest(), retry=True, timeout=timeout)
+    def config_files(self, names: Sequence[str] = (), *,
+                     timeout: float | None = None) -> list[tuple[str, bytes | None]]:
+        """GetConfigFiles: the master's synced config files (those of ``names``; none given: all), (name, bytes or
+        None when it has none) (retried on UNAVAILABLE within its deadline: it changes nothing)."""
+        reply = self._calls.call(self._stub.GetConfigFiles, pb.GetConfigFilesRequest(names=names), retry=True,
+                                 timeout=timeout)
         return [(f.name, f.content if f.exists else None) for f in reply.files]
 
     def close(self) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from rocketstore.config_file import persist_json
@@ -41,10 +41,10 @@ def config_dir_of(store_path_root_dir: str) -> str:
     return os.path.join(store_path_root_dir, "config")
 
 
-def read_config_files(config_dir: str) -> list[FileContent]:
-    """The master's side: each synced file's bytes as they are on disk."""
+def read_config_files(config_dir: str, names: Iterable[str] = SYNCED_FILES) -> list[FileContent]:
+    """The master's side: each synced file's (of ``names``) bytes as they are on disk."""
     out: list[FileContent] = []
-    for name in SYNCED_FILES:
+    for name in names:
         try:
             with open(os.path.join(config_dir, name), "rb") as f:
                 out.append((name, f.read()))

@@ -21,7 +21,7 @@ from rocketstore.settings import Settings
 from rocketstore.v1 import ha_pb2 as pb
 from rocketstore.v1 import ha_pb2_grpc as pb_grpc
 
-from .config_sync import read_config_files
+from .config_sync import SYNCED_FILES, read_config_files
 from .master import HAMaster, OffsetGone, SlaveSilent
 from .slave import HASlave
 from .transfer import BadReport, Diverged
@@ -96,7 +96,11 @@ class HAServicer(pb_grpc.HAServicer):
         if self._master is None:
             raise FailedPrecondition(f"this broker is a {self._settings.broker_role.value}; copy config files from "
                                      "its master")
+        unknown = set(request.names) - set(SYNCED_FILES)
+        if unknown:
+            raise InvalidArgument(f"no such config file to copy: {', '.join(sorted(unknown))} (the files are "
+                                  f"{', '.join(SYNCED_FILES)})")
         reply = pb.ConfigFiles()
-        for name, content in read_config_files(self._config_dir):
+        for name, content in read_config_files(self._config_dir, request.names or SYNCED_FILES):
             reply.files.add(name=name, exists=content is not None, content=content or b"")
         return reply

@@ -13,7 +13,7 @@ retried blindly. Every failure is a ``rocketstore.errors.BrokerError`` naming "t
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import grpc
@@ -121,13 +121,11 @@ class IndexClient:
         return Position.from_proto(self._calls.call(self._stub.GetPosition, pb.GetPositionRequest(), retry=True,
                                                     timeout=timeout))
 
-    def truncate(self, physical_offset: int, commitlog_instance_id: str, *, timeout: float = ADMIN_TIMEOUT,
-                 metadata: Sequence[tuple[str, str]] = ()) -> Position:
-        """Cut every entry at or beyond ``physical_offset`` (a CommitLog that recovered shorter);
-        ``metadata`` carries the operator token (rocketstore.operator_token.call_metadata)."""
+    def truncate(self, physical_offset: int, commitlog_instance_id: str, *,
+                 timeout: float = ADMIN_TIMEOUT) -> Position:
+        """Cut every entry at or beyond ``physical_offset`` (a CommitLog that recovered shorter)."""
         request = pb.TruncateRequest(physical_offset=physical_offset, commitlog_instance_id=commitlog_instance_id)
-        return Position.from_proto(self._calls.call(self._stub.Truncate, request, retry=False, timeout=timeout,
-                                                    metadata=metadata))
+        return Position.from_proto(self._calls.call(self._stub.Truncate, request, retry=False, timeout=timeout))
 
     # --- reads --------------------------------------------------------------------------------
     def get_message(self, topic: str, queue_id: int, offset: int, max_messages: int, *, expression: str = "",

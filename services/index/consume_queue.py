@@ -34,6 +34,7 @@ import struct
 import threading
 from collections.abc import Callable, Sequence
 
+from rocketstore.formats import CQ_BLANK_SIZE, CQ_BLANK_UNIT, CQ_STORE_UNIT_SIZE, CQ_UNIT, cq_units
 from rocketstore.log import get_logger
 from rocketstore.mapped_file import MappedFile
 from rocketstore.mapped_file_queue import MappedFileQueue
@@ -50,25 +51,21 @@ __all__ = [
 
 log = get_logger(__name__)
 
-CQ_STORE_UNIT_SIZE = 20
 MSG_TAG_OFFSET_INDEX = 12
 DEFAULT_MAPPED_FILE_SIZE = 300000 * CQ_STORE_UNIT_SIZE
-_BLANK_SIZE = 0x7FFFFFFF
+_BLANK_SIZE = CQ_BLANK_SIZE
 
-_UNIT = struct.Struct(">qiq")
+_UNIT = CQ_UNIT
 _pack_into = _UNIT.pack_into
 _unpack_from = _UNIT.unpack_from
 _HEAD = struct.Struct(">qi")  # a unit's offset and size, enough to judge it
-BLANK_UNIT = _UNIT.pack(0, _BLANK_SIZE, 0)
+BLANK_UNIT = CQ_BLANK_UNIT
 
 # Byte value -> 1 when its top bit is set: the sign of a big-endian field's first byte.
 _SIGN = bytes(1 if b >= 0x80 else 0 for b in range(256))
 
 
-@functools.lru_cache(maxsize=512)
-def _units_struct(n: int) -> struct.Struct:
-    """``n`` units in one struct: a run of a queue is packed with one call."""
-    return struct.Struct(">" + "qiq" * n)
+_units_struct = functools.lru_cache(maxsize=512)(cq_units)  # a run of a queue is packed with one call
 
 
 def round_file_size(size: int) -> int:

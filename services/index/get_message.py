@@ -24,9 +24,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from rocketstore.codec import (
+from rocketstore.formats import (
     BODYLEN_LENGTH,
     BODYLEN_POSITIONS,
+    CQ_STORE_UNIT_SIZE,
     HOST_FLAGS_SHIFT,
     MIN_RECORD_LENGTH,
     POS_QUEUEID,
@@ -35,14 +36,15 @@ from rocketstore.codec import (
     POS_TOTALSIZE,
     TOPICLEN_LENGTH,
 )
+from rocketstore.formats import CQ_UNIT as FORMATS_CQ_UNIT
 from rocketstore.log import get_logger
 from rocketstore.statuses import GetMessageStatus
 from rocketstore.subscription import Subscription
 
 __all__ = ["GetMessageResult", "Limits", "QueueView", "get_message", "total_physical_memory"]
 
-CQ_UNIT = 20
-_UNIT = struct.Struct(">qiq")
+CQ_UNIT = CQ_STORE_UNIT_SIZE
+_UNIT = FORMATS_CQ_UNIT
 _INT = struct.Struct(">i")
 _LONG = struct.Struct(">q")
 

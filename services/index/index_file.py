@@ -27,6 +27,15 @@ from collections.abc import Sequence
 
 from rocketstore import _speedups
 from rocketstore.checkpoint import StoreCheckpoint
+from rocketstore.formats import (
+    HASH_SLOT,
+    HASH_SLOT_SIZE,
+    INDEX_ENTRY,
+    INDEX_HEADER,
+    INDEX_HEADER_SIZE,
+    INDEX_SIZE,
+    INVALID_INDEX,
+)
 from rocketstore.log import get_logger
 from rocketstore.mapped_file import MappedFile
 from rocketstore.message import TRANSACTION_ROLLBACK_TYPE, transaction_type
@@ -44,15 +53,12 @@ __all__ = [
 
 log = get_logger(__name__)
 
-INDEX_HEADER_SIZE = 40
-HASH_SLOT_SIZE = 4
-INDEX_SIZE = 20
-_INVALID_INDEX = 0
+_INVALID_INDEX = INVALID_INDEX
 _INT_MAX = 0x7FFFFFFF
 
-_HEADER = struct.Struct(">qqqqii")
-_ENTRY = struct.Struct(">iqii")
-_INT = struct.Struct(">i")
+_HEADER = INDEX_HEADER
+_ENTRY = INDEX_ENTRY
+_INT = HASH_SLOT
 _pack_header = _HEADER.pack_into
 _pack_entry = _ENTRY.pack_into
 _unpack_entry = _ENTRY.unpack_from

@@ -37,17 +37,16 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from rocketstore.checkpoint import StoreCheckpoint
-from rocketstore.codec import (
+from rocketstore.codec import RECORD_SIZE_SLACK, read_record_info, store_timestamp_position
+from rocketstore.config_file import ConfigFileError, load_json, persist_json
+from rocketstore.file_lock import FileLockHeld, lock_file, unlock_file
+from rocketstore.formats import (
     BLANK_MAGIC_CODE,
     MESSAGE_MAGIC_CODE,
     MIN_RECORD_LENGTH,
     POS_SYSFLAG,
-    RECORD_SIZE_SLACK,
-    read_record_info,
-    store_timestamp_position,
 )
-from rocketstore.config_file import ConfigFileError, load_json, persist_json
-from rocketstore.file_lock import FileLockHeld, lock_file, unlock_file
+from rocketstore.formats import CQ_UNIT as _UNIT
 from rocketstore.log import get_logger, lost_log_lines
 from rocketstore.message import (
     KEY_SEPARATOR,
@@ -71,7 +70,6 @@ from .retention import Subscriptions, consumed_floor
 __all__ = ["CommitLogReader", "DispatchGap", "DispatchRefused", "IndexStore", "QueueInfo", "StoreNotWritable"]
 
 _log = get_logger("rocketstore.index")
-_UNIT = struct.Struct(">qiq")
 _INT = struct.Struct(">i")
 _LONG = struct.Struct(">q")
 _BLANK_MAGIC = struct.unpack(">i", struct.pack(">I", BLANK_MAGIC_CODE))[0]

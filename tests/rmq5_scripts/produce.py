@@ -1,7 +1,9 @@
 """Send messages with the official RocketMQ 5 Python client's Producer. Runs in the client's virtualenv.
 
 stdin: {"endpoint": "127.0.0.1:8081", "topic": "T", "messages": [{"body": "...", "tag": "...", "keys": [...],
-"properties": {...}, "group": "..."}]}; stdout: one JSON line, a list of {"message_id", "offset"} in order."""
+"properties": {...}, "group": "..."}], "tls": false}; stdout: one JSON line, a list of {"message_id", "offset"} in
+order. With "tls": true the client connects over TLS (its tls_enable), trusting the roots grpc reads from
+GRPC_DEFAULT_SSL_ROOTS_FILE_PATH."""
 
 import json
 import sys
@@ -9,7 +11,8 @@ import sys
 from rocketmq import ClientConfiguration, Credentials, Message, Producer
 
 spec = json.load(sys.stdin)
-producer = Producer(ClientConfiguration(spec["endpoint"], Credentials(), request_timeout=10), (spec["topic"],))
+producer = Producer(ClientConfiguration(spec["endpoint"], Credentials(), request_timeout=10), (spec["topic"],),
+                    tls_enable=bool(spec.get("tls")))
 producer.startup()
 receipts = []
 try:

@@ -55,10 +55,12 @@ class AioGrpcServer:
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, options: Sequence[tuple[str, Any]] = (),
                  interceptors: Sequence[grpc.aio.ServerInterceptor] = (), tls: ServerTls | None = None,
-                 silent_close_ms: int = 10_000) -> None:
+                 silent_close_ms: int = 10_000,
+                 inner_interceptors: Sequence[grpc.aio.ServerInterceptor] = ()) -> None:
         """``tls``: the port takes TLS only (``enforcing``) or TLS and plaintext both (``permissive``: a
         ``PortDemultiplexer`` holds the port and relays each connection to a plaintext or a TLS port of
-        this server on loopback, closing one that sends nothing for ``silent_close_ms``)."""
+        this server on loopback, closing one that sends nothing for ``silent_close_ms``).
+        ``inner_interceptors`` see the handlers with their requests decoded (access checks)."""
         self.host = host
         self.tls_mode = TlsMode.DISABLED if tls is None else tls.mode
         # Innermost: a request that cannot be decoded is answered INVALID_ARGUMENT, and the
@@ -66,7 +68,7 @@ class AioGrpcServer:
         merged = dict(_OPTIONS)
         merged.update(options)  # a given option replaces the default of the same name
         self._server = grpc.aio.server(options=list(merged.items()),
-                                       interceptors=[*interceptors, AioDecodeRequests()])
+                                       interceptors=[*interceptors, AioDecodeRequests(), *inner_interceptors])
         self._demux: PortDemultiplexer | None = None
         if tls is not None and tls.mode is TlsMode.PERMISSIVE:
             plain = self._bind("127.0.0.1", 0, None)

@@ -117,6 +117,11 @@ def _add_endpoint(p: argparse.ArgumentParser) -> None:
                      help="key of --tls-cert (env ROCKETSTORE_TLS_KEY)")
     tls.add_argument("--tls-server-name", metavar="NAME", default=None,
                      help="name the gateway's certificate is checked for, when not the host of --endpoint")
+    p.add_argument("--access-key", default=None, metavar="KEY",
+                   help="sign the calls as this user (default: $ROCKETSTORE_ACCESS_KEY)")
+    p.add_argument("--secret-key", default=None, metavar="KEY",
+                   help="the user's secret key (default: $ROCKETSTORE_SECRET_KEY; prefer the variable: "
+                        "arguments show in the process list)")
 
 
 def client_tls(args: argparse.Namespace) -> ClientTls | None:
@@ -165,6 +170,7 @@ def _guard(command: str, fn: Callable[[argparse.Namespace], int]) -> Callable[[a
 
         # Client logs are for trouble only, and on stderr: stdout carries the output (--json lines).
         configure_logging(json=False, level=getattr(args, "log_level", None) or "warning")
+        _use_credentials(args)
         try:
             return fn(args)
         except ClientError as e:
@@ -178,6 +184,16 @@ def _guard(command: str, fn: Callable[[argparse.Namespace], int]) -> Callable[[a
             return 130
 
     return run
+
+
+def _use_credentials(args: argparse.Namespace) -> None:
+    """--access-key / --secret-key: every client this command makes signs its calls with them."""
+    from rocketstore.client.signing import ACCESS_KEY_ENV, SECRET_KEY_ENV
+
+    for option, env in (("access_key", ACCESS_KEY_ENV), ("secret_key", SECRET_KEY_ENV)):
+        value = getattr(args, option, None)
+        if value is not None:
+            os.environ[env] = value
 
 
 # --- up ---------------------------------------------------------------------------------------
@@ -1191,3 +1207,6 @@ def add_commands(commands: _SubParsers) -> None:
     from rocketstore.retry_commands import add_dlq
 
     add_dlq(commands)
+    from rocketstore.auth_commands import add_auth_commands
+
+    add_auth_commands(commands, _add_endpoint, _add_json, _guard)

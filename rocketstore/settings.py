@@ -51,7 +51,7 @@ __all__ = [
 
 ENV_PREFIX = "ROCKETSTORE_"
 # Environment variables under the prefix that configure something other than a key.
-_ENV_NOT_KEYS = frozenset({"CONFIG"})
+_ENV_NOT_KEYS = frozenset({"CONFIG", "ACCESS_KEY", "SECRET_KEY"})  # the client credentials
 
 _JAVA_INT_MAX = 2**31 - 1
 _CQ_UNIT_SIZE = CQ_STORE_UNIT_SIZE  # the CQ file size is always a whole number of units
@@ -367,6 +367,21 @@ def _k(
                       status, tuple(by.split()), note)
 
 
+def _auth_json(value: Any) -> None:
+    """initAuthenticationUser / innerClientAuthenticationCredentials: a JSON object naming a user and secret."""
+    if not value:
+        return
+    import json
+
+    try:
+        data = json.loads(value)
+    except ValueError:
+        raise _Invalid('expected JSON such as {"username":"admin","password":"..."}') from None
+    if not isinstance(data, dict) or not (data.get("username") or data.get("accessKey")) or \
+            not (data.get("password") or data.get("secretKey")):
+        raise _Invalid("expected a JSON object with username and password (or accessKey and secretKey)")
+
+
 class _Range(TypedDict):
     minimum: int
     maximum: int
@@ -459,6 +474,26 @@ KEYS: tuple[SettingKey, ...] = (
        check=_one_of("none", "optional", "require"), normalize=_lowered),
     _k("tls.server.trustCertPath", str, "", "PEM CA certificates client certificates are checked against.",
        by="gateway", normalize=_expand_path),
+    # --- ACL 2.0 (RocketMQ 5.3's AuthConfig; docs/security.md)
+    _k("authenticationEnabled", bool, False,
+       "Require every client call to be signed with a user's access key and secret key.",
+       by="gateway", part="every v1 and v2 call at the gateway (and front gateways) must carry a valid "
+       "MQv2-HMAC-SHA1 signature of a known, enabled user"),
+    _k("authorizationEnabled", bool, False,
+       "Check every client call against the calling user's ACL rules.",
+       by="gateway", part="the resource and actions each call implies, decided by the user's rules (super "
+       "users may do anything); needs authenticationEnabled to know the user"),
+    _k("initAuthenticationUser", str, "",
+       'A super user created at start unless it exists: {"username":"...","password":"..."}.',
+       by="gateway", check=_auth_json),
+    _k("innerClientAuthenticationCredentials", str, "",
+       'Credentials of the broker\'s own clients, created as a super user at start: '
+       '{"accessKey":"...","secretKey":"..."}.',
+       by="gateway", check=_auth_json),
+    _k("authenticationMaxClockSkewSeconds", int, 900,
+       "Furthest a signed call's x-mq-date-time may be from the broker's clock (s).",
+       by="gateway", part="not a RocketMQ key: a signature older or newer than this is refused, so a captured "
+       "header cannot be replayed later", minimum=1),
     _k("useEpollNativeSelector", bool, False, "Use Netty's native epoll selector.",
        ignored="a Netty knob; gRPC chooses its own poller (epoll on Linux)"),
     _k("sendMessageThreadPoolNums", int, 16, "Threads handling sends.",

@@ -35,6 +35,11 @@ class SettingsFields:
     tls_server_key_password: str
     tls_server_need_client_auth: str
     tls_server_trust_cert_path: str
+    authentication_enabled: bool
+    authorization_enabled: bool
+    init_authentication_user: str
+    inner_client_authentication_credentials: str
+    authentication_max_clock_skew_seconds: int
     use_epoll_native_selector: bool
     send_message_thread_pool_nums: int
     pull_message_thread_pool_nums: int
@@ -144,6 +149,11 @@ class SettingsFields:
         tls_server_key_password: Any = ...,
         tls_server_need_client_auth: Any = ...,
         tls_server_trust_cert_path: Any = ...,
+        authentication_enabled: Any = ...,
+        authorization_enabled: Any = ...,
+        init_authentication_user: Any = ...,
+        inner_client_authentication_credentials: Any = ...,
+        authentication_max_clock_skew_seconds: Any = ...,
         use_epoll_native_selector: Any = ...,
         send_message_thread_pool_nums: Any = ...,
         pull_message_thread_pool_nums: Any = ...,

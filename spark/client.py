@@ -17,6 +17,7 @@ from collections.abc import Iterator, Sequence
 import grpc
 
 from rocketstore.client.errors import ClientError, error_for_code
+from rocketstore.client.signing import credentials_from_env, signed_channel
 from rocketstore.v1 import gateway_pb2 as pb
 from rocketstore.v1 import gateway_pb2_grpc as pb_grpc
 
@@ -47,7 +48,9 @@ def channel(endpoint: str) -> grpc.Channel:
             _pid = os.getpid()
         ch = _channels.get(endpoint)
         if ch is None:
-            ch = _channels[endpoint] = grpc.insecure_channel(endpoint, options=_OPTIONS)
+            # Signed with $ROCKETSTORE_ACCESS_KEY / $ROCKETSTORE_SECRET_KEY when the broker requires it.
+            ch = _channels[endpoint] = signed_channel(grpc.insecure_channel(endpoint, options=_OPTIONS),
+                                                      credentials_from_env())
         return ch
 
 

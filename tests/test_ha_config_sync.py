@@ -137,4 +137,6 @@ def test_topics_offsets_and_groups_created_on_the_master_appear_on_the_slaves_ga
     wait_for(lambda: slave_offsets() == {0: 2, 1: 3, 2: 4}, 30, "the committed offsets on the slave")
     group = s.GetSubscriptionGroup(gw.GetSubscriptionGroupRequest(group_name="SyncedGroup"), timeout=RPC_TIMEOUT)
     assert group.retry_queue_nums == 0  # the default is 1
-    assert all((slave.data_dir / "config" / name).exists() for name in SYNCED_FILES if name != "delayOffset.json")
+    # (no delay offsets, users nor rules on the master)
+    assert all((slave.data_dir / "config" / name).exists() for name in SYNCED_FILES
+               if name not in ("delayOffset.json", "users.json", "acls.json"))

@@ -15,6 +15,7 @@
 from rocketstore.tls import ClientTls
 
 from .admin import Admin
+from .auth_admin import AuthAdmin
 from .consume_stream import ConsumeStream, StreamQueue
 from .consumer import (
     ConsumeContext,
@@ -48,6 +49,7 @@ from .messages import (
 )
 from .producer import Producer, SendCallback
 from .selector import HashSelector, QueueSelector, RandomSelector, RoundRobinSelector
+from .signing import Credentials
 from .transaction_producer import (
     LocalTransactionState,
     TransactionListener,
@@ -56,6 +58,8 @@ from .transaction_producer import (
 )
 
 __all__ = [
+    "AuthAdmin",
+    "Credentials",
     "Admin",
     "ClientError",
     "ClientTls",

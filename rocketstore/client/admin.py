@@ -21,6 +21,7 @@ from rocketstore.v1 import gateway_pb2 as pb
 from .connection import DEFAULT_TIMEOUT, Connection, split_endpoints
 from .errors import InvalidArgumentError, from_rpc_error
 from .messages import ReceivedMessage
+from .signing import Credentials
 
 __all__ = ["Admin", "to_dict"]
 
@@ -34,9 +35,10 @@ class Admin:
     """Administrative calls on one gateway. Every method raises the ClientError of the gateway's status
     (NotFoundError for an unknown topic, PermissionDeniedError for a system topic, ...)."""
 
-    def __init__(self, endpoint: str, *, timeout: float = DEFAULT_TIMEOUT, tls: ClientTls | None = None) -> None:
+    def __init__(self, endpoint: str, *, timeout: float = DEFAULT_TIMEOUT, tls: ClientTls | None = None,
+                 credentials: Credentials | None = None) -> None:
         self.endpoint = split_endpoints(endpoint)[0]
-        self._conn = Connection(self.endpoint, timeout, tls=tls)
+        self._conn = Connection(self.endpoint, timeout, tls=tls, credentials=credentials)
 
     def __enter__(self) -> Admin:
         return self

@@ -15,6 +15,7 @@ from rocketstore.v1 import gateway_pb2_grpc
 
 from .errors import ClientError, from_rpc_error
 from .send_stream import SendStream, TooLargeForStream
+from .signing import Credentials, credentials_from_env, signed_channel
 
 __all__ = ["DEFAULT_TIMEOUT", "Connection", "split_endpoints"]
 
@@ -39,11 +40,13 @@ class Connection:
     multiplexed SendStream (``send_stream=True``, opened by the first send) or as unary Send calls."""
 
     def __init__(self, endpoint: str, timeout: float = DEFAULT_TIMEOUT, *, send_stream: bool = True,
-                 tls: ClientTls | None = None) -> None:
+                 tls: ClientTls | None = None, credentials: Credentials | None = None) -> None:
+        """``credentials`` sign every call (default: ``ROCKETSTORE_ACCESS_KEY`` / ``ROCKETSTORE_SECRET_KEY``)."""
         self.endpoint = endpoint
         self.timeout = timeout
         self.tls = tls
-        self.channel: grpc.Channel = open_channel(endpoint, tls=tls)
+        self._raw_channel = open_channel(endpoint, tls=tls)
+        self.channel: grpc.Channel = signed_channel(self._raw_channel, credentials or credentials_from_env())
         self.gateway = gateway_pb2_grpc.GatewayStub(self.channel)
         self.batch_read = gateway_pb2_grpc.BatchReadStub(self.channel)
         self._sends = SendStream(self.channel, endpoint) if send_stream else None
@@ -115,7 +118,7 @@ class Connection:
     def close(self) -> None:
         if self._sends is not None:
             self._sends.close()
-        self.channel.close()
+        self._raw_channel.close()
 
     def __enter__(self) -> Connection:
         return self

@@ -43,6 +43,7 @@ from .connection import Connection, split_endpoints
 from .errors import ClientError, DeadlineExceededError, NotFoundError, ResourceExhaustedError
 from .messages import Message, MessageQueue, SendResult, SendStatus
 from .selector import HashSelector, QueueSelector, RoundRobinSelector
+from .signing import Credentials
 
 __all__ = ["DEFAULT_PRODUCER_GROUP", "Producer", "SendCallback"]
 
@@ -161,7 +162,10 @@ class Producer:
         client_ip: str = "127.0.0.1",
         send_stream: bool = True,
         tls: ClientTls | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
+        """``credentials`` sign every call (default: ``ROCKETSTORE_ACCESS_KEY`` / ``ROCKETSTORE_SECRET_KEY``)."""
+        self._credentials = credentials
         self.endpoints = split_endpoints(endpoints if isinstance(endpoints, str) else list(endpoints))
         self.group = group
         self.send_timeout = send_timeout
@@ -217,7 +221,8 @@ class Producer:
                 conn = self._connections.get(endpoint)
                 if conn is None:
                     conn = self._connections[endpoint] = Connection(endpoint, send_stream=self._send_stream,
-                                                                    tls=self._tls)
+                                                                    tls=self._tls,
+                                                                    credentials=self._credentials)
         return conn
 
     def queues(self, topic: str, refresh: bool = False, timeout: float | None = None) -> list[MessageQueue]:

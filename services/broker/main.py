@@ -39,6 +39,7 @@ from rocketstore.services.commitlog.servicer import SERVICE_NAME as COMMITLOG_SE
 from rocketstore.services.commitlog.servicer import CommitLogServicer
 from rocketstore.services.commitlog.store import CommitLogStore, StoreStartError
 from rocketstore.services.dispatcher.dispatcher import Dispatcher
+from rocketstore.services.gateway.access_interceptor import AccessInterceptor
 from rocketstore.services.gateway.gateway import Gateway
 from rocketstore.services.gateway.main import GatewayMetrics, add_gateway_services, client_server
 from rocketstore.services.gateway.tls_settings import server_tls
@@ -127,12 +128,14 @@ async def _serve_gateway(broker: LocalBroker, host: str, port: int, metrics_port
         # SO_REUSEPORT (grpc's default on Linux, said here because front gateways rely on it): the front
         # gateways of `rocketstore up --gateways N` bind this same port.
         server, guard = client_server(settings, host, port, interceptors, options=[("grpc.so_reuseport", 1)],
-                                      tls=tls)
+                                      tls=tls, access=gateway.access)
         own_host, own_port = own
         add_gateway_services(server, gateway)
         if own_port is not None:
             # The owner port: the same gateway, for the front gateways alone (they send the cluster secret).
-            owner = AioGrpcServer(own_host, own_port, interceptors=[AioRequireSecret(broker.secret)])
+            # Their clients' calls, relayed with their headers, meet the same access checks as on the client port.
+            owner = AioGrpcServer(own_host, own_port, interceptors=[AioRequireSecret(broker.secret)],
+                                  inner_interceptors=[AccessInterceptor(gateway.access)])
             add_gateway_services(owner, gateway, server.endpoint)
             await owner.start()
         await server.start()

@@ -47,6 +47,9 @@ from rocketstore.settings import Settings
 from rocketstore.v1 import gateway_pb2 as pb
 from rocketstore.v2 import service_pb2 as s
 
+from .access import AccessControl, warn_if_open
+from .access_interceptor import AccessInterceptor
+from .auth_admin import AUTH_ADMIN_SERVICE
 from .context import SendContext
 from .errors import GatewayError, OwnerNeeded
 from .send_processor import SEND_TIMEOUT, SendMessageProcessor
@@ -86,11 +89,12 @@ _CHANNEL_OPTIONS = [
 
 def _methods() -> dict[str, tuple[bool, bool]]:
     """Every method of the client-facing services: its path and (client streaming, server streaming)."""
-    from rocketstore.v1 import gateway_pb2
+    from rocketstore.v1 import auth_pb2, gateway_pb2
     from rocketstore.v2 import service_pb2
 
     methods = {}
     for file, names in ((gateway_pb2.DESCRIPTOR, (GATEWAY_SERVICE, BATCH_READ_SERVICE)),
+                        (auth_pb2.DESCRIPTOR, (AUTH_ADMIN_SERVICE,)),
                         (service_pb2.DESCRIPTOR, (MESSAGING_SERVICE,))):
         for full_name in names:
             service = file.services_by_name[full_name.rsplit(".", 1)[-1]]
@@ -292,6 +296,7 @@ class FrontGateway(grpc.GenericRpcHandler):
     def __init__(self, settings: Settings, commitlog: AsyncCommitLogClient, relay: OwnerRelay,
                  topics_copy: TopicsCopy | None = None) -> None:
         self.context = FrontContext(settings, commitlog)
+        self.access = AccessControl(settings, writer=False)  # checks the sends served here; the owner, the rest
         self.relay = relay
         self.topics_copy = topics_copy
         self.sender = SendBatcher(commitlog.append)
@@ -421,10 +426,13 @@ async def _serve(settings: Settings, host: str, port: int, metrics_port: int | N
         # SO_REUSEPORT (grpc's default on Linux, said here because this is what the front relies on):
         # the port is shared with the owner gateway and the other front gateways.
         server = AioGrpcServer(host, port, options=[("grpc.so_reuseport", 1)], tls=tls,
-                               silent_close_ms=settings.grpc_server_handshake_timeout_millis)
+                               silent_close_ms=settings.grpc_server_handshake_timeout_millis, inner_interceptors=[
+                                   AccessInterceptor(front.access, only=frozenset({SEND, SEND_STREAM, SEND_MESSAGE}))])
+        warn_if_open(host, front.access)
         own_endpoint = server.listen_also(*own) if own is not None else None
         server.add(lambda handler, srv: srv.add_generic_rpc_handlers((handler,)), front, GATEWAY_SERVICE)
-        for name in (BATCH_READ_SERVICE, MESSAGING_SERVICE):  # served by the same handler: named for health
+        # Served by the same handler: named for health.
+        for name in (BATCH_READ_SERVICE, MESSAGING_SERVICE, AUTH_ADMIN_SERVICE):
             server.add(lambda handler, srv: None, front, name)
         await server.start()
         bound_metrics = start_metrics_server(metrics_port) if metrics_port is not None else None

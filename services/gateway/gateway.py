@@ -31,6 +31,7 @@ from rocketstore.internal_auth import process_secret, with_secret_aio
 from rocketstore.server import MAX_MESSAGE_BYTES
 from rocketstore.settings import Settings
 
+from .access import AccessControl
 from .admin_processor import AdminBrokerProcessor
 from .batch_read import BatchReadProcessor
 from .consume_stream import ConsumeStreamProcessor
@@ -87,6 +88,7 @@ class Gateway:
         self.producers = ProducerChannels()
         self.transactions = TransactionProcessor(context, self.sender, self.send.choose_queue)
         self.transaction_check = TransactionCheckService(self.transactions, self.producers)
+        self.access = AccessControl(settings)
 
     @classmethod
     def connect(cls, settings: Settings, commitlog_endpoint: str, index_endpoint: str) -> Gateway:

@@ -21,9 +21,12 @@ from rocketstore.connection_guard import ConnectionGuard, descriptor_limit, open
 from rocketstore.internal_auth import configure
 from rocketstore.log import configure_logging, get_logger
 from rocketstore.server import start_metrics_server
-from rocketstore.v1 import gateway_pb2_grpc
+from rocketstore.v1 import auth_pb2_grpc, gateway_pb2_grpc
 from rocketstore.v2 import service_pb2_grpc as v2_grpc
 
+from .access import AccessControl, warn_if_open
+from .access_interceptor import AccessInterceptor
+from .auth_admin import AUTH_ADMIN_SERVICE, AuthAdminServicer
 from .gateway import Gateway
 from .servicer import BATCH_READ_SERVICE, GATEWAY_SERVICE, BatchReadServicer, GatewayServicer
 from .tls_settings import server_tls
@@ -57,17 +60,20 @@ def connection_options(settings: Settings, max_connections: int) -> list[tuple[s
 
 
 def client_server(settings: Settings, host: str, port: int, interceptors: Sequence[grpc.aio.ServerInterceptor],
-                  options: Sequence[tuple[str, int]] = (), tls: ServerTls | None = None,
-                  ) -> tuple[AioGrpcServer, ConnectionGuard]:
+                  options: Sequence[tuple[str, int]] = (), tls: ServerTls | None = None, *,
+                  access: AccessControl) -> tuple[AioGrpcServer, ConnectionGuard]:
     """The server clients connect to (this process's, or the broker process's in local mode), bound, with
     the connection limits: the open file limit raised to the hard limit, gRPC's options, and
     the guard that closes silent connections (start it once the server serves, stop it after); with
-    ``tls`` (``server_tls(settings)``), TLS as tls.server.mode says."""
+    ``tls`` (``server_tls(settings)``), TLS as tls.server.mode says; every client call is checked by ``access``
+    (after the given interceptors, which see its refusals)."""
     soft, hard = raise_descriptor_limit()
     max_connections = settings.grpc_max_connections or max(64, soft - DESCRIPTORS_KEPT)
     server = AioGrpcServer(host, port, options=[*connection_options(settings, max_connections), *options],
                            interceptors=interceptors, tls=tls,
-                           silent_close_ms=settings.grpc_server_handshake_timeout_millis)
+                           silent_close_ms=settings.grpc_server_handshake_timeout_millis,
+                           inner_interceptors=[AccessInterceptor(access)])
+    warn_if_open(host, access)
     guard = ConnectionGuard(server.port, max_connections=max_connections,
                             max_per_address=settings.grpc_max_connections_per_address)
     for interceptor in interceptors:
@@ -82,9 +88,10 @@ def client_server(settings: Settings, host: str, port: int, interceptors: Sequen
 
 
 def add_gateway_services(server: AioGrpcServer, gateway: Gateway, endpoint: str | None = None) -> None:
-    """What clients call on a gateway: rocketstore.v1's Gateway and BatchRead (Spark), and RocketMQ 5's
-    MessagingService for its official clients (v2/). ``endpoint``: where clients reach it, when that is
-    not ``server``'s (the owner port of local mode)."""
+    """What clients call on a gateway: rocketstore.v1's Gateway and BatchRead (Spark), RocketMQ 5's
+    MessagingService for its official clients (v2/), and the users' and rules' administration.
+    ``endpoint``: where clients reach it, when that is not ``server``'s (the owner port of local mode)."""
+    server.add(auth_pb2_grpc.add_AuthAdminServicer_to_server, AuthAdminServicer(gateway.access), AUTH_ADMIN_SERVICE)
     server.add(gateway_pb2_grpc.add_GatewayServicer_to_server, GatewayServicer(gateway), GATEWAY_SERVICE)
     server.add(gateway_pb2_grpc.add_BatchReadServicer_to_server, BatchReadServicer(gateway), BATCH_READ_SERVICE)
     server.add(v2_grpc.add_MessagingServiceServicer_to_server, MessagingServicer(gateway, endpoint or server.endpoint),
@@ -130,7 +137,8 @@ async def _serve(settings: Settings, host: str, port: int, metrics_port: int | N
     guard: ConnectionGuard | None = None
     try:
         metrics = GatewayMetrics(gateway) if metrics_port is not None else None
-        server, guard = client_server(settings, host, port, [metrics] if metrics is not None else [], tls=tls)
+        server, guard = client_server(settings, host, port, [metrics] if metrics is not None else [], tls=tls,
+                                      access=gateway.access)
         add_gateway_services(server, gateway)
         await server.start()
         guard.start()

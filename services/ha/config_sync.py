@@ -27,7 +27,10 @@ from rocketstore.log import get_logger
 __all__ = ["SYNCED_FILES", "SYNC_INTERVAL_S", "ConfigSync", "FileContent", "merge_offsets", "read_config_files"]
 
 OFFSETS_FILE = "consumerOffset.json"
-SYNCED_FILES = ("topics.json", OFFSETS_FILE, "subscriptionGroup.json", "delayOffset.json")
+# users.json and acls.json: ACL 2.0's users and rules (rocketstore/auth/metadata.py), so a slave's gateway
+# authenticates and authorizes as its master's does.
+SYNCED_FILES = ("topics.json", OFFSETS_FILE, "subscriptionGroup.json", "delayOffset.json", "users.json", "acls.json")
+_SECRET_FILES = frozenset({"users.json"})  # secret keys: readable by the broker's user only, as on the master
 SYNC_INTERVAL_S = 3.0
 """RocketMQ's SlaveSynchronize runs every 10 s; a few seconds keeps a failed-over consumer closer."""
 
@@ -103,6 +106,8 @@ class ConfigSync:
             if mine == data:
                 continue
             persist_json(path, data)
+            if name in _SECRET_FILES:
+                os.chmod(path, 0o600)
             written.append(name)
         if written:
             _log.info("config files copied from the master", files=written)

@@ -2,7 +2,7 @@
 virtualenv.
 
 stdin: {"endpoint": "127.0.0.1:8081", "group": "G", "topic": "T", "expression": "TagA||TagB", "await": 1,
-"steps": [...]}, each step one of
+"steps": [...], "ak": "...", "sk": "..."}, each step one of
   {"op": "receive", "max": 32, "invisible": 2, "until": 3, "timeout": 10}: receive until ``until`` messages
       came (one receive when absent) or ``timeout`` seconds passed; its result is the list of messages;
   {"op": "ack", "bodies": ["a", ...]}: acknowledge the latest received message of each body;
@@ -16,7 +16,8 @@ import time
 from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
 
 spec = json.load(sys.stdin)
-consumer = SimpleConsumer(ClientConfiguration(spec["endpoint"], Credentials(), request_timeout=10), spec["group"],
+credentials = Credentials(spec.get("ak", ""), spec.get("sk", ""))
+consumer = SimpleConsumer(ClientConfiguration(spec["endpoint"], credentials, request_timeout=10), spec["group"],
                           {spec["topic"]: FilterExpression(spec.get("expression", "*"))},
                           await_duration=spec.get("await", 1))
 consumer.startup()

@@ -414,7 +414,7 @@ async def _serve(settings: Settings, host: str, port: int, metrics_port: int | N
         topics_copy = None
         if ha is not None:
             config_dir = os.path.join(settings.store_path_root_dir, "config")
-            os.makedirs(config_dir, exist_ok=True)
+            os.makedirs(config_dir, mode=0o700, exist_ok=True)
             topics_copy = TopicsCopy(HAClient(ha), config_dir)
             await asyncio.to_thread(topics_copy.copy_once)  # the owner's topics from the first send, if it answers
         front = FrontGateway(settings, AsyncCommitLogClient(commitlog), OwnerRelay(owner), topics_copy)

@@ -361,23 +361,31 @@ class RocketMQ(Server):
 
     name = RMQ
 
-    def __init__(self, build: Build, peer_dir: Path, flush: str = "ASYNC_FLUSH") -> None:
+    def __init__(self, build: Build, peer_dir: Path, flush: str = "ASYNC_FLUSH", store: Path | None = None,
+                 broker_conf: Sequence[str] = (), topic: str | None = TOPIC) -> None:
+        """``store``: the store's root directory (kept by ``stop``, left in place by ``close``); by default one
+        inside the scratch directory. ``broker_conf``: more ``key=value`` lines for broker.conf. ``topic``:
+        the topic made at start (QUEUES queues), None for none."""
         super().__init__()
         self.build = build
         peer_dir.mkdir(parents=True, exist_ok=True)
         self.dir = Path(tempfile.mkdtemp(prefix="rmq-", dir=peer_dir))
+        self.store = store or self.dir / "store"
+        self.broker_conf = list(broker_conf)
         self.procs: list[subprocess.Popen[Any]] = []
-        home, store, self.logs = self.dir / "home", self.dir / "store", self.dir / "logs"
-        for d in (home / "conf", store / "commitlog", self.logs, self.dir / "namesrv"):
+        home, self.logs = self.dir / "home", self.dir / "logs"
+        for d in (home / "conf", self.store / "commitlog", self.logs, self.dir / "namesrv"):
             d.mkdir(parents=True, exist_ok=True)
         try:
             self._up(build, flush)
+            if topic:
+                self.create_topic(topic, QUEUES)
         except BaseException:
             self.close()
             raise
 
     def _up(self, build: Build, flush: str) -> None:
-        home, store = self.dir / "home", self.dir / "store"
+        home, store = self.dir / "home", self.store
         self.namesrv_port, self.broker_port, ha, grpc_port, remoting = free_ports(5)
         self.namesrv = f"127.0.0.1:{self.namesrv_port}"
         self.endpoint = f"127.0.0.1:{grpc_port}"
@@ -389,7 +397,8 @@ class RocketMQ(Server):
             "brokerIP1=127.0.0.1", "brokerIP2=127.0.0.1", f"namesrvAddr={self.namesrv}",
             f"listenPort={self.broker_port}", "bindAddress=127.0.0.1", f"haListenPort={ha}",
             f"storePathRootDir={store}", f"storePathCommitLog={store}/commitlog", f"flushDiskType={flush}",
-            "autoCreateTopicEnable=true", "autoCreateSubscriptionGroup=true", "diskMaxUsedSpaceRatio=95", ""]))
+            "autoCreateTopicEnable=true", "autoCreateSubscriptionGroup=true", "diskMaxUsedSpaceRatio=95",
+            *self.broker_conf, ""]))
         (conf / "rmq-proxy.json").write_text(json.dumps({
             "rocketMQClusterName": "PeerCluster", "proxyMode": "local", "namesrvAddr": self.namesrv,
             "brokerConfigPath": str(conf / "broker.conf"), "grpcServerPort": grpc_port,
@@ -409,13 +418,19 @@ class RocketMQ(Server):
                      env)
         for port, what in ((self.broker_port, "broker"), (grpc_port, "proxy gRPC"), (remoting, "proxy remoting")):
             _wait_port(port, self.procs[1], f"RocketMQ's {what}", self.logs / "proxy.out")
-        out = subprocess.run([java, "-Xmx256m", *JDK17_OPTS, f"-Duser.home={home}", f"-Drocketmq.home.dir={home}",
-                              "-Drmq.logback.configurationFile=rmq.tools.logback.xml", "-cp", cp,
-                              "org.apache.rocketmq.tools.command.MQAdminStartup", "updateTopic", "-n", self.namesrv,
-                              "-b", f"127.0.0.1:{self.broker_port}", "-t", TOPIC, "-r", str(QUEUES), "-w",
-                              str(QUEUES)], capture_output=True, text=True, env=env, timeout=120)
+
+    def create_topic(self, topic: str, queues: int, message_type: str = "") -> None:
+        """mqadmin updateTopic straight to the broker; ``message_type``: NORMAL, FIFO, DELAY or TRANSACTION."""
+        home = self.dir / "home"
+        attrs = ["-a", f"+message.type={message_type}"] if message_type else []
+        out = subprocess.run([self.build.java or "java", "-Xmx256m", *JDK17_OPTS, f"-Duser.home={home}",
+                              f"-Drocketmq.home.dir={home}", "-Drmq.logback.configurationFile=rmq.tools.logback.xml",
+                              "-cp", self.build.server_cp(), "org.apache.rocketmq.tools.command.MQAdminStartup",
+                              "updateTopic", "-n", self.namesrv, "-b", f"127.0.0.1:{self.broker_port}", "-t", topic,
+                              "-r", str(queues), "-w", str(queues), *attrs], capture_output=True, text=True,
+                             env={**os.environ, "ROCKETMQ_HOME": str(home)}, timeout=120)
         if f"create topic to 127.0.0.1:{self.broker_port} success" not in out.stdout:  # mqadmin exits 0 regardless
-            raise BenchError(f"mqadmin updateTopic {TOPIC} failed:\n{(out.stdout + out.stderr)[-1500:]}")
+            raise BenchError(f"mqadmin updateTopic {topic} failed:\n{(out.stdout + out.stderr)[-1500:]}")
 
     def _launch(self, role: str, cmd: list[str], env: dict[str, str]) -> None:
         with open(self.logs / f"{role}.out", "w") as log:
@@ -424,9 +439,14 @@ class RocketMQ(Server):
         self.procs.append(proc)
         self.roots.append(proc.pid)
 
-    def close(self) -> None:
-        for proc in reversed(self.procs):  # the proxy (with the broker) first, then the name server
+    def stop(self) -> None:
+        """Stop the proxy (a clean shutdown of its broker: SIGTERM), then the name server; the store stays."""
+        for proc in reversed(self.procs):
             _stop(proc)
+        self.procs.clear()
+
+    def close(self) -> None:
+        self.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -787,7 +807,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peer-dir", default=os.environ.get("ROCKETSTORE_PEER_DIR", "/tmp/rocketstore-peer"),
                         help="the Maven build and the scratch stores (default $ROCKETSTORE_PEER_DIR or "
                              "/tmp/rocketstore-peer)")
+    parser.add_argument("--build-only", action="store_true",
+                        help="build bench/peer (RocketMQ's jars and the Java programs) if it is not fresh, and stop")
     args = parser.parse_args(argv)
+    if args.build_only:
+        try:
+            Build(Path(args.peer_dir))
+        except BenchError as e:
+            print(f"peer_bench: {e}", file=sys.stderr)
+            return 1
+        return 0
     args.messages = args.messages or (200 if args.quick else 4_000)
     args.backlog = args.backlog or (5_000 if args.quick else 25 * args.messages)
     args.redis_seconds = args.redis_seconds or (2.0 if args.quick else 5.0)

@@ -275,7 +275,7 @@ def run_memory(broker: Broker, args: argparse.Namespace) -> None:
         profiler.wait()
     time.sleep(2.0)
     after = {name: broker.memory(name) for name in services}
-    wheel = os.path.join(broker.dir, "timerwheel")
+    wheel = os.path.join(broker.dir, "timerslots")
     files = os.listdir(wheel)
     wheel_bytes = sum(os.path.getsize(os.path.join(wheel, f)) for f in files)
     print(f"pending timers: {count:,} timed messages (100-byte bodies) due {args.far} s to {args.far + 3600} s ahead, "

@@ -21,8 +21,9 @@ import grpc.aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from rocketstore.channel import MAX_MESSAGE_BYTES
 from rocketstore.log import get_logger
-from rocketstore.server import MAX_MESSAGE_BYTES, RpcLatencyInterceptor, _join_host_port
+from rocketstore.server import RpcLatencyInterceptor, _join_host_port
 from rocketstore.servicing import AioDecodeRequests
 from rocketstore.tls import TlsMode
 from rocketstore.tls_demux import PortDemultiplexer

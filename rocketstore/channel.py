@@ -10,12 +10,14 @@ import grpc
 import grpc.aio
 
 from rocketstore.internal_auth import with_secret, with_secret_aio
-from rocketstore.server import MAX_MESSAGE_BYTES
 
 if TYPE_CHECKING:
     from rocketstore.tls import ClientTls
 
-__all__ = ["open_aio_channel", "open_channel"]
+__all__ = ["MAX_MESSAGE_BYTES", "open_aio_channel", "open_channel"]
+
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+"""Send and receive limit of every server and channel: a batch of records must fit in one message."""
 
 _OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),

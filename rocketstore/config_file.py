@@ -24,16 +24,20 @@ from typing import Any
 from rocketstore.errors import RocketstoreError
 from rocketstore.log import get_logger
 
-__all__ = ["BAK_SUFFIX", "TMP_SUFFIX", "ConfigFileError", "load_json", "persist_json", "persist_text", "to_json"]
+__all__ = ["BAK_SUFFIX", "TMP_SUFFIX", "ConfigFileError", "load_json", "parse_json", "persist_json", "persist_text",
+           "to_json"]
 
 BAK_SUFFIX = ".bak"
 TMP_SUFFIX = ".tmp"
 
 _log = get_logger("rocketstore.config_file")
 
-# fastjson writes Integer map keys without quotes (RocketMQ's own consumerOffset.json reads
-# ``{"TopicTest@group":{0:250,1:250}}``), which is not JSON. Quoting them lets us read such files.
-_BARE_INT_KEY = re.compile(r"([{,]\s*)(-?[0-9]+)(\s*:)")
+# fastjson writes the keys of a map whose key type is not String bare: RocketMQ's consumerOffset.json reads
+# ``{"TopicTest@group":{0:250,1:250}}``, delayOffset.json ``{1:2,18:0}``. That is not JSON; quoting every bare
+# key (a run of letters, digits, ``-``, ``+``, ``.``, ``_``, ``$`` right after ``{`` or ``,`` and before ``:``,
+# outside string literals) lets the standard parser read such files. fastjson also accepts single-quoted
+# strings, but never writes them.
+_BARE_KEY = re.compile(r'"(?:[^"\\]|\\.)*"|([{,]\s*)([-+.\w$]+)(\s*:)', re.DOTALL)
 
 # One writer at a time per file: concurrent persists would share the ``.tmp`` name.
 _path_locks: dict[str, threading.Lock] = {}
@@ -145,7 +149,7 @@ def _read(path: str, check: Callable[[dict[str, Any]], object] | None) -> tuple[
     if not raw.strip():
         return None, "empty"
     try:
-        data = _parse(raw.decode("utf-8"))
+        data = parse_json(raw)
     except UnicodeDecodeError:
         return None, "not UTF-8 text"
     except json.JSONDecodeError as exc:
@@ -160,17 +164,28 @@ def _read(path: str, check: Callable[[dict[str, Any]], object] | None) -> tuple[
     return data, ""
 
 
-def _parse(text: str) -> Any:
+def parse_json(text: str | bytes) -> Any:
+    """The value of a config file's text, in RocketMQ's dialect (fastjson: bare map keys) or plain JSON.
+
+    Raises json.JSONDecodeError (a ValueError) as the standard parser does, or UnicodeDecodeError."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8")
     try:
         return json.loads(text)
     except json.JSONDecodeError as first:
-        fixed = _BARE_INT_KEY.sub(r'\1"\2"\3', text)
+        fixed = _BARE_KEY.sub(_quote_key, text)
         if fixed == text:
             raise
         try:
             return json.loads(fixed)
         except json.JSONDecodeError:
             raise first from None
+
+
+def _quote_key(m: re.Match[str]) -> str:
+    if m.group(2) is None:
+        return m.group(0)  # a string literal, left as it is
+    return f'{m.group(1)}"{m.group(2)}"{m.group(3)}'
 
 
 def _lock_for(path: str) -> threading.Lock:

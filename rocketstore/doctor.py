@@ -42,7 +42,7 @@ from rocketstore.codec import (
     record_spans,
     stored_record_crc,
 )
-from rocketstore.config_file import persist_json
+from rocketstore.config_file import parse_json, persist_json
 from rocketstore.formats import (
     BLANK_MAGIC_CODE,
     CQ_BLANK_SIZE,
@@ -64,6 +64,7 @@ from rocketstore.message import (
     TRANSACTION_ROLLBACK_TYPE,
     property_value,
 )
+from rocketstore.rocketmq_layout import unusable_rocketmq_files
 from rocketstore.services.dispatcher.decode import DispatchDecoder, tags_code_of
 from rocketstore.services.index.dispatch_check import placement_problem
 from rocketstore.services.index.index_file import index_key_hash
@@ -101,7 +102,7 @@ class Finding:
     offset: int
     what: str
     todo: str
-    kind: str  # commitlog | consumequeue | indexfile | checkpoint | config
+    kind: str  # commitlog | consumequeue | indexfile | checkpoint | config | layout (nothing to repair)
 
     def text(self) -> str:
         where = self.file if self.offset < 0 else f"{self.file} at byte {self.offset}"
@@ -205,6 +206,9 @@ class _LocalCommitLog:
 def check_store(settings: Settings) -> Report:
     """Check every file of the (stopped) store; the report lists what is wrong."""
     report = Report(settings.store_path_root_dir)
+    for path, why in unusable_rocketmq_files(settings.store_path_root_dir):
+        report.add(_rel(settings, path), -1, why, "rocketstore refuses to start on this store; --repair leaves it "
+                   "as it is", "layout")
     files = _Files(settings.store_path_commit_log)
     try:
         records = _check_commitlog(settings, files, report)
@@ -610,7 +614,7 @@ def _check_configs(settings: Settings, report: Report) -> None:
                 text = f.read()
             if not text.strip():
                 continue  # an empty file is what a first start leaves; the services treat it as absent
-            doc = json.loads(text)
+            doc = parse_json(text)  # RocketMQ's own files have fastjson's bare map keys
             if not isinstance(doc, dict):
                 raise ValueError(f"a JSON {type(doc).__name__}, not an object")
         except (OSError, ValueError) as e:
@@ -633,7 +637,7 @@ def _config_todo(name: str) -> str:
 def _json_ok(path: str) -> bool:
     try:
         with open(path, "rb") as f:
-            return isinstance(json.loads(f.read()), dict)
+            return isinstance(parse_json(f.read()), dict)
     except (OSError, ValueError):
         return False
 

@@ -12,6 +12,7 @@ and ``rocketstore dlq list|show|resend`` (a group's dead letters, which its cons
 from __future__ import annotations
 
 import argparse
+import json
 from typing import TYPE_CHECKING, Any
 
 from rocketstore.cli import SubParsers
@@ -25,7 +26,8 @@ if TYPE_CHECKING:
 __all__ = ["add_dlq", "add_group_config_actions"]
 
 _GROUP_FIELDS = ("retry_max_times", "retry_queue_nums", "consume_enable", "consume_broadcast_enable",
-                 "consume_from_min_enable", "broker_id", "which_broker_when_consume_slowly", "consume_message_orderly")
+                 "consume_from_min_enable", "broker_id", "which_broker_when_consume_slowly", "consume_message_orderly",
+                 "group_retry_policy")
 
 
 def _non_negative(text: str) -> int:
@@ -64,6 +66,10 @@ def add_group_config_actions(sub: Any) -> None:
         p.add_argument("--orderly", action=argparse.BooleanOptionalAction, default=None,
                        dest="consume_message_orderly",
                        help="consumeMessageOrderly: RocketMQ 5 receives pop in order, FIFO (default: no)")
+        p.add_argument("--retry-policy", default=None, dest="group_retry_policy", metavar="JSON",
+                       help="groupRetryPolicy, the back-off RocketMQ 5 clients follow, as mqadmin's JSON: "
+                            "'{\"type\":\"CUSTOMIZED\",\"customizedRetryPolicy\":{\"next\":[1000,5000]}}' "
+                            "('' for the default)")
         _add_json(p)
         p.set_defaults(handler=_guard(f"group {name}", _run_create if name == "create" else _run_update))
     p = sub.add_parser("delete", help="delete a subscription group's configuration (its offsets are kept)")
@@ -84,7 +90,8 @@ def _group_dict(g: pb.SubscriptionGroup) -> dict[str, object]:
             "notifyConsumerIdsChangedEnable": g.notify_consumer_ids_changed_enable,
             "retryMaxTimes": g.retry_max_times, "retryQueueNums": g.retry_queue_nums,
             "whichBrokerWhenConsumeSlowly": g.which_broker_when_consume_slowly,
-            **({"consumeMessageOrderly": True} if g.consume_message_orderly else {})}
+            **({"consumeMessageOrderly": True} if g.consume_message_orderly else {}),
+            **({"groupRetryPolicy": json.loads(g.group_retry_policy)} if g.group_retry_policy else {})}
 
 
 def _print_group(g: pb.SubscriptionGroup, as_json: bool, verb: str) -> None:

@@ -21,14 +21,13 @@ import prometheus_client
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from rocketstore.channel import MAX_MESSAGE_BYTES
 from rocketstore.log import get_logger
 from rocketstore.servicing import DecodeRequests
 
-__all__ = ["MAX_MESSAGE_BYTES", "GrpcServer", "RpcLatencyInterceptor", "StoppableServer", "metric_value",
+__all__ = ["GrpcServer", "RpcLatencyInterceptor", "StoppableServer", "metric_value",
            "run_until_signal", "set_metrics_host", "start_metrics_server"]
 
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
-"""Send and receive limit of every server: a batch of records must fit in one message."""
 
 _log = get_logger("rocketstore.server")
 

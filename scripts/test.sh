@@ -11,6 +11,9 @@ if ! command -v javac >/dev/null 2>&1 || ! command -v mvn >/dev/null 2>&1; then
 fi
 python3 -m pip install --quiet --disable-pip-version-check -e '.[test]'
 python3 tests/java_client.py  # builds tests/java unless its last build is of the same sources (jars kept in ~/.m2)
+# Apache RocketMQ 5.3.3's jars and bench/peer's Java programs (tests/test_rocketmq_store_compat.py): Maven
+# builds them once into $ROCKETSTORE_PEER_DIR (default /tmp/rocketstore-peer); a fresh build is not redone.
+python3 bench/peer_bench.py --build-only
 python3 -m rocketstore.protogen --check
 ruff check .
 python3 -m mypy

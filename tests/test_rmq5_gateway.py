@@ -214,13 +214,8 @@ def test_telemetry_answers_settings_merged_as_the_proxy_does(broker: Broker,
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "neither publishing" in e.value.details()
 
 
-@pytest.mark.parametrize(("call", "words"), [
-    (lambda v2: v2.UpdateOffset(s.UpdateOffsetRequest(), metadata=METADATA), "not implemented"),
-    (lambda v2: list(v2.PullMessage(s.PullMessageRequest(), metadata=METADATA)), "not implemented"),
-], ids=["update-offset", "pull"])
-def test_methods_not_built_yet_answer_unimplemented_saying_so(v2: s_grpc.MessagingServiceStub,
-                                                              call: Callable[..., Any], words: str) -> None:
+def test_lite_subscriptions_answer_unimplemented_saying_so(v2: s_grpc.MessagingServiceStub) -> None:
     with pytest.raises(grpc.RpcError) as e:
-        call(v2)
+        v2.SyncLiteSubscription(s.SyncLiteSubscriptionRequest(), metadata=METADATA)
     assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
-    assert words in e.value.details()
+    assert "no lite topics" in e.value.details()

@@ -312,7 +312,7 @@ def test_recall_handles_and_marker_units_keep_rocketmqs_forms(tmp_path: Path) ->
         with pytest.raises(ValueError, match=says):
             RecallHandle.decode(bad)
 
-    wheel = TimerWheel(str(tmp_path / "timerwheel"))
+    wheel = TimerWheel(str(tmp_path / "timerslots"))
     wheel.append([(1000, TimerUnit(5, 100, 60)), (1000, TimerUnit(6, 160, 70, MAGIC_DELETE))])
     assert wheel.read(1000, 0, 10) == [TimerUnit(5, 100, 60), TimerUnit(6, 160, 70, MAGIC_DELETE)]
     assert wheel.delete_units(1000) == [TimerUnit(6, 160, 70, MAGIC_DELETE)]

@@ -19,8 +19,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from rocketstore.channel import MAX_MESSAGE_BYTES
 from rocketstore.server import (
-    MAX_MESSAGE_BYTES,
     GrpcServer,
     run_until_signal,
     set_metrics_host,

@@ -16,6 +16,7 @@ from test_delay_levels import delivered, wait_for
 from test_launcher import clean_environ, rocketstore_exe
 
 from rocketstore.v1 import gateway_pb2 as pb
+from services.gateway.group_retry_policy import EXPONENTIAL, GroupRetryPolicy
 from services.gateway.subscription_groups import (
     SubscriptionGroupConfig,
     SubscriptionGroupError,
@@ -56,6 +57,26 @@ def test_a_file_written_by_rocketmq_5_loads(tmp_path: Path) -> None:
             "attributes": {}, "consumeMessageOrderly": False}}}))
     g = SubscriptionGroupManager(tmp_path).get("G")
     assert g is not None and (g.retry_max_times, g.consume_enable, g.retry_queue_nums) == (5, False, 1)
+    assert g.group_retry_policy == GroupRetryPolicy()  # CUSTOMIZED with no delays: RocketMQ's own
+
+
+def test_a_groups_retry_policy_is_kept_in_rocketmqs_json(tmp_path: Path) -> None:
+    groups = SubscriptionGroupManager(tmp_path)
+    policy = GroupRetryPolicy(EXPONENTIAL, exponential_ms=(1000, 60000, 3))
+    groups.create(SubscriptionGroupConfig("backs-off", group_retry_policy=policy))
+    data = json.loads((tmp_path / "subscriptionGroup.json").read_text())["subscriptionGroupTable"]
+    assert data["backs-off"]["groupRetryPolicy"] == {
+        "type": "EXPONENTIAL", "exponentialRetryPolicy": {"initial": 1000, "max": 60000, "multiplier": 3}}
+    assert "groupRetryPolicy" not in data["TOOLS_CONSUMER"]  # the default is not written: a 4.9 entry stays 4.9's
+    again = SubscriptionGroupManager(tmp_path).get("backs-off")
+    assert again is not None and again.group_retry_policy == policy
+    for bad, words in ((GroupRetryPolicy("LINEAR"), "unknown"), (GroupRetryPolicy(customized_next_ms=()), "empty"),
+                       (GroupRetryPolicy(customized_next_ms=(1000, 0)), "1..86400000"),
+                       (GroupRetryPolicy(EXPONENTIAL, exponential_ms=(5000, 1000, 2)), "initial <= max")):
+        with pytest.raises(SubscriptionGroupError, match=words):
+            groups.create(SubscriptionGroupConfig(f"bad-{words[:3]}", group_retry_policy=bad))
+    with pytest.raises(ValueError, match="next"):
+        GroupRetryPolicy.from_json({"type": "CUSTOMIZED", "customizedRetryPolicy": {"next": ["1s"]}})
 
 
 def test_auto_create_and_refusals(tmp_path: Path) -> None:
@@ -85,6 +106,12 @@ def test_group_commands_and_what_the_broker_does_with_them(broker_factory: Calla
     assert shown == created
     stored = json.loads((broker.data_dir / "config" / "subscriptionGroup.json").read_text())
     assert stored["subscriptionGroupTable"]["Few"] == created
+    policy = {"type": "CUSTOMIZED", "customizedRetryPolicy": {"next": [1000, 2000]}}
+    backs_off = json.loads(cli("group", "create", "-e", ep, "-g", "BacksOff", "--retry-policy", json.dumps(policy),
+                               "--json").stdout)
+    assert backs_off["groupRetryPolicy"] == policy
+    refused = cli("group", "update", "-e", ep, "-g", "BacksOff", "--retry-policy", "{not json", check=False)
+    assert refused.returncode == 1 and "group_retry_policy" in refused.stderr
 
     # The send-back takes the group's retryMaxTimes when the consumer gives none: 1 retry, then the DLQ.
     stub.Send(pb.SendRequest(topic="Jobs", queue_id=0, messages=[pb.OutgoingMessage(body=b"j")]), timeout=RPC_TIMEOUT)

@@ -112,7 +112,7 @@ def test_many_pending_timers_across_a_restart(broker_factory: Callable[..., Brok
     wait_for(lambda: queue_size(broker, "Many", 0) >= total, timeout=180, say="every timer delivered")
     time.sleep(1.0)
     assert queue_size(broker, "Many", 0) == total
-    assert not list((broker.data_dir / "timerwheel").iterdir())  # delivered slots are removed
+    assert not list((broker.data_dir / "timerslots").iterdir())  # delivered slots are removed
 
 
 class _RecordingCommitLog:
@@ -165,7 +165,7 @@ def test_a_slot_read_before_it_is_due_delivers_what_reached_it_later_once(tmp_pa
         time.sleep(0.05)
     assert commitlog.appended[0][:5] == ["m0", "m1", "m2", "m3", "m4"]
     assert sorted(b for batch in commitlog.appended for b in batch) == [f"m{n}" for n in range(6)]
-    assert not (Path(str(tmp_path)) / "timerwheel" / str(slot)).exists()
+    assert not (Path(str(tmp_path)) / "timerslots" / str(slot)).exists()
     assert service.check.last_read_time_ms > slot and service.check.slot_delivered == 0
 
 

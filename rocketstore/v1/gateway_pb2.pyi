@@ -746,7 +746,7 @@ class ListTransactionsResponse(_message.Message):
     def __init__(self, transactions: _Optional[_Iterable[_Union[PendingTransaction, _Mapping]]] = ...) -> None: ...
 
 class SubscriptionGroup(_message.Message):
-    __slots__ = ("group_name", "consume_enable", "consume_from_min_enable", "consume_broadcast_enable", "retry_queue_nums", "retry_max_times", "broker_id", "which_broker_when_consume_slowly", "notify_consumer_ids_changed_enable", "consume_message_orderly")
+    __slots__ = ("group_name", "consume_enable", "consume_from_min_enable", "consume_broadcast_enable", "retry_queue_nums", "retry_max_times", "broker_id", "which_broker_when_consume_slowly", "notify_consumer_ids_changed_enable", "consume_message_orderly", "group_retry_policy")
     GROUP_NAME_FIELD_NUMBER: _ClassVar[int]
     CONSUME_ENABLE_FIELD_NUMBER: _ClassVar[int]
     CONSUME_FROM_MIN_ENABLE_FIELD_NUMBER: _ClassVar[int]
@@ -757,6 +757,7 @@ class SubscriptionGroup(_message.Message):
     WHICH_BROKER_WHEN_CONSUME_SLOWLY_FIELD_NUMBER: _ClassVar[int]
     NOTIFY_CONSUMER_IDS_CHANGED_ENABLE_FIELD_NUMBER: _ClassVar[int]
     CONSUME_MESSAGE_ORDERLY_FIELD_NUMBER: _ClassVar[int]
+    GROUP_RETRY_POLICY_FIELD_NUMBER: _ClassVar[int]
     group_name: str
     consume_enable: bool
     consume_from_min_enable: bool
@@ -767,7 +768,44 @@ class SubscriptionGroup(_message.Message):
     which_broker_when_consume_slowly: int
     notify_consumer_ids_changed_enable: bool
     consume_message_orderly: bool
-    def __init__(self, group_name: _Optional[str] = ..., consume_enable: _Optional[bool] = ..., consume_from_min_enable: _Optional[bool] = ..., consume_broadcast_enable: _Optional[bool] = ..., retry_queue_nums: _Optional[int] = ..., retry_max_times: _Optional[int] = ..., broker_id: _Optional[int] = ..., which_broker_when_consume_slowly: _Optional[int] = ..., notify_consumer_ids_changed_enable: _Optional[bool] = ..., consume_message_orderly: _Optional[bool] = ...) -> None: ...
+    group_retry_policy: str
+    def __init__(self, group_name: _Optional[str] = ..., consume_enable: _Optional[bool] = ..., consume_from_min_enable: _Optional[bool] = ..., consume_broadcast_enable: _Optional[bool] = ..., retry_queue_nums: _Optional[int] = ..., retry_max_times: _Optional[int] = ..., broker_id: _Optional[int] = ..., which_broker_when_consume_slowly: _Optional[int] = ..., notify_consumer_ids_changed_enable: _Optional[bool] = ..., consume_message_orderly: _Optional[bool] = ..., group_retry_policy: _Optional[str] = ...) -> None: ...
+
+class GetClientThreadStackRequest(_message.Message):
+    __slots__ = ("client_id", "timeout_ms")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    timeout_ms: int
+    def __init__(self, client_id: _Optional[str] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class ClientThreadStack(_message.Message):
+    __slots__ = ("client_id", "thread_stack")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    THREAD_STACK_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    thread_stack: str
+    def __init__(self, client_id: _Optional[str] = ..., thread_stack: _Optional[str] = ...) -> None: ...
+
+class ConsumeMessageDirectlyRequest(_message.Message):
+    __slots__ = ("client_id", "topic", "msg_id", "timeout_ms")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    MSG_ID_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    topic: str
+    msg_id: str
+    timeout_ms: int
+    def __init__(self, client_id: _Optional[str] = ..., topic: _Optional[str] = ..., msg_id: _Optional[str] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class ConsumeMessageDirectlyResult(_message.Message):
+    __slots__ = ("consume_result", "remark")
+    CONSUME_RESULT_FIELD_NUMBER: _ClassVar[int]
+    REMARK_FIELD_NUMBER: _ClassVar[int]
+    consume_result: str
+    remark: str
+    def __init__(self, consume_result: _Optional[str] = ..., remark: _Optional[str] = ...) -> None: ...
 
 class GetSubscriptionGroupRequest(_message.Message):
     __slots__ = ("group_name",)

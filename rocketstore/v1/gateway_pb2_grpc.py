@@ -169,6 +169,16 @@ class GatewayStub:
                 request_serializer=rocketstore_dot_v1_dot_gateway__pb2.ListTransactionsRequest.SerializeToString,
                 response_deserializer=rocketstore_dot_v1_dot_gateway__pb2.ListTransactionsResponse.FromString,
                 _registered_method=True)
+        self.GetClientThreadStack = channel.unary_unary(
+                '/rocketstore.v1.Gateway/GetClientThreadStack',
+                request_serializer=rocketstore_dot_v1_dot_gateway__pb2.GetClientThreadStackRequest.SerializeToString,
+                response_deserializer=rocketstore_dot_v1_dot_gateway__pb2.ClientThreadStack.FromString,
+                _registered_method=True)
+        self.ConsumeMessageDirectly = channel.unary_unary(
+                '/rocketstore.v1.Gateway/ConsumeMessageDirectly',
+                request_serializer=rocketstore_dot_v1_dot_gateway__pb2.ConsumeMessageDirectlyRequest.SerializeToString,
+                response_deserializer=rocketstore_dot_v1_dot_gateway__pb2.ConsumeMessageDirectlyResult.FromString,
+                _registered_method=True)
         self.Consume = channel.stream_stream(
                 '/rocketstore.v1.Gateway/Consume',
                 request_serializer=rocketstore_dot_v1_dot_gateway__pb2.ConsumeRequest.SerializeToString,
@@ -378,6 +388,22 @@ class GatewayServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetClientThreadStack(self, request, context):
+        """A connected RocketMQ 5 client's thread stacks (mqadmin consumerStatus -s), asked over its Telemetry stream
+        on this gateway; NOT_FOUND when it has none here, DEADLINE_EXCEEDED when it does not answer in time.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ConsumeMessageDirectly(self, request, context):
+        """Have a connected RocketMQ 5 client consume a stored message once, outside its group's progress (mqadmin
+        consumeMessageDirectly), over its Telemetry stream: its verdict.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Consume(self, request_iterator, context):
         """--- streaming consumption
         A consumer's long-lived stream to one gateway. The client opens it (ConsumeOpen), assigns
@@ -530,6 +556,16 @@ def add_GatewayServicer_to_server(servicer, server):
                     servicer.ListTransactions,
                     request_deserializer=rocketstore_dot_v1_dot_gateway__pb2.ListTransactionsRequest.FromString,
                     response_serializer=rocketstore_dot_v1_dot_gateway__pb2.ListTransactionsResponse.SerializeToString,
+            ),
+            'GetClientThreadStack': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetClientThreadStack,
+                    request_deserializer=rocketstore_dot_v1_dot_gateway__pb2.GetClientThreadStackRequest.FromString,
+                    response_serializer=rocketstore_dot_v1_dot_gateway__pb2.ClientThreadStack.SerializeToString,
+            ),
+            'ConsumeMessageDirectly': grpc.unary_unary_rpc_method_handler(
+                    servicer.ConsumeMessageDirectly,
+                    request_deserializer=rocketstore_dot_v1_dot_gateway__pb2.ConsumeMessageDirectlyRequest.FromString,
+                    response_serializer=rocketstore_dot_v1_dot_gateway__pb2.ConsumeMessageDirectlyResult.SerializeToString,
             ),
             'Consume': grpc.stream_stream_rpc_method_handler(
                     servicer.Consume,
@@ -1266,6 +1302,60 @@ class Gateway:
             '/rocketstore.v1.Gateway/ListTransactions',
             rocketstore_dot_v1_dot_gateway__pb2.ListTransactionsRequest.SerializeToString,
             rocketstore_dot_v1_dot_gateway__pb2.ListTransactionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetClientThreadStack(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketstore.v1.Gateway/GetClientThreadStack',
+            rocketstore_dot_v1_dot_gateway__pb2.GetClientThreadStackRequest.SerializeToString,
+            rocketstore_dot_v1_dot_gateway__pb2.ClientThreadStack.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ConsumeMessageDirectly(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketstore.v1.Gateway/ConsumeMessageDirectly',
+            rocketstore_dot_v1_dot_gateway__pb2.ConsumeMessageDirectlyRequest.SerializeToString,
+            rocketstore_dot_v1_dot_gateway__pb2.ConsumeMessageDirectlyResult.FromString,
             options,
             channel_credentials,
             insecure,

@@ -119,6 +119,14 @@ class GatewayStub:
     """
     ListTransactions: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.ListTransactionsRequest, _gateway_pb2.ListTransactionsResponse]
     """Open half messages (admin): age and check count of each."""
+    GetClientThreadStack: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.GetClientThreadStackRequest, _gateway_pb2.ClientThreadStack]
+    """A connected RocketMQ 5 client's thread stacks (mqadmin consumerStatus -s), asked over its Telemetry stream
+    on this gateway; NOT_FOUND when it has none here, DEADLINE_EXCEEDED when it does not answer in time.
+    """
+    ConsumeMessageDirectly: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.ConsumeMessageDirectlyRequest, _gateway_pb2.ConsumeMessageDirectlyResult]
+    """Have a connected RocketMQ 5 client consume a stored message once, outside its group's progress (mqadmin
+    consumeMessageDirectly), over its Telemetry stream: its verdict.
+    """
     Consume: _grpc.StreamStreamMultiCallable[_gateway_pb2.ConsumeRequest, _gateway_pb2.ConsumeBatch]
     """--- streaming consumption
     A consumer's long-lived stream to one gateway. The client opens it (ConsumeOpen), assigns
@@ -206,6 +214,14 @@ class GatewayAsyncStub(GatewayStub):
     """
     ListTransactions: _aio.UnaryUnaryMultiCallable[_gateway_pb2.ListTransactionsRequest, _gateway_pb2.ListTransactionsResponse]  # type: ignore[assignment]
     """Open half messages (admin): age and check count of each."""
+    GetClientThreadStack: _aio.UnaryUnaryMultiCallable[_gateway_pb2.GetClientThreadStackRequest, _gateway_pb2.ClientThreadStack]  # type: ignore[assignment]
+    """A connected RocketMQ 5 client's thread stacks (mqadmin consumerStatus -s), asked over its Telemetry stream
+    on this gateway; NOT_FOUND when it has none here, DEADLINE_EXCEEDED when it does not answer in time.
+    """
+    ConsumeMessageDirectly: _aio.UnaryUnaryMultiCallable[_gateway_pb2.ConsumeMessageDirectlyRequest, _gateway_pb2.ConsumeMessageDirectlyResult]  # type: ignore[assignment]
+    """Have a connected RocketMQ 5 client consume a stored message once, outside its group's progress (mqadmin
+    consumeMessageDirectly), over its Telemetry stream: its verdict.
+    """
     Consume: _aio.StreamStreamMultiCallable[_gateway_pb2.ConsumeRequest, _gateway_pb2.ConsumeBatch]  # type: ignore[assignment]
     """--- streaming consumption
     A consumer's long-lived stream to one gateway. The client opens it (ConsumeOpen), assigns
@@ -452,6 +468,26 @@ class GatewayServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_gateway_pb2.ListTransactionsResponse, _abc.Awaitable[_gateway_pb2.ListTransactionsResponse]]:
         """Open half messages (admin): age and check count of each."""
+
+    @_abc_1.abstractmethod
+    def GetClientThreadStack(
+        self,
+        request: _gateway_pb2.GetClientThreadStackRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.ClientThreadStack, _abc.Awaitable[_gateway_pb2.ClientThreadStack]]:
+        """A connected RocketMQ 5 client's thread stacks (mqadmin consumerStatus -s), asked over its Telemetry stream
+        on this gateway; NOT_FOUND when it has none here, DEADLINE_EXCEEDED when it does not answer in time.
+        """
+
+    @_abc_1.abstractmethod
+    def ConsumeMessageDirectly(
+        self,
+        request: _gateway_pb2.ConsumeMessageDirectlyRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.ConsumeMessageDirectlyResult, _abc.Awaitable[_gateway_pb2.ConsumeMessageDirectlyResult]]:
+        """Have a connected RocketMQ 5 client consume a stored message once, outside its group's progress (mqadmin
+        consumeMessageDirectly), over its Telemetry stream: its verdict.
+        """
 
     @_abc_1.abstractmethod
     def Consume(

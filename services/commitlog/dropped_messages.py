@@ -17,9 +17,7 @@ takes a second or two of the clean-up thread, once, when the file goes.
 
 from __future__ import annotations
 
-import json
 import mmap
-import os
 import struct
 import threading
 import time
@@ -36,12 +34,12 @@ from rocketstore.formats import (
 )
 from rocketstore.log import get_logger
 from rocketstore.message import TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE
+from rocketstore.offsets_file import ConsumerOffsets, load_consumer_offsets
 
-__all__ = ["DroppedMessages", "FileMessages", "count_file_messages", "load_consumer_offsets"]
+__all__ = ["DroppedMessages", "FileMessages", "count_file_messages"]
 
 log = get_logger(__name__)
 
-OFFSETS_FILE = "consumerOffset.json"  # the gateway's ConsumerOffsetManager file, RocketMQ's layout
 # TOTALSIZE MAGIC (BODYCRC) QUEUEID (FLAG) QUEUEOFFSET (PHYSICALOFFSET) SYSFLAG: 40 bytes
 _HEAD = struct.Struct(">iI4xi4xq8xi")
 _INT = struct.Struct(">i")
@@ -49,8 +47,6 @@ _INT = struct.Struct(">i")
 FileMessages = dict[tuple[str, int], tuple[int, int, int]]
 """(topic, queue id) -> (lowest queue offset, highest queue offset, messages) of one file."""
 
-ConsumerOffsets = dict[str, dict[str, dict[int, int]]]
-"""topic -> group -> queue id -> the group's next offset to consume."""
 
 
 def count_file_messages(buf: bytes | bytearray | mmap.mmap, limit: int) -> FileMessages:
@@ -79,27 +75,6 @@ def count_file_messages(buf: bytes | bytearray | mmap.mmap, limit: int) -> FileM
             out[key] = (queue_offset, queue_offset, 1) if seen is None else \
                 (min(seen[0], queue_offset), max(seen[1], queue_offset), seen[2] + 1)
         pos += total
-    return out
-
-
-def load_consumer_offsets(config_dir: str) -> ConsumerOffsets:
-    """The committed offsets of every group from ``consumerOffset.json`` (keys ``topic@group``); empty
-    when there is no such file. Raises OSError or ValueError when it cannot be read."""
-    path = os.path.join(config_dir, OFFSETS_FILE)
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except FileNotFoundError:
-        return {}
-    table = data.get("offsetTable", {}) if isinstance(data, Mapping) else None
-    if not isinstance(table, Mapping):
-        raise ValueError(f"{path}: offsetTable is not an object")
-    out: ConsumerOffsets = {}
-    for key, queues in table.items():
-        topic, sep, group = str(key).partition("@")
-        if not sep or not isinstance(queues, Mapping):
-            continue
-        out.setdefault(topic, {})[group] = {int(q): int(o) for q, o in queues.items()}
     return out
 
 

@@ -26,6 +26,7 @@ from rocketstore.checkpoint import StoreCheckpoint
 from rocketstore.file_lock import FileLockHeld, lock_file, unlock_file
 from rocketstore.log import get_logger, lost_log_lines
 from rocketstore.message import Message, StorableMessage, wait_store_msg_ok
+from rocketstore.rocketmq_layout import unusable_rocketmq_files
 from rocketstore.settings import BrokerRole, FlushDiskType, Settings
 from rocketstore.statuses import PutMessageStatus
 
@@ -101,6 +102,10 @@ class CommitLogStore:
         os.makedirs(s.store_path_root_dir, mode=0o700, exist_ok=True)
         self._take_lock()
         try:
+            unusable = unusable_rocketmq_files(s.store_path_root_dir)
+            if unusable:
+                raise StoreStartError("cannot serve this store: "
+                                      + "; ".join(f"{path}: {why}" for path, why in unusable))
             self.last_exit_ok = not os.path.exists(s.abort_file)
             self.checkpoint = StoreCheckpoint(s.store_checkpoint)
             self.commitlog.mapped_file_queue.load()

@@ -20,12 +20,12 @@ from typing import Any
 
 from rocketstore.config_file import file_stamp, load_json, persist_json
 from rocketstore.log import get_logger
+from rocketstore.offsets_file import OFFSETS_FILE
 
 __all__ = ["OFFSETS_FILE", "TOPIC_GROUP_SEPARATOR", "ConsumerOffsetManager"]
 
 _log = get_logger("rocketstore.gateway.consumer_offsets")
 
-OFFSETS_FILE = "consumerOffset.json"
 TOPIC_GROUP_SEPARATOR = "@"
 
 

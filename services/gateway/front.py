@@ -37,11 +37,12 @@ from rocketstore.services.commitlog.client import AsyncCommitLogClient
 from rocketstore.services.ha.client import HAClient
 
 from rocketstore.aio_server import AioGrpcServer, serve_until_signal
+from rocketstore.channel import MAX_MESSAGE_BYTES
 from rocketstore.config_file import persist_text
 from rocketstore.errors import BrokerError
 from rocketstore.internal_auth import METADATA_KEY, operator_denial, process_secret, with_secret_aio
 from rocketstore.log import get_logger
-from rocketstore.server import MAX_MESSAGE_BYTES, start_metrics_server
+from rocketstore.server import start_metrics_server
 from rocketstore.servicing import rpc_errors
 from rocketstore.settings import Settings
 from rocketstore.v1 import gateway_pb2 as pb

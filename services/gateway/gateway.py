@@ -27,8 +27,8 @@ import grpc.aio
 from rocketstore.services.commitlog.client import AsyncCommitLogClient
 from rocketstore.services.index.client import AsyncIndexClient
 
+from rocketstore.channel import MAX_MESSAGE_BYTES
 from rocketstore.internal_auth import process_secret, with_secret_aio
-from rocketstore.server import MAX_MESSAGE_BYTES
 from rocketstore.settings import Settings
 
 from .access import AccessControl
@@ -50,6 +50,7 @@ from .send_stream import SendStreams
 from .sender import SendBatcher
 from .transaction_check import TransactionCheckService
 from .transaction_processor import TransactionProcessor
+from .v2.client_commands import ClientCommands
 
 __all__ = ["Gateway"]
 
@@ -86,6 +87,7 @@ class Gateway:
         self.admin = AdminBrokerProcessor(context)
         self.batch_read = BatchReadProcessor(context, self.admin, bulk_index or index)
         self.producers = ProducerChannels()
+        self.client_commands = ClientCommands()  # requests to RocketMQ 5 clients over their Telemetry streams
         self.transactions = TransactionProcessor(context, self.sender, self.send.choose_queue)
         self.transaction_check = TransactionCheckService(self.transactions, self.producers)
         self.access = AccessControl(settings)

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 
 from rocketstore.v1 import gateway_pb2 as pb
 
 from .context import GatewayContext
 from .errors import GatewayError, check_group
+from .group_retry_policy import GroupRetryPolicy
 from .subscription_groups import SYSTEM_GROUPS, SubscriptionGroupConfig, SubscriptionGroupError
 
 __all__ = ["GroupAdminProcessor", "group_message"]
@@ -22,12 +24,23 @@ _FIELDS = {f: f for f in ("consume_enable", "consume_from_min_enable", "consume_
 
 
 def group_message(c: SubscriptionGroupConfig) -> pb.SubscriptionGroup:
-    return pb.SubscriptionGroup(group_name=c.group_name, **{f: getattr(c, a) for f, a in _FIELDS.items()})
+    """The group as the admin RPCs answer it; group_retry_policy only when it is not RocketMQ's default."""
+    out = pb.SubscriptionGroup(group_name=c.group_name, **{f: getattr(c, a) for f, a in _FIELDS.items()})
+    if not c.group_retry_policy.is_default:
+        out.group_retry_policy = json.dumps(c.group_retry_policy.to_json(), separators=(",", ":"))
+    return out
 
 
 def _merged(base: SubscriptionGroupConfig, request: pb.SubscriptionGroup) -> SubscriptionGroupConfig:
-    """``base`` with the fields the request sets."""
-    return dataclasses.replace(base, **{a: getattr(request, f) for f, a in _FIELDS.items() if request.HasField(f)})
+    """``base`` with the fields the request sets (an empty group_retry_policy: RocketMQ's default policy)."""
+    changes = {a: getattr(request, f) for f, a in _FIELDS.items() if request.HasField(f)}
+    if request.HasField("group_retry_policy"):
+        try:
+            text = request.group_retry_policy.strip()
+            changes["group_retry_policy"] = GroupRetryPolicy.from_json(json.loads(text) if text else None)
+        except ValueError as e:  # json.JSONDecodeError is a ValueError
+            raise GatewayError("INVALID_ARGUMENT", f"group_retry_policy of group {request.group_name!r}: {e}") from None
+    return dataclasses.replace(base, **changes)
 
 
 class GroupAdminProcessor:

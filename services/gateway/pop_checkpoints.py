@@ -36,7 +36,7 @@ class CheckpointTable:
     def __init__(self) -> None:
         self._cks: dict[tuple[str, str, int, int, int], Checkpoint] = {}
         self._order: dict[QueueKey, list[Checkpoint]] = {}
-        self._order_end: dict[QueueKey, int] = {}  # an ordered queue with nothing live: its last batch's end
+        self._order_end: dict[QueueKey, int] = {}  # an ordered queue with nothing live: its end, until committed
         self._revive_end = 0
 
     def __len__(self) -> int:
@@ -98,9 +98,11 @@ class CheckpointTable:
         if ck.open_indexes and ck.key not in self._cks:
             self._cks[ck.key] = ck
             if ck.order:
-                cks = self._order.setdefault((ck.group, ck.topic, ck.queue_id), [])
+                queue = (ck.group, ck.topic, ck.queue_id)
+                cks = self._order.setdefault(queue, [])
                 if ck not in cks:
                     cks.append(ck)
+                self._order_end.pop(queue, None)
 
     def remove(self, ck: Checkpoint) -> None:
         if not ck.order:
@@ -140,6 +142,17 @@ class CheckpointTable:
         """The ordered queue's committed offset as its checkpoints say; -1 when they say nothing."""
         state = self.order_state(queue, now_ms)
         return state.committed if state is not None else self._order_end.get(queue, -1)
+
+    def order_end(self, queue: QueueKey) -> int:
+        """Where an ordered queue with nothing live goes on (its last batch's end) while that is not yet the
+        committed consumer offset: from the moment its last message is settled until the record saying so
+        is stored and the offset committed. -1 otherwise."""
+        return self._order_end.get(queue, -1)
+
+    def order_end_committed(self, queue: QueueKey) -> None:
+        """The consumer offset holds the queue's end now: it alone says where the queue goes on (an offset
+        reset later is followed)."""
+        self._order_end.pop(queue, None)
 
     def order_queues(self) -> list[QueueKey]:
         return list({**self._order_end, **self._order})

@@ -396,7 +396,12 @@ class PopProcessor:
         state = self.table.order_state(key, _now_ms())
         if state is not None and state.blocked_until:
             return [], True, None, state.blocked_until
-        offset = state.committed if state is not None else await self._start_offset(key, False)
+        if state is not None:
+            offset = state.committed
+        else:
+            # The consumer offset lags the table while the acknowledgement of the last live message is stored.
+            end = self.table.order_end(key)
+            offset = end if end >= 0 else await self._start_offset(key, False)
         status, next_offset, found = await self._read(key, offset, n, subscription, False)
         if status == pb.PULL_NO_NEW_MSG:
             return [], True, (topic, queue_id, offset), 0
@@ -437,6 +442,7 @@ class PopProcessor:
         committed = self.table.order_committed(key, _now_ms())
         if committed >= 0:
             self._ctx.offsets.commit(*key, committed)
+            self.table.order_end_committed(key)
 
     # --- acknowledge, change, dead-letter --------------------------------------------------------
     def find(self, group: str, topic: str, queue_id: int, start_offset: int, pop_time: int, invisible_ms: int,

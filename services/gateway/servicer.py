@@ -23,6 +23,7 @@ from .errors import GatewayError, client_facing
 from .gateway import Gateway
 from .producer_channels import stream_checks
 from .send_stream import SendStreamCall
+from .v2.client_commands import request_timeout, stored_message
 
 __all__ = ["BATCH_READ_SERVICE", "CLIENT_HOST_HEADER", "GATEWAY_SERVICE", "BatchReadServicer", "GatewayServicer",
            "peer_host"]
@@ -197,6 +198,23 @@ class GatewayServicer(pb_grpc.GatewayServicer):
                                context: _Context) -> pb.ListTransactionsResponse:
         await self._g.transactions.ready()
         return self._g.transactions.list_open(request.producer_group)
+
+    @rpc_errors
+    @_facing
+    async def GetClientThreadStack(self, request: pb.GetClientThreadStackRequest,
+                                   context: _Context) -> pb.ClientThreadStack:
+        timeout = request_timeout(request.timeout_ms)
+        stack = await self._g.client_commands.thread_stack(request.client_id, timeout)
+        return pb.ClientThreadStack(client_id=request.client_id, thread_stack=stack)
+
+    @rpc_errors
+    @_facing
+    async def ConsumeMessageDirectly(self, request: pb.ConsumeMessageDirectlyRequest,
+                                     context: _Context) -> pb.ConsumeMessageDirectlyResult:
+        timeout = request_timeout(request.timeout_ms)
+        message = await stored_message(self._g.context, self._g.query, request.topic, request.msg_id)
+        result, remark = await self._g.client_commands.verify_message(request.client_id, message, timeout)
+        return pb.ConsumeMessageDirectlyResult(consume_result=result, remark=remark)
 
     @rpc_errors
     @_facing

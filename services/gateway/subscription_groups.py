@@ -27,6 +27,7 @@ from rocketstore.config_file import file_stamp, load_json, persist_json
 from rocketstore.errors import disk_full
 from rocketstore.log import get_logger
 
+from .group_retry_policy import GroupRetryPolicy
 from .topics import DataVersion
 
 __all__ = [
@@ -67,6 +68,7 @@ class SubscriptionGroupConfig:
     which_broker_when_consume_slowly: int = 1
     notify_consumer_ids_changed_enable: bool = True
     consume_message_orderly: bool = False  # RocketMQ 5's FIFO switch for pop consumption
+    group_retry_policy: GroupRetryPolicy = GroupRetryPolicy()  # RocketMQ 5's back-off for the official clients
 
     def to_json(self) -> dict[str, Any]:
         out = {
@@ -82,12 +84,14 @@ class SubscriptionGroupConfig:
         }
         if self.consume_message_orderly:  # RocketMQ 5's field, written only when set: a 4.9 entry stays 4.9's
             out["consumeMessageOrderly"] = True
+        if not self.group_retry_policy.is_default:
+            out["groupRetryPolicy"] = self.group_retry_policy.to_json()
         return dict(sorted(out.items()))
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], name: str | None = None) -> SubscriptionGroupConfig:
         """Read RocketMQ's JSON object; absent fields take the defaults, unknown ones (develop's
-        ``groupRetryPolicy``, ``attributes``, ...) are ignored. ``name`` (the table key) wins."""
+        ``attributes``, ...) are ignored. ``name`` (the table key) wins."""
         if not isinstance(data, Mapping):
             raise TypeError(f"subscription group config must be an object, not {type(data).__name__}")
         group = name if name is not None else data.get("groupName")
@@ -107,6 +111,7 @@ class SubscriptionGroupConfig:
             notify_consumer_ids_changed_enable=_field(data, "notifyConsumerIdsChangedEnable",
                                                       d.notify_consumer_ids_changed_enable, bool),
             consume_message_orderly=_field(data, "consumeMessageOrderly", d.consume_message_orderly, bool),
+            group_retry_policy=GroupRetryPolicy.from_json(data.get("groupRetryPolicy")),
         )
 
     def check(self) -> None:
@@ -120,6 +125,10 @@ class SubscriptionGroupConfig:
             if not low <= value <= high:
                 raise SubscriptionGroupError(f"{name} {value} is invalid for group {self.group_name!r}: expected "
                                              f"{low}..{high}")
+        try:
+            self.group_retry_policy.check(self.group_name)
+        except ValueError as e:
+            raise SubscriptionGroupError(str(e)) from None
 
 
 class SubscriptionGroupManager:

@@ -14,19 +14,18 @@ last good copy.
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from rocketstore.config_file import persist_json
+from rocketstore.config_file import parse_json, persist_json
 from rocketstore.errors import BrokerError
 from rocketstore.log import get_logger
+from rocketstore.offsets_file import OFFSETS_FILE
 
 __all__ = ["SYNCED_FILES", "SYNC_INTERVAL_S", "ConfigSync", "FileContent", "merge_offsets", "read_config_files"]
 
-OFFSETS_FILE = "consumerOffset.json"
 # users.json and acls.json: ACL 2.0's users and rules (rocketstore/auth/metadata.py), so a slave's gateway
 # authenticates and authorizes as its master's does.
 SYNCED_FILES = ("topics.json", OFFSETS_FILE, "subscriptionGroup.json", "delayOffset.json", "users.json", "acls.json")
@@ -94,7 +93,7 @@ class ConfigSync:
             if name not in SYNCED_FILES or content is None:
                 continue  # never write a name the master should not send; keep ours while it has none
             try:
-                data = json.loads(content)
+                data = parse_json(content)
             except ValueError as e:
                 _log.warning("the master's config file does not parse; keeping this slave's copy", file=name,
                              error=str(e))
@@ -128,6 +127,6 @@ def merge_offsets(mine: Any, master: Any) -> Any:
 def _load(path: str) -> Any:
     try:
         with open(path, "rb") as f:
-            return json.loads(f.read())
+            return parse_json(f.read())
     except (FileNotFoundError, ValueError):
         return None

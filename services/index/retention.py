@@ -14,14 +14,13 @@ shorter), and a read of the two files only when one changed; the result is pushe
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from rocketstore.services.commitlog.dropped_messages import OFFSETS_FILE, ConsumerOffsets, load_consumer_offsets
-
+from rocketstore.config_file import parse_json
 from rocketstore.log import get_logger
+from rocketstore.offsets_file import OFFSETS_FILE, ConsumerOffsets, load_consumer_offsets
 
 from .consume_queue import ConsumeQueue, ConsumeQueueStore
 
@@ -47,7 +46,7 @@ def load_subscriptions(config_dir: str) -> ConsumerOffsets:
     out = load_consumer_offsets(config_dir)
     try:
         with open(os.path.join(config_dir, DELAY_OFFSET_FILE)) as f:
-            data = json.load(f)
+            data = parse_json(f.read())
     except FileNotFoundError:
         data = {}
     table = data.get("offsetTable", {}) if isinstance(data, Mapping) else {}

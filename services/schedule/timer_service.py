@@ -60,10 +60,11 @@ from rocketstore.message import (
 from rocketstore.statuses import PutMessageStatus
 from rocketstore.v1 import commitlog_pb2 as cl_pb
 
+from . import rocketmq_timer
 from .schedule_service import delivery_message
-from .timer_wheel import MAGIC_DELETE, TimerCheckpoint, TimerUnit, TimerWheel
+from .timer_wheel import MAGIC_DELETE, WHEEL_DIR, TimerCheckpoint, TimerUnit, TimerWheel
 
-__all__ = ["BATCH", "TIMER_TOPIC", "TimerMessageService"]
+__all__ = ["BATCH", "IMPORTED_DIR", "TIMER_TOPIC", "TimerMessageService"]
 
 TIMER_TOPIC = "rmq_sys_wheel_timer"
 PROPERTY_TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"
@@ -76,6 +77,7 @@ ENQUEUE_BATCH = 2048  # timer-queue messages moved into the wheel per synced app
 READ_BATCH = 256  # timer-queue messages per streamed batch from the index
 PREFETCH = 4 * BATCH  # units of the next slot read and rebuilt before it is due (about 5 MB of 1 KiB messages)
 RETRY_AFTER_ERROR = 1.0
+IMPORTED_DIR = "rocketmq-timer-imported"  # where RocketMQ's timer files go once their timers are in the wheel
 _STORED = frozenset(int(s) for s in (PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT,
                                       PutMessageStatus.FLUSH_SLAVE_TIMEOUT, PutMessageStatus.SLAVE_NOT_AVAILABLE))
 
@@ -90,8 +92,9 @@ class TimerMessageService:
         self._commitlog = commitlog
         self._index = index
         self.precision = precision_ms
+        self.root_dir = root_dir
         self.config_dir = os.path.join(root_dir, "config")
-        self.wheel = TimerWheel(os.path.join(root_dir, "timerwheel"))
+        self.wheel = TimerWheel(os.path.join(root_dir, WHEEL_DIR))
         self.check = TimerCheckpoint.load(self.config_dir, _now_ms() // precision_ms * precision_ms)
         self.delivered = 0
         self.recalled = 0  # messages not delivered because a marker cancelled them
@@ -105,6 +108,7 @@ class TimerMessageService:
         self._thread = threading.Thread(target=self._run, name="timer", daemon=True)
 
     def start(self) -> None:
+        self.import_rocketmq_timers()
         if self._deliver:
             self._thread.start()
 
@@ -112,6 +116,69 @@ class TimerMessageService:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(10.0)
+            if not self._thread.is_alive():
+                self.write_rocketmq_checkpoint()
+
+    def import_rocketmq_timers(self) -> int:
+        """Carry the pending timers of a store Apache RocketMQ wrote (its ``timerwheel`` file) into the wheel;
+        answers how many units came. RocketMQ's wheel is then the truth: its checkpoint becomes ours, our own
+        slot files (left from before RocketMQ ran on the store) and RocketMQ's timer files are moved to
+        ``IMPORTED_DIR``. A crash before that move imports again at the next start (appends are idempotent).
+        ValueError, naming the file, when RocketMQ's files cannot be read."""
+        root, p = self.root_dir, self.precision
+        if not os.path.isfile(os.path.join(root, rocketmq_timer.WHEEL_FILE)):
+            return 0
+        rmq = rocketmq_timer.read_checkpoint(root)
+        since = (rmq.last_read_time_ms if rmq else _now_ms()) // p * p
+        units = rocketmq_timer.pending_units(root, p, since)
+        records: list[bytes | None] = []
+        for i in range(0, len(units), BATCH):
+            records += self._commitlog.read_records([(u.commitlog_offset, u.size) for u in units[i:i + BATCH]])
+        moved: list[tuple[int, TimerUnit]] = []
+        for u, record in zip(units, records, strict=True):
+            if record is None or check_record(record, 0, len(record), None, False) <= 0:
+                _log.warning("RocketMQ timer unit names no record in the CommitLog; dropped",
+                             commitlog_offset=u.commitlog_offset, size=u.size)
+                continue
+            info = read_record_info(record, 0)
+            try:
+                slot = int(string_to_properties(info.properties_text).get("TIMER_OUT_MS", "")) // p * p
+            except ValueError:
+                slot = u.slot_ms // p * p
+            magic = MAGIC_DELETE if u.magic & rocketmq_timer.MAGIC_DELETE else 0
+            moved.append((max(slot, since), TimerUnit(info.queue_offset, u.commitlog_offset, u.size, magic)))
+        moved.sort(key=lambda su: su[1].queue_offset)  # a slot's units are kept in queue-offset order
+        aside = os.path.join(root, IMPORTED_DIR)
+        os.makedirs(aside, exist_ok=True)
+        if self.wheel.pending_slots():
+            _move_aside(self.wheel.directory, aside)
+            self.wheel = TimerWheel(self.wheel.directory)
+        self.wheel.append(moved)
+        c = self.check
+        c.last_read_time_ms, c.slot_delivered = since, 0
+        c.last_timer_queue_offset = rmq.last_timer_queue_offset if rmq else 0
+        c.persist(self.config_dir)
+        self._recorded, self._window = 0, None
+        for name in (rocketmq_timer.WHEEL_FILE, rocketmq_timer.LOG_DIR, rocketmq_timer.CHECK_FILE,
+                     rocketmq_timer.METRICS_FILE, rocketmq_timer.METRICS_FILE + ".bak"):
+            if os.path.lexists(os.path.join(root, name)):
+                _move_aside(os.path.join(root, name), aside)
+        _log.warning("RocketMQ's timer store imported into the timer wheel; its files moved aside",
+                     pending=len(moved), next_timer_queue_offset=c.last_timer_queue_offset,
+                     read_from_ms=since, moved_to=aside)
+        return len(moved)
+
+    def write_rocketmq_checkpoint(self) -> None:
+        """RocketMQ's ``config/timercheck`` for this wheel, so that Apache RocketMQ opening the store reads the
+        timer queue again from the oldest timer still pending here (not from 0, which would deliver every
+        timer again) and delivers from the current slot. Written at a clean stop."""
+        c = self.check
+        firsts = [units[0].queue_offset for slot in self.wheel.slots() if (units := self.wheel.read(slot, 0, 1))]
+        offset = min([*firsts, c.last_timer_queue_offset])
+        try:
+            rocketmq_timer.write_checkpoint(self.root_dir, c.last_read_time_ms, offset)
+        except OSError as e:
+            _log.warning("cannot write RocketMQ's timer checkpoint", error=str(e))
 
     def _run(self) -> None:
         idle = self.precision / 10_000  # RocketMQ: 100 * precision / 1000 ms
@@ -408,3 +475,14 @@ def _due_ms(msg: MessageExt, slot: int, width: int) -> int:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _move_aside(path: str, directory: str) -> None:
+    """Rename ``path`` into ``directory``, under a new name if that one is taken."""
+    name = os.path.basename(path)
+    target = os.path.join(directory, name)
+    n = 1
+    while os.path.lexists(target):
+        target = os.path.join(directory, f"{name}.{n}")
+        n += 1
+    os.replace(path, target)

@@ -1,6 +1,7 @@
-"""The timer wheel on disk: RocketMQ 5's timerwheel + timerlog + timercheck, in a format of our own.
+"""The timer wheel on disk: RocketMQ 5's timerwheel + timerlog + timercheck, in a format of our own, under
+names of our own (RocketMQ's ``timerwheel`` is a file: ``rocketmq_timer.py`` reads it).
 
-    <root>/timerwheel/<slot ms>      one file per slot that holds timers (a slot is timerPrecisionMs wide,
+    <root>/timerslots/<slot ms>      one file per slot that holds timers (a slot is timerPrecisionMs wide,
                                      named by its start, TIMER_OUT_MS): units of 24 bytes, big-endian
                                      [int64 queue offset in rmq_sys_wheel_timer][int64 CommitLog offset]
                                      [int32 size][int32 magic: 0 a timed message, 4 (MAGIC_DELETE) a
@@ -26,9 +27,12 @@ from typing import Any
 
 from rocketstore.config_file import load_json, persist_json
 
-__all__ = ["MAGIC_DELETE", "TIMER_CHECK_FILE", "UNIT", "TimerCheckpoint", "TimerUnit", "TimerWheel"]
+__all__ = ["MAGIC_DELETE", "OLD_WHEEL_DIR", "TIMER_CHECK_FILE", "UNIT", "WHEEL_DIR", "TimerCheckpoint", "TimerUnit",
+           "TimerWheel"]
 
 TIMER_CHECK_FILE = "timercheck.json"
+WHEEL_DIR = "timerslots"
+OLD_WHEEL_DIR = "timerwheel"  # where rocketstore kept the slot files before: RocketMQ's name for its wheel file
 UNIT = struct.Struct(">qqii")
 MAGIC_DELETE = 4  # TimerMessageStore.MAGIC_DELETE: the unit cancels a message of its slot
 
@@ -74,6 +78,9 @@ class TimerWheel:
 
     def __init__(self, directory: str) -> None:
         self.directory = directory
+        old = os.path.join(os.path.dirname(directory), OLD_WHEEL_DIR)
+        if os.path.isdir(old) and not os.path.exists(directory):
+            os.replace(old, directory)  # a store of an older rocketstore: its slots keep their meaning
         os.makedirs(directory, mode=0o700, exist_ok=True)
 
     def _path(self, slot_ms: int) -> str:
@@ -149,3 +156,7 @@ class TimerWheel:
 
     def pending_slots(self) -> int:
         return len(os.listdir(self.directory))
+
+    def slots(self) -> list[int]:
+        """The slots that have a file, earliest first."""
+        return sorted(int(n) for n in os.listdir(self.directory) if n.isdigit())

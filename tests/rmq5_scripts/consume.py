@@ -5,7 +5,8 @@ stdin: {"endpoint": "127.0.0.1:8081", "group": "G", "topic": "T", "expression": 
 "steps": [...], "ak": "...", "sk": "..."}, each step one of
   {"op": "receive", "max": 32, "invisible": 2, "until": 3, "timeout": 10}: receive until ``until`` messages
       came (one receive when absent) or ``timeout`` seconds passed; its result is the list of messages;
-  {"op": "ack", "bodies": ["a", ...]}: acknowledge the latest received message of each body;
+  {"op": "ack", "bodies": ["a", ...]}: acknowledge the latest received message of each body (every body
+      received so far without "bodies");
   {"op": "change", "body": "a", "invisible": 5}: change that message's invisible duration;
 stdout: one JSON line, one result per step."""
 
@@ -39,7 +40,7 @@ try:
                     break
             results.append(got)
         elif step["op"] == "ack":
-            for body in step["bodies"]:
+            for body in step.get("bodies", list(latest)):
                 consumer.ack(latest[body])
             results.append(None)
         elif step["op"] == "change":

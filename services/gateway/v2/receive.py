@@ -25,13 +25,12 @@ from ..send_processor import SEND_TIMEOUT
 from .errors import V2Error, from_broker_error, status
 from .producer import PROPERTY_SHARDING_KEY, PROPERTY_TRACE_CONTEXT
 from .receipt_handle import ORDER_REVIVE_QID, ReceiptHandle
+from .receipt_renewal import HandleGone, ReceiptRenewal
 from .validation import MAX_TOPIC_LENGTH, check_group, check_topic
 
 __all__ = ["V2ConsumerProcessor", "v2_message"]
 
-# ProxyConfig: defaultInvisibleTimeMills (an auto-renewed receive), maxInvisibleTimeMills, and the long polls'
-# ceiling (grpcClientConsumerMaxLongPollingTimeoutMillis).
-DEFAULT_INVISIBLE_MS = 60_000
+# ProxyConfig: maxInvisibleTimeMills, and the long polls' ceiling (grpcClientConsumerMaxLongPollingTimeoutMillis).
 MAX_INVISIBLE_MS = 12 * 3600 * 1000
 MAX_LONG_POLLING_MS = 20_000
 _DEADLINE_MARGIN_S = 0.2  # the answer leaves before the client's deadline
@@ -134,6 +133,22 @@ class V2ConsumerProcessor:
     def __init__(self, context: GatewayContext, pop: PopProcessor) -> None:
         self._ctx = context
         self._pop = pop
+        self.renewal = ReceiptRenewal(self._renew, context.settings.renew_ahead_time_millis,
+                                      context.settings.renew_max_time_millis)
+
+    async def _renew(self, group: str, topic: str, handle: str, invisible_ms: int) -> tuple[str, int]:
+        """An auto-renewed message hidden ``invisible_ms`` more: its new handle and invisible deadline."""
+        try:
+            ck, index = self._find(group, topic, handle)
+        except (ReceiptRefused, V2Error) as e:
+            raise HandleGone(str(e)) from None
+        new, _ = await self._pop.change_invisible(ck, index, invisible_ms)
+        return _handle_of(new, 0), new.revive_time
+
+    async def _latest(self, client_id: str, group: str, message_id: str, handle: str) -> str:
+        """The handle to settle or change a message with: the latest one of an auto-renewed message (the
+        client holds the one it received), else the one sent."""
+        return await self.renewal.take(client_id, group, message_id) or handle
 
     # --- common checks -------------------------------------------------------------------------
     def _group(self, resource: d.Resource) -> bool:
@@ -171,7 +186,7 @@ class V2ConsumerProcessor:
                               handle.invisible_ms, handle.offset, handle.commitlog_offset)
 
     # --- ReceiveMessage ------------------------------------------------------------------------
-    async def receive(self, request: s.ReceiveMessageRequest, time_remaining: float | None
+    async def receive(self, request: s.ReceiveMessageRequest, time_remaining: float | None, client_id: str = ""
                       ) -> list[s.ReceiveMessageResponse]:
         """The stream's responses, all built before the first is written: the writes then follow one another
         (each is a write of its own on the socket, so nothing else may sit between them), and the servicer
@@ -187,9 +202,12 @@ class V2ConsumerProcessor:
         # The proxy's order: the status, one message per response, then the delivery timestamp.
         topic, namespace = request.message_queue.topic.name, request.message_queue.topic.resource_namespace
         responses = [s.ReceiveMessageResponse(status=status())]
-        responses += [s.ReceiveMessageResponse(message=v2_message(p.message, topic, namespace,
-                                                                  _handle_of(p.ck, p.index), p.attempt))
-                      for p in popped]
+        messages = [v2_message(p.message, topic, namespace, _handle_of(p.ck, p.index), p.attempt) for p in popped]
+        if request.auto_renew:  # the gateway keeps them invisible while the client holds them
+            for p, m in zip(popped, messages, strict=True):
+                self.renewal.track(client_id, request.group.name, topic, m.system_properties.message_id,
+                                   m.system_properties.receipt_handle, p.ck.revive_time)
+        responses += [s.ReceiveMessageResponse(message=m) for m in messages]
         responses.append(s.ReceiveMessageResponse(delivery_timestamp=_timestamp(int(time.time() * 1000))))
         self._ctx.stats.pulled(len(popped))
         return responses
@@ -205,15 +223,15 @@ class V2ConsumerProcessor:
             raise V2Error(d.BAD_REQUEST, f"batch_size is {request.batch_size}; ask for 1..{MAX_POP_MESSAGES} "
                                          "messages")
         batch = min(request.batch_size, MAX_POP_MESSAGES)
-        if request.HasField("invisible_duration"):
+        if request.auto_renew:
+            invisible = self._ctx.settings.default_invisible_time_mills  # renewed while the client holds it
+        elif request.HasField("invisible_duration"):
             invisible = _ms(request.invisible_duration)
             low = self._ctx.settings.min_invisible_time_mills_for_recv
             if not low <= invisible <= MAX_INVISIBLE_MS:
                 raise V2Error(d.ILLEGAL_INVISIBLE_TIME, f"invisible_duration is {invisible} ms; it must be "
                                                         f"{low}..{MAX_INVISIBLE_MS} ms "
                                                         "(minInvisibleTimeMillsForRecv .. 12 h)")
-        elif request.auto_renew:
-            invisible = DEFAULT_INVISIBLE_MS
         else:
             raise V2Error(d.ILLEGAL_INVISIBLE_TIME, "invisible_duration is missing; give it, or ask for auto_renew")
         polling = _ms(request.long_polling_timeout) if request.HasField("long_polling_timeout") \
@@ -233,7 +251,8 @@ class V2ConsumerProcessor:
         return popped
 
     # --- AckMessage ----------------------------------------------------------------------------
-    async def ack(self, request: s.AckMessageRequest, time_remaining: float | None = None) -> s.AckMessageResponse:
+    async def ack(self, request: s.AckMessageRequest, time_remaining: float | None = None, client_id: str = ""
+                  ) -> s.AckMessageResponse:
         self._group(request.group)
         self._topic(request.topic)
         if not request.entries:
@@ -243,7 +262,8 @@ class V2ConsumerProcessor:
         found: list[tuple[Checkpoint, int]] = []
         for entry in request.entries:
             try:
-                found.append(self._find(request.group.name, request.topic.name, entry.receipt_handle))
+                handle = await self._latest(client_id, request.group.name, entry.message_id, entry.receipt_handle)
+                found.append(self._find(request.group.name, request.topic.name, handle))
                 results.append(None)
             except ReceiptRefused as e:
                 results.append(status() if e.acked else status(d.INVALID_RECEIPT_HANDLE, e.message))
@@ -267,7 +287,8 @@ class V2ConsumerProcessor:
 
     # --- ChangeInvisibleDuration ---------------------------------------------------------------
     async def change_invisible_duration(self, request: s.ChangeInvisibleDurationRequest,
-                                        time_remaining: float | None = None) -> s.ChangeInvisibleDurationResponse:
+                                        time_remaining: float | None = None, client_id: str = ""
+                                        ) -> s.ChangeInvisibleDurationResponse:
         try:
             self._group(request.group)
             self._topic(request.topic)
@@ -276,8 +297,9 @@ class V2ConsumerProcessor:
                 raise V2Error(d.ILLEGAL_INVISIBLE_TIME, f"invisible_duration is {invisible} ms; it must be "
                                                         f"0..{MAX_INVISIBLE_MS} ms")
             await self._pop.ready()
+            handle = await self._latest(client_id, request.group.name, request.message_id, request.receipt_handle)
             try:
-                ck, index = self._find(request.group.name, request.topic.name, request.receipt_handle)
+                ck, index = self._find(request.group.name, request.topic.name, handle)
             except ReceiptRefused as e:
                 raise V2Error(d.INVALID_RECEIPT_HANDLE, e.message) from None
             new, durable = await self._pop.change_invisible(ck, index, invisible, _store_timeout(time_remaining))
@@ -291,13 +313,14 @@ class V2ConsumerProcessor:
         return s.ChangeInvisibleDurationResponse(status=answer, receipt_handle=_handle_of(new, 0))
 
     # --- ForwardMessageToDeadLetterQueue -------------------------------------------------------
-    async def forward_to_dead_letters(self, request: s.ForwardMessageToDeadLetterQueueRequest
+    async def forward_to_dead_letters(self, request: s.ForwardMessageToDeadLetterQueueRequest, client_id: str = ""
                                       ) -> s.ForwardMessageToDeadLetterQueueResponse:
         self._group(request.group)
         self._topic(request.topic)
         await self._pop.ready()
+        handle = await self._latest(client_id, request.group.name, request.message_id, request.receipt_handle)
         try:
-            ck, index = self._find(request.group.name, request.topic.name, request.receipt_handle)
+            ck, index = self._find(request.group.name, request.topic.name, handle)
         except ReceiptRefused as e:
             raise V2Error(d.INVALID_RECEIPT_HANDLE, e.message) from None
         durable = await self._pop.forward_to_dead_letters(ck, index)

@@ -1,7 +1,8 @@
 """``apache.rocketmq.v2.MessagingService`` on grpc.aio over a ``Gateway``, beside ``rocketstore.v1`` on the
 same port, answering as RocketMQ's proxy answers: refusals are a ``Code`` and a message in the response's
-status; the methods the proxy leaves unimplemented (PullMessage, the offset calls) end the call UNIMPLEMENTED
-with a message saying so."""
+status. PullMessage and the offset calls, which the proxy declares without serving them, are served with the
+broker's pull semantics (``pull.py``); SyncLiteSubscription (lite topics, which this broker does not have) ends
+the call UNIMPLEMENTED with a message saying so."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from ..servicer import peer_host
 from .client_settings import ClientSettingsRegistry, merged
 from .errors import V2Error, from_broker_error, from_exception, status
 from .producer import V2SendProcessor
+from .pull import V2PullProcessor
 from .recall import RecallProcessor
 from .receive import V2ConsumerProcessor
 from .route import broker_of, message_queues
@@ -42,10 +44,6 @@ _Context = grpc.aio.ServicerContext[Any, Any]
 _R = TypeVar("_R")
 
 _NOT_SUPPORTED = {
-    "PullMessage": "PullMessage is not implemented (as in RocketMQ's proxy)",
-    "UpdateOffset": "UpdateOffset is not implemented (as in RocketMQ's proxy)",
-    "GetOffset": "GetOffset is not implemented (as in RocketMQ's proxy)",
-    "QueryOffset": "QueryOffset is not implemented (as in RocketMQ's proxy)",
     "SyncLiteSubscription": "SyncLiteSubscription is not supported: this broker has no lite topics",
 }
 
@@ -100,6 +98,7 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
         self._producer = V2SendProcessor(gateway.context, gateway.send, self._transactions)
         self._consumer = V2ConsumerProcessor(gateway.context, gateway.pop)
         self._recall = RecallProcessor(gateway.context, gateway.sender)
+        self._pull = V2PullProcessor(gateway.context, gateway.pull, gateway.consumers)
         self._endpoints = _endpoints_of(endpoint)
 
     # --- routes ----------------------------------------------------------------------------------
@@ -126,11 +125,17 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
         check_group(request.group.name)
         if not config.readable or config.read_queue_nums <= 0:
             raise V2Error(d.FORBIDDEN, f"no readable queue: topic {config.topic_name!r} cannot be read")
-        # Not FIFO (no group orders its consumption here): one assignment per broker, queue -1 (all of its queues).
-        queue = d.MessageQueue(topic=request.topic, id=-1, permission=d.READ_WRITE if config.writeable else d.READ,
-                               broker=self._broker(request.endpoints), accept_message_types=message_queues(
-                                   config, self._broker(request.endpoints))[0].accept_message_types)
-        return s.QueryAssignmentResponse(status=status(), assignments=[d.Assignment(message_queue=queue)])
+        # RouteActivity.queryAssignment: a group that consumes in order (consumeMessageOrderly) is given each
+        # readable queue, so a push consumer keeps one process queue per queue; any other group one assignment
+        # per broker, queue -1 (all of its queues). A receive pops from the broker's queues either way.
+        group = self._ctx.subscription_groups.get(request.group.name)
+        broker = self._broker(request.endpoints)
+        types = message_queues(config, broker)[0].accept_message_types
+        ids = range(config.read_queue_nums) if group is not None and group.consume_message_orderly else [-1]
+        assignments = [d.Assignment(message_queue=d.MessageQueue(
+            topic=request.topic, id=i, permission=d.READ_WRITE if config.writeable else d.READ, broker=broker,
+            accept_message_types=types)) for i in ids]
+        return s.QueryAssignmentResponse(status=status(), assignments=assignments)
 
     # --- clients ---------------------------------------------------------------------------------
     @_answers(s.HeartbeatResponse)
@@ -161,6 +166,7 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
         settings = self._clients.remove(client_id)
         if settings is None:
             raise V2Error(d.UNRECOGNIZED_CLIENT_TYPE, f"client {client_id!r} is not known: it sent no settings")
+        await self._consumer.renewal.release(client_id)  # what it held comes back at once, not in a minute
         if request.HasField("group") and request.group.name:
             check_group(request.group.name)
             self._ctx.groups.unregister(request.group.name, client_id)
@@ -192,15 +198,38 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
             except Exception as e:  # noqa: BLE001 - the stream is gone: the check is asked again next round
                 _log.info("v2 recovery command not written", client_id=client_id, error=repr(e))
 
-        pusher = asyncio.get_running_loop().create_task(push_checks(), name=f"telemetry-{client_id}")
+        outbox = self._g.client_commands.attach(client_id)
+
+        async def push_requests() -> None:
+            try:
+                while True:
+                    command = await outbox.get()
+                    async with writing:
+                        await context.write(command)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - the stream is gone: the request times out
+                _log.info("v2 client command not written", client_id=client_id, error=repr(e))
+
+        loop = asyncio.get_running_loop()
+        pushers = [loop.create_task(push_checks(), name=f"telemetry-{client_id}"),
+                   loop.create_task(push_requests(), name=f"telemetry-requests-{client_id}")]
         try:
             async for command in request_iterator:
-                if command.WhichOneof("command") != "settings":
-                    continue  # thread stack traces and verification results: nothing asked for them yet
+                kind = command.WhichOneof("command")
+                if kind in ("thread_stack_trace", "verify_message_result"):
+                    self._g.client_commands.answer(client_id, command)  # a request's answer, or logged
+                    continue
+                if kind != "settings":
+                    _log.info("v2 telemetry command not for the broker ignored", client_id=client_id, command=kind)
+                    continue
                 try:
-                    answer = merged(command.settings, self._ctx.settings.max_message_size)
+                    group = None
+                    if command.settings.HasField("subscription"):
+                        check_group(command.settings.subscription.group.name)
+                        group = self._ctx.subscription_groups.get(command.settings.subscription.group.name)
+                    answer = merged(command.settings, self._ctx.settings.max_message_size, group)
                     if answer.HasField("subscription"):
-                        check_group(answer.subscription.group.name)
                         for entry in answer.subscription.subscriptions:
                             check_topic(entry.topic.name, self._ctx.topics)
                 except (ValueError, V2Error) as e:
@@ -213,7 +242,9 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
                 producer.adopt(answer)
         finally:
             producer.close()
-            pusher.cancel()
+            self._g.client_commands.detach(client_id, outbox)
+            for pusher in pushers:
+                pusher.cancel()
 
     # --- sending ---------------------------------------------------------------------------------
     @_answers(s.SendMessageResponse)
@@ -225,12 +256,12 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
     async def ReceiveMessage(self, request: s.ReceiveMessageRequest,
                              context: _Context) -> AsyncIterator[s.ReceiveMessageResponse]:
         try:
-            _client_id(context)
+            client_id = _client_id(context)
         except V2Error as e:
             yield s.ReceiveMessageResponse(status=e.status())
             return
         try:
-            responses = await self._consumer.receive(request, context.time_remaining())
+            responses = await self._consumer.receive(request, context.time_remaining(), client_id)
         except Exception as e:  # noqa: BLE001 - every failure is answered
             yield s.ReceiveMessageResponse(status=_unexpected("ReceiveMessage", e))
             return
@@ -239,20 +270,17 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
 
     @_answers(s.AckMessageResponse)
     async def AckMessage(self, request: s.AckMessageRequest, context: _Context) -> s.AckMessageResponse:
-        _client_id(context)
-        return await self._consumer.ack(request, context.time_remaining())
+        return await self._consumer.ack(request, context.time_remaining(), _client_id(context))
 
     @_answers(s.ChangeInvisibleDurationResponse)
     async def ChangeInvisibleDuration(self, request: s.ChangeInvisibleDurationRequest,
                                       context: _Context) -> s.ChangeInvisibleDurationResponse:
-        _client_id(context)
-        return await self._consumer.change_invisible_duration(request, context.time_remaining())
+        return await self._consumer.change_invisible_duration(request, context.time_remaining(), _client_id(context))
 
     @_answers(s.ForwardMessageToDeadLetterQueueResponse)
     async def ForwardMessageToDeadLetterQueue(self, request: s.ForwardMessageToDeadLetterQueueRequest,
                                               context: _Context) -> s.ForwardMessageToDeadLetterQueueResponse:
-        _client_id(context)
-        return await self._consumer.forward_to_dead_letters(request)
+        return await self._consumer.forward_to_dead_letters(request, _client_id(context))
 
     # --- transactions and recall -----------------------------------------------------------------
     @_answers(s.EndTransactionResponse)
@@ -265,25 +293,37 @@ class MessagingServicer(s_grpc.MessagingServiceServicer):
         _client_id(context)
         return await self._recall.recall(request)
 
-    # --- not supported yet -----------------------------------------------------------------------
-    async def _unsupported(self, name: str, context: _Context) -> None:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, _NOT_SUPPORTED[name])
+    # --- pull consumers --------------------------------------------------------------------------
+    async def PullMessage(self, request: s.PullMessageRequest,
+                          context: _Context) -> AsyncIterator[s.PullMessageResponse]:
+        try:
+            _client_id(context)
+            responses = await self._pull.pull(request, context.time_remaining())
+        except V2Error as e:
+            responses = [s.PullMessageResponse(status=e.status())]
+        except Exception as e:  # noqa: BLE001 - every failure is answered
+            responses = [s.PullMessageResponse(status=_unexpected("PullMessage", e))]
+        for response in responses:
+            yield response
 
+    @_answers(s.UpdateOffsetResponse)
+    async def UpdateOffset(self, request: s.UpdateOffsetRequest, context: _Context) -> s.UpdateOffsetResponse:
+        _client_id(context)
+        return await self._pull.update_offset(request)
 
-    async def PullMessage(self, request: Any, context: _Context) -> None:  # type: ignore[override]
-        await self._unsupported("PullMessage", context)
+    @_answers(s.GetOffsetResponse)
+    async def GetOffset(self, request: s.GetOffsetRequest, context: _Context) -> s.GetOffsetResponse:
+        _client_id(context)
+        return await self._pull.get_offset(request)
 
-    async def UpdateOffset(self, request: Any, context: _Context) -> Any:
-        await self._unsupported("UpdateOffset", context)
+    @_answers(s.QueryOffsetResponse)
+    async def QueryOffset(self, request: s.QueryOffsetRequest, context: _Context) -> s.QueryOffsetResponse:
+        _client_id(context)
+        return await self._pull.query_offset(request)
 
-    async def GetOffset(self, request: Any, context: _Context) -> Any:
-        await self._unsupported("GetOffset", context)
-
-    async def QueryOffset(self, request: Any, context: _Context) -> Any:
-        await self._unsupported("QueryOffset", context)
-
+    # --- not supported -----------------------------------------------------------------------------
     async def SyncLiteSubscription(self, request: Any, context: _Context) -> Any:
-        await self._unsupported("SyncLiteSubscription", context)
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, _NOT_SUPPORTED["SyncLiteSubscription"])
 
 
 def _endpoints_of(endpoint: str) -> d.Endpoints:

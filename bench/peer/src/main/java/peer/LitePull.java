@@ -66,6 +66,7 @@ public final class LitePull {
         String line = String.format("consume: %d msgs in %.1f s: %.0f msgs/s", got, secs, secs > 0 ? got / secs : 0.0);
         System.out.println(got >= count ? line : line + " (INCOMPLETE)");
         System.out.flush();
+        consumer.commitSync();  // what was polled counts as consumed: the broker keeps the offsets at shutdown
         consumer.shutdown();
         System.exit(got >= count ? 0 : 1);
     }

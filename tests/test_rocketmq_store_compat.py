@@ -1,0 +1,323 @@
+"""A store written by Apache RocketMQ 5.3.3 served by rocketstore, and one rocketstore wrote served by RocketMQ.
+
+RocketMQ runs from Maven Central's jars (``bench/peer_bench.py``'s ``Build`` and ``RocketMQ``; ``scripts/test.sh``
+builds them before the tests). Messages go in through its official clients: the remoting DefaultMQProducer
+(``bench/peer``'s RemotingSend: keys, user properties, delay levels) and the official Python client (FIFO,
+timers, transactions committed, rolled back and left open); a remoting LitePull group and a gRPC
+SimpleConsumer group consume part. Then RocketMQ stops and ``rocketstore up`` opens the same directory.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rocketstore.client import Admin
+from rocketstore.client.consumer import PullConsumer
+from rocketstore.client.messages import ReceivedMessage
+from rocketstore.config_file import parse_json
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import peer_bench  # noqa: E402
+from rmq5_venv import run_client  # noqa: E402
+
+PEER_DIR = Path(os.environ.get("ROCKETSTORE_PEER_DIR", "/tmp/rocketstore-peer"))
+TIMER_LATER_S = 45  # a timer RocketMQ still holds when it stops: rocketstore delivers it
+# rocketstore's delay levels for the RocketMQ store: level 18 (2 h in RocketMQ) is 2 s here, so the messages
+# RocketMQ still held at that level come due at once (a deliver time beyond one level is corrected to now).
+DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2s"
+
+
+@pytest.fixture(scope="module")
+def build() -> peer_bench.Build:
+    return peer_bench.Build(PEER_DIR)
+
+
+def _java(build: peer_bench.Build, main: str, *args: str, opts: tuple[str, ...] = ()) -> str:
+    assert build.java is not None
+    out = subprocess.run([build.java, "-Xmx256m", *peer_bench.JDK17_OPTS, f"-Duser.home={PEER_DIR}/client-logs",
+                          "-Drmq.logback.configurationFile=rmq.client.logback.xml", *opts, "-cp", build.server_cp(),
+                          f"peer.{main}", *args], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, f"{main} {args}: exit {out.returncode}\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
+    return out.stdout
+
+
+def _remoting_send(build: peer_bench.Build, rmq: peer_bench.RocketMQ, topic: str, count: int, prefix: str,
+                   level: int = 0) -> list[str]:
+    opts = (f"-Dpeer.delayLevel={level}",) if level else ()
+    out = _java(build, "RemotingSend", rmq.namesrv, topic, str(count), prefix, opts=opts)
+    return [line.split()[1] for line in out.splitlines() if line.startswith("sent ")]
+
+
+def _retrying(script: str, payload: dict[str, Any], tries: int = 20, timeout: float = 120) -> Any:
+    """The official client, again while a topic's route settles in the proxy (its cache answers "not found"
+    for a while after the topic was made; a receive right after a consumer starts can meet the proxy before
+    the client's settings do)."""
+    for attempt in range(tries):
+        try:
+            return run_client(script, payload, timeout)
+        except AssertionError:
+            if attempt == tries - 1:
+                raise
+            time.sleep(3)
+
+
+class _Up:
+    """``rocketstore up`` over ``store`` until ``stop``, in the mode of ROCKETSTORE_TEST_MODE."""
+
+    def __init__(self, store: Path, *extra: str) -> None:
+        mode = os.environ.get("ROCKETSTORE_TEST_MODE", "local")
+        self.proc = subprocess.Popen([sys.executable, "-m", "rocketstore", "up", "--mode", mode, "--data-dir",
+                                      str(store), "--port", "0", "--log-level", "warning", *extra],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        assert self.proc.stdout is not None
+        seen = []
+        self.endpoint = ""
+        for line in self.proc.stdout:
+            seen.append(line)
+            if "clients use the gateway at " in line:
+                self.endpoint = line.split("clients use the gateway at ")[1].split()[0]
+                break
+        if not self.endpoint:
+            self.proc.wait(30)
+            raise AssertionError(f"rocketstore up did not start (exit {self.proc.returncode}):\n{''.join(seen)}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
+
+
+def _all_messages(endpoint: str, topic: str) -> list[ReceivedMessage]:
+    out: list[ReceivedMessage] = []
+    with PullConsumer(endpoint, "compat-reader") as c:
+        for q in c.queues(topic):
+            offset = 0
+            while True:
+                r = c.pull(q, offset, 32)
+                out += r.messages
+                if not r.messages or r.next_begin_offset == offset:
+                    break
+                offset = r.next_begin_offset
+    return out
+
+
+def _wait_for(what: str, check: Any, timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not after {timeout:.0f} s")
+        time.sleep(0.5)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Path]:
+    path = tmp_path / "store"
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_rocketmq_store_is_served_by_rocketstore(build: peer_bench.Build, store: Path) -> None:
+    rmq = peer_bench.RocketMQ(build, PEER_DIR, store=store, topic=None)
+    try:
+        rmq.create_topic("CNormal", 4)
+        rmq.create_topic("CFifo", 2, "FIFO")
+        rmq.create_topic("CTimer", 1, "DELAY")
+        rmq.create_topic("CTx", 1, "TRANSACTION")
+        normal = _remoting_send(build, rmq, "CNormal", 20, "rn")
+        level1 = _remoting_send(build, rmq, "CNormal", 2, "d1", level=1)  # RocketMQ delivers these
+        level18 = _remoting_send(build, rmq, "CNormal", 2, "d18", level=18)  # still held when it stops
+        fifo = _retrying("produce.py", {"endpoint": rmq.endpoint, "topic": "CFifo", "messages": [
+            {"body": f"f{i}", "tag": "F", "keys": [f"f{i}"], "properties": {"p": str(i)}, "group": f"g{i % 2}"}
+            for i in range(6)]})
+        timers = _retrying("delay.py", {"endpoint": rmq.endpoint, "topic": "CTimer", "messages": [
+            {"body": "t-soon", "delay_s": 1}, {"body": "t-later", "delay_s": TIMER_LATER_S}]})
+        txs = _retrying("transaction.py", {"endpoint": rmq.endpoint, "topic": "CTx", "messages": [
+            {"body": "tx-commit", "outcome": "commit"}, {"body": "tx-rollback", "outcome": "rollback"},
+            {"body": "tx-open", "outcome": "open"}]})
+        _java(build, "LitePull", rmq.namesrv, "CNormal", "v1group", "8")
+        _retrying("consume.py", {"endpoint": rmq.endpoint, "group": "v2group", "topic": "CFifo", "steps": [
+            {"op": "receive", "max": 2, "invisible": 30, "until": 2}, {"op": "ack"}]})
+        time.sleep(max(0.0, timers[0]["at"] + 2 - time.time()))  # RocketMQ delivers t-soon and level 1
+    finally:
+        rmq.stop()
+        shutil.rmtree(rmq.dir, ignore_errors=True)
+    config = store / "config"
+    rmq_offsets = parse_json((config / "consumerOffset.json").read_text())["offsetTable"]
+    rmq_delay = parse_json((config / "delayOffset.json").read_text())["offsetTable"]
+    assert (store / "timerwheel").is_file() and rmq_delay.get("18") == 0
+
+    up = _Up(store, "--set", f"messageDelayLevel={DELAY_LEVELS}")
+    try:
+        with Admin(up.endpoint) as admin:
+            # Consumer offsets, subscription groups and topics carry over.
+            for key in ("CNormal@v1group", "CFifo@v2group"):
+                topic, group = key.split("@")
+                committed = {q: o for q, o in admin.committed_offsets(group, topic).items() if o >= 0}  # -1: none
+                assert committed == {int(q): o for q, o in rmq_offsets[key].items()}
+            assert sum(rmq_offsets["CNormal@v1group"].values()) >= 8
+            groups = {g.group_name for g in admin.list_subscription_groups()}
+            assert {"v1group", "v2group"} <= groups
+            topics = {t.topic: t for t in admin.list_topics(include_system=True)}
+            assert topics["CNormal"].read_queue_nums == 4
+            assert topics["CFifo"].message_type == "FIFO" and topics["CTx"].message_type == "TRANSACTION"
+        # Every message, with its identity, keys and properties; the delay level 18 ones come due here.
+        got = _wait_for("the delay level 18 messages", lambda: (
+            ms if len(ms := _all_messages(up.endpoint, "CNormal")) >= 24 else None), 30)
+        by_id = {m.msg_id: m for m in got}
+        assert sorted(by_id) == sorted(normal + level1 + level18) and len(got) == 24
+        for i, msg_id in enumerate(normal):
+            m = by_id[msg_id]
+            assert m.body == f"rn-{i}".encode() and m.properties["idx"] == str(i)
+            assert m.properties["KEYS"] == f"rn-{i} rn-key" and m.properties["TAGS"] == "rn"
+        assert all(by_id[i].properties.get("DELAY") is None for i in level18)
+        fifo_got = {m.msg_id: m for m in _all_messages(up.endpoint, "CFifo")}
+        assert sorted(fifo_got) == sorted(r["message_id"] for r in fifo)
+        for i, r in enumerate(fifo):
+            m = fifo_got[r["message_id"]]
+            assert m.body == f"f{i}".encode() and m.properties["p"] == str(i)
+            assert m.properties["__SHARDINGKEY"] == f"g{i % 2}" and m.properties["KEYS"] == f"f{i}"
+            assert (m.queue_id, m.queue_offset) == (fifo_got[r["message_id"]].queue_id, r["offset"])
+        # Transactions: the committed one only.
+        tx_got = [m.msg_id for m in _all_messages(up.endpoint, "CTx")]
+        assert tx_got == [txs["receipts"][0]["message_id"]]
+        # Timers: the one RocketMQ delivered is not delivered again; the one it held comes at its time.
+        later = timers[1]
+        assert [m.msg_id for m in _all_messages(up.endpoint, "CTimer")] == [timers[0]["message_id"]]
+        timed = _wait_for("the timer RocketMQ held", lambda: (
+            ms if len(ms := _all_messages(up.endpoint, "CTimer")) == 2 else None), TIMER_LATER_S + 30)
+        assert timed[1].msg_id == later["message_id"] and timed[1].store_timestamp >= later["at"] * 1000 - 1000
+    finally:
+        up.stop()
+    assert not (store / "timerwheel").exists() and (store / "rocketmq-timer-imported" / "timerwheel").is_file()
+    assert (store / "config" / "timercheck").stat().st_size == 4096
+
+
+def test_rocketstore_store_is_served_by_rocketmq(build: peer_bench.Build, store: Path) -> None:
+    up = _Up(store)
+    try:
+        with Admin(up.endpoint) as admin:
+            admin.create_topic("Ours", read_queue_nums=2, write_queue_nums=2)
+            admin.create_topic("OursTimer", read_queue_nums=1, write_queue_nums=1, message_type="DELAY")
+        sent = run_client("produce.py", {"endpoint": up.endpoint, "topic": "Ours", "messages": [
+            {"body": f"o{i}", "tag": "O", "keys": [f"o{i}"], "properties": {"n": str(i)}} for i in range(10)]})
+        timers = run_client("delay.py", {"endpoint": up.endpoint, "topic": "OursTimer", "messages": [
+            {"body": "t-soon", "delay_s": 1}, {"body": "t-later", "delay_s": TIMER_LATER_S}]})
+        _wait_for("the first timer", lambda: _all_messages(up.endpoint, "OursTimer"), 30)
+        first = run_client("consume.py", {"endpoint": up.endpoint, "group": "ours-v2", "topic": "Ours", "steps": [
+            {"op": "receive", "max": 4, "invisible": 30, "until": 4}, {"op": "ack"}]})[0]
+    finally:
+        up.stop()
+    assert (store / "config" / "timercheck").is_file() and not (store / "timerwheel").exists()
+
+    rmq = peer_bench.RocketMQ(build, PEER_DIR, store=store, topic=None)
+    try:
+        got = _retrying("consume.py", {"endpoint": rmq.endpoint, "group": "rmq-reader", "topic": "Ours", "steps": [
+            {"op": "receive", "max": 16, "invisible": 30, "until": 10, "timeout": 30}]})[0]
+        rest = _retrying("consume.py", {"endpoint": rmq.endpoint, "group": "ours-v2", "topic": "Ours", "steps": [
+            {"op": "receive", "max": 16, "invisible": 30, "until": 6, "timeout": 30}]})[0]
+        wait = max(10.0, timers[1]["at"] + 20 - time.time())
+        timed = _retrying("consume.py", {"endpoint": rmq.endpoint, "group": "rmq-timer", "topic": "OursTimer",
+                                         "steps": [{"op": "receive", "max": 4, "invisible": 30, "until": 2,
+                                                    "timeout": wait}]}, timeout=wait + 60)[0]
+    finally:
+        rmq.stop()
+        shutil.rmtree(rmq.dir, ignore_errors=True)
+    # Every message, with its identity, keys and properties.
+    by_id = {m["id"]: m for m in got}
+    assert sorted(by_id) == sorted(r["message_id"] for r in sent)
+    for i, r in enumerate(sent):
+        m = by_id[r["message_id"]]
+        assert m["body"] == f"o{i}" and m["keys"] == [f"o{i}"] and m["tag"] == "O" and m["properties"]["n"] == str(i)
+    # The group's consumed part stays consumed.
+    assert sorted(m["body"] for m in first + rest) == sorted(f"o{i}" for i in range(10)) and len(first) == 4
+    # The timer rocketstore delivered comes once; the one it held, at its time, from RocketMQ.
+    assert sorted(m["body"] for m in timed) == ["t-later", "t-soon"]
+    assert [m["id"] for m in timed if m["body"] == "t-later"] == [timers[1]["message_id"]]
+
+
+# --- the formats, without RocketMQ ------------------------------------------------------------------------------
+def test_fastjson_bare_keys_are_read_and_strings_left_alone() -> None:
+    text = '{"offsetTable":{"T@g":{0:96,1:32\n\t\t}},"note":"a,{5:6} \\"x\\",7:",-1 :{}}'
+    assert parse_json(text) == {"offsetTable": {"T@g": {"0": 96, "1": 32}}, "note": 'a,{5:6} "x",7:', "-1": {}}
+    with pytest.raises(ValueError):
+        parse_json('{"a":{0:}}')
+
+
+def test_rocketmq_timer_files_are_read(tmp_path: Path) -> None:
+    from rocketstore.services.schedule import rocketmq_timer as rt
+
+    precision, now = 1000, 1_800_000_000_000
+    wheel = bytearray(rt.SLOTS * rt.SLOT.size)
+    log = bytearray(4096)
+
+    def unit(pos: int, prev: int, magic: int, offset_py: int) -> None:
+        rt.LOG_UNIT.pack_into(log, pos, rt.LOG_UNIT.size, prev, magic, now, 0, offset_py, 100, 0, 0)
+
+    def slot(time_ms: int, first: int, last: int, num: int) -> None:
+        rt.SLOT.pack_into(wheel, (time_ms // precision % rt.SLOTS) * rt.SLOT.size, time_ms // precision, first,
+                          last, num, 0)
+
+    unit(0, -1, 1, 1000)  # a slot already delivered
+    slot(now - 5000, 0, 0, 1)
+    unit(52, -1, 1, 2000)  # a pending slot of two units, and a recall marker in another
+    unit(104, 52, 1, 3000)
+    unit(156, -1, 1 | rt.MAGIC_DELETE, 4000)
+    slot(now + 60_000, 52, 104, 2)
+    slot(now + 120_000, 156, 156, 1)
+    (tmp_path / "timerwheel").write_bytes(wheel)
+    (tmp_path / "timerlog").mkdir()
+    (tmp_path / "timerlog" / "00000000000000000000").write_bytes(log)
+    rt.write_checkpoint(str(tmp_path), now, 7)
+    check = rt.read_checkpoint(str(tmp_path))
+    assert check is not None and (check.last_read_time_ms, check.last_timer_queue_offset) == (now, 7)
+    assert check.master_timer_queue_offset == 7 and (tmp_path / "config" / "timercheck").stat().st_size == 4096
+    units = sorted(rt.pending_units(str(tmp_path), precision, now), key=lambda u: u.commitlog_offset)
+    assert [(u.commitlog_offset, u.slot_ms, bool(u.magic & rt.MAGIC_DELETE)) for u in units] == [
+        (2000, now + 60_000, False), (3000, now + 60_000, False), (4000, now + 120_000, True)]
+    unit(52, 104, 1, 2000)  # a chain that loops is refused, naming the log
+    (tmp_path / "timerlog" / "00000000000000000000").write_bytes(log)
+    with pytest.raises(ValueError, match="loop"):
+        rt.pending_units(str(tmp_path), precision, now)
+    (tmp_path / "timerwheel").write_bytes(b"\0" * 64)
+    with pytest.raises(ValueError, match="timerwheel: 64 bytes"):
+        rt.pending_units(str(tmp_path), precision, now)
+
+
+def test_rocksdb_layouts_are_refused_by_name(tmp_path: Path) -> None:
+    from rocketstore.rocketmq_layout import unusable_rocketmq_files
+
+    root = tmp_path / "store"
+    (root / "consumequeue" / "LOG").mkdir(parents=True)  # a topic named LOG is a folder: fine
+    assert unusable_rocketmq_files(str(root)) == []
+    (root / "consumequeue" / "CURRENT").write_text("MANIFEST-000005\n")
+    (root / "config" / "consumerOffsets").mkdir(parents=True)
+    (root / "config" / "consumerOffsets" / "000009.sst").write_bytes(b"x")
+    found = dict(unusable_rocketmq_files(str(root)))
+    assert set(found) == {str(root / "consumequeue" / "CURRENT"), str(root / "config" / "consumerOffsets")}
+    up = subprocess.run([sys.executable, "-m", "rocketstore", "up", "--data-dir", str(root), "--port", "0"],
+                        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert up.returncode != 0 and "consumequeue/CURRENT" in up.stdout + up.stderr
+    assert not (root / "commitlog").exists() or not os.listdir(root / "commitlog")

@@ -87,13 +87,7 @@ class SettingsFields:
 
 def check_fields(path: Path = FIELDS_PATH) -> str | None:
     """None when ``path`` holds what ``render_fields`` makes, else what is wrong."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return f"{path} is missing; run `{REGENERATE}`"
-    if text != render_fields():
-        return f"{path} is stale (the settings table changed); run `{REGENERATE}`"
-    return None
+    return _stale(path, render_fields())
 
 
 def write(path: Path = DOC_PATH) -> None:
@@ -103,11 +97,15 @@ def write(path: Path = DOC_PATH) -> None:
 
 def check(path: Path = DOC_PATH) -> str | None:
     """None when ``path`` holds what ``render`` makes, else what is wrong (for an error message)."""
+    return _stale(path, render())
+
+
+def _stale(path: Path, expected: str) -> str | None:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return f"{path} is missing; run `{REGENERATE}`"
-    if text != render():
+    if text != expected:
         return f"{path} is stale (the settings table changed); run `{REGENERATE}`"
     return None
 

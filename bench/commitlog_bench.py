@@ -79,6 +79,7 @@ from dataclasses import asdict, dataclass, field
 from rocketstore.codec import encode_unplaced, place
 from rocketstore.demo import free_port, wait_serving
 from rocketstore.formats import MIN_RECORD_LENGTH
+from rocketstore.internal_auth import process_secret, share_secret, with_secret
 from rocketstore.log import configure_logging
 from rocketstore.message import Message
 from rocketstore.message_id import UniqKeyGenerator
@@ -752,8 +753,8 @@ def run_grpc(args: argparse.Namespace, pool: list[Message], name: str, workdir: 
         service.wait_serving()
         # A few channels (TCP connections) shared by the client threads.
         n_channels = min(threads, args.grpc_channels)
-        channels = [grpc.insecure_channel(service.target, options=[*options, ("grpc.channel_id", i)])
-                    for i in range(n_channels)]
+        channels = [with_secret(grpc.insecure_channel(service.target, options=[*options, ("grpc.channel_id", i)]),
+                                process_secret()) for i in range(n_channels)]
         rpcs = [ch.unary_unary("/rocketstore.v1.CommitLog/AppendBatch", request_serializer=None,
                                response_deserializer=pb.AppendBatchResponse.FromString) for ch in channels]
         admin = pb_grpc.CommitLogStub(channels[0])
@@ -947,6 +948,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     harness = harness_overhead_ns()
     before = machine()
     workdir = tempfile.mkdtemp(prefix="rocketstore-bench-", dir=args.dir)
+    share_secret(workdir)  # what the services started here and this script's calls carry
     results: list[Result] = []
     started = time.perf_counter()
     try:

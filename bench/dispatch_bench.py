@@ -63,6 +63,7 @@ from commitlog_bench import (  # noqa: E402 - the sibling script, for the messag
 )
 
 from rocketstore.demo import free_port, wait_serving  # noqa: E402
+from rocketstore.internal_auth import process_secret, share_secret, with_secret  # noqa: E402
 from rocketstore.v1 import commitlog_pb2 as cl_pb  # noqa: E402
 from rocketstore.v1 import commitlog_pb2_grpc as cl_grpc  # noqa: E402
 from rocketstore.v1 import index_pb2 as ix_pb  # noqa: E402
@@ -155,7 +156,8 @@ class Broker:
         self.ix = ix_grpc.IndexStub(self.channel(self.index))
 
     def channel(self, service: Service, i: int = 0) -> grpc.Channel:
-        ch = grpc.insecure_channel(service.endpoint, options=[*_OPTIONS, ("grpc.channel_id", i)])
+        ch = with_secret(grpc.insecure_channel(service.endpoint, options=[*_OPTIONS, ("grpc.channel_id", i)]),
+                         process_secret())
         self.channels.append(ch)
         return ch
 
@@ -569,6 +571,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise SystemExit(f"unknown scenario {n!r}; choose from {', '.join(SCENARIOS)}")
     meta = machine()
     workdir = tempfile.mkdtemp(prefix="rocketstore-dispatch-bench-", dir=args.dir)
+    share_secret(workdir)  # what the services started here and this script's calls carry
     settings = [("mapedFileSizeCommitLog", str(args.file_size)), *args.set]
     broker = Broker(os.path.join(workdir, "store"), settings)
     results: list[Result] = []

@@ -28,6 +28,7 @@ import time
 import grpc
 
 from rocketstore.demo import free_port
+from rocketstore.internal_auth import default_secret_path, read_secret, with_secret
 from rocketstore.v1 import gateway_pb2 as pb
 from rocketstore.v1 import gateway_pb2_grpc as pb_grpc
 
@@ -100,8 +101,12 @@ class Up:
         else:
             raise RuntimeError(f"rocketstore up --gateways {gateways} did not start")
 
+    def owner_channel(self) -> grpc.Channel:
+        """The owner port answers the cluster's own: the secret `up` made in the store."""
+        return with_secret(grpc.insecure_channel(self.owner), read_secret(default_secret_path(self.dir)))
+
     def owner_put_messages(self) -> int:
-        with grpc.insecure_channel(self.owner) as channel:
+        with self.owner_channel() as channel:
             return int(pb_grpc.GatewayStub(channel).GetBrokerStatus(pb.GetBrokerStatusRequest(), timeout=10)
                        .put_messages)
 
@@ -147,7 +152,7 @@ def main() -> None:
     for gateways in args.gateways:
         up = Up(gateways, args.root or tempfile.gettempdir())
         try:
-            with grpc.insecure_channel(up.owner) as channel:
+            with up.owner_channel() as channel:
                 pb_grpc.GatewayStub(channel).CreateTopic(pb.CreateTopicRequest(
                     topic=TOPIC, read_queue_nums=4, write_queue_nums=4), timeout=10)
             time.sleep(1.5)  # the front gateways reload topics.json

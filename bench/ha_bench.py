@@ -53,6 +53,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from commitlog_bench import _kv, _size, machine, make_messages, percentile, run_workload, source_revision  # noqa: E402
 from dispatch_bench import Service  # noqa: E402
 
+from rocketstore.internal_auth import process_secret, share_secret, with_secret  # noqa: E402
 from rocketstore.v1 import commitlog_pb2 as cl_pb  # noqa: E402
 from rocketstore.v1 import commitlog_pb2_grpc as cl_grpc  # noqa: E402
 
@@ -84,7 +85,8 @@ class HABroker:
         return self
 
     def channel(self, i: int = 0) -> grpc.Channel:
-        ch = grpc.insecure_channel(self.commitlog.endpoint, options=[*_OPTIONS, ("grpc.channel_id", i)])
+        ch = with_secret(grpc.insecure_channel(self.commitlog.endpoint, options=[*_OPTIONS, ("grpc.channel_id", i)]),
+                         process_secret())
         self.channels.append(ch)
         return ch
 
@@ -459,6 +461,7 @@ def run(args: argparse.Namespace) -> list[Result]:
         if s not in SCENARIOS:
             raise SystemExit(f"unknown scenario {s!r}; choose from {', '.join(SCENARIOS)}")
     workdir = tempfile.mkdtemp(prefix="ha-bench-", dir=args.dir)
+    share_secret(workdir)  # one cluster: the slaves reach their master, this script both
     results: list[Result] = []
     try:
         if "produce" in wanted or "latency" in wanted or "lag" in wanted:

@@ -1,4 +1,5 @@
-"""Client channels between services: one place for the limits every internal hop needs."""
+"""Client channels between services: one place for the limits every internal hop needs, and the
+cluster secret every internal call carries (``rocketstore.internal_auth``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 import grpc.aio
+
+from rocketstore.internal_auth import with_secret, with_secret_aio
 
 if TYPE_CHECKING:
     from rocketstore.tls import ClientTls
@@ -32,16 +35,21 @@ _OPTIONS = [
 ]
 
 
-def open_channel(endpoint: str, options: Sequence[tuple[str, Any]] = (), tls: ClientTls | None = None) -> grpc.Channel:
+def open_channel(endpoint: str, options: Sequence[tuple[str, Any]] = (), tls: ClientTls | None = None, *,
+                 secret: str | None = None) -> grpc.Channel:
     """A channel to a rocketstore service (``host:port``), with the batch-sized message limits the servers
-    use (and ``options`` after them): plaintext, or TLS to a gateway with ``tls``."""
+    use (and ``options`` after them): plaintext, or TLS to a gateway with ``tls``; every call carries
+    ``secret`` (the cluster secret of an internal call, ``rocketstore.internal_auth``)."""
     if tls is not None:
-        return grpc.secure_channel(endpoint, tls.credentials(), options=[*_OPTIONS, *tls.options(), *options])
-    return grpc.insecure_channel(endpoint, options=[*_OPTIONS, *options])
+        return with_secret(grpc.secure_channel(endpoint, tls.credentials(),
+                                               options=[*_OPTIONS, *tls.options(), *options]), secret)
+    return with_secret(grpc.insecure_channel(endpoint, options=[*_OPTIONS, *options]), secret)
 
 
-def open_aio_channel(endpoint: str, tls: ClientTls | None = None) -> grpc.aio.Channel:
+def open_aio_channel(endpoint: str, tls: ClientTls | None = None, *, secret: str | None = None) -> grpc.aio.Channel:
     """``open_channel`` for grpc.aio callers (create it on the event loop that will use it)."""
+    interceptors = with_secret_aio(secret)
     if tls is not None:
-        return grpc.aio.secure_channel(endpoint, tls.credentials(), options=[*_OPTIONS, *tls.options()])
-    return grpc.aio.insecure_channel(endpoint, options=_OPTIONS)
+        return grpc.aio.secure_channel(endpoint, tls.credentials(), options=[*_OPTIONS, *tls.options()],
+                                       interceptors=interceptors)
+    return grpc.aio.insecure_channel(endpoint, options=_OPTIONS, interceptors=interceptors)

@@ -29,8 +29,8 @@ _LONG = CHECKPOINT_FIELD
 class StoreCheckpoint:
     def __init__(self, path: str) -> None:
         self.path = path
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             if os.fstat(fd).st_size < OS_PAGE_SIZE:
                 os.ftruncate(fd, OS_PAGE_SIZE)

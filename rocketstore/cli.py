@@ -245,6 +245,7 @@ def _run_serve(args: argparse.Namespace) -> int:
 
     # Logging first: unknown-key warnings of the settings are JSON lines like everything else.
     configure_logging(json=True, level=args.log_level, service=args.service)
+    os.umask(0o077)  # every file and directory a service makes is its owner's alone (docs/security.md)
     try:
         settings = _load_settings(args)
         from rocketstore.server import set_metrics_host

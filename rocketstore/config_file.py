@@ -114,11 +114,11 @@ def persist_text(path: str | os.PathLike[str], json_text: str | bytes,
     path = os.fspath(path)
     text = json_text.encode("utf-8") if isinstance(json_text, str) else json_text
     directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
+    os.makedirs(directory, mode=0o700, exist_ok=True)
     tmp = path + TMP_SUFFIX
     with _lock_for(path):
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             try:
                 view = memoryview(text)
                 while view:

@@ -29,6 +29,7 @@ catching ``grpc.RpcError``::
           ├── NotFound              NOT_FOUND
           ├── OutOfRange            OUT_OF_RANGE
           ├── PermissionDenied      PERMISSION_DENIED
+          ├── Unauthenticated       UNAUTHENTICATED
           ├── FailedPrecondition    FAILED_PRECONDITION
           └── Internal              INTERNAL
 
@@ -53,6 +54,7 @@ __all__ = [
     "OutOfRange",
     "PermissionDenied",
     "Refused",
+    "Unauthenticated",
     "Unavailable",
     "disk_full",
     "error_for",
@@ -122,9 +124,15 @@ class OutOfRange(_FixedRefusal):
 
 
 class PermissionDenied(_FixedRefusal):
-    """The caller may not do this (a system topic, a destructive call without the operator token)."""
+    """The caller may not do this (a system topic, an operator's call without the cluster secret)."""
 
     CODE = "PERMISSION_DENIED"
+
+
+class Unauthenticated(_FixedRefusal):
+    """The call did not carry the cluster secret an internal service asks of its peers (or another one)."""
+
+    CODE = "UNAUTHENTICATED"
 
 
 class FailedPrecondition(_FixedRefusal):
@@ -140,7 +148,8 @@ class Internal(_FixedRefusal):
 
 
 _FIXED: dict[str, type[_FixedRefusal]] = {
-    cls.CODE: cls for cls in (InvalidArgument, NotFound, OutOfRange, PermissionDenied, FailedPrecondition, Internal)
+    cls.CODE: cls for cls in (InvalidArgument, NotFound, OutOfRange, PermissionDenied, Unauthenticated,
+                               FailedPrecondition, Internal)
 }
 
 

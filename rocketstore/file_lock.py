@@ -15,7 +15,7 @@ class FileLockHeld(OSError):
 def lock_file(path: str, content: bytes = b"lock") -> int:
     """Take an exclusive, non-blocking lock on ``path`` (created if missing) and write ``content`` into
     it; returns the descriptor to pass to ``unlock_file``. Raises FileLockHeld when it is taken."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError as e:

@@ -252,6 +252,7 @@ class Launcher:
         self._log_level = log_level
         self._grpcurl_security = "-plaintext"
         self._settings = list(settings)
+        self.secret: str | None = None  # the cluster secret (``provision_secret``); set before start: a slave's
         self.services: dict[str, ManagedService] = {}
         for name in self.order:
             if name in self.fronts:
@@ -329,6 +330,29 @@ class Launcher:
         except OSError:
             return True
 
+    def _secret_file(self) -> tuple[str, str]:
+        """(clusterSecretFile, storePathRootDir) as the services will read them."""
+        from rocketstore.settings import load_settings
+
+        overrides = dict(self._settings)
+        if self.data_dir is not None:
+            overrides["storePathRootDir"] = os.path.abspath(self.data_dir)
+        settings = load_settings(self.config, overrides, os.environ)
+        return settings.cluster_secret_file, settings.store_path_root_dir
+
+    def provision_secret(self, secret: str | None = None) -> str:
+        """The cluster secret the services will read: made (mode 0600) at its default place in the store, or
+        ``secret`` put there (a slave gets its master's); a clusterSecretFile set elsewhere must exist."""
+        from rocketstore.internal_auth import default_secret_path, install_secret, load_secret
+
+        path, root = self._secret_file()
+        try:
+            if secret is not None and os.path.abspath(path) == os.path.abspath(default_secret_path(root)):
+                install_secret(path, secret)
+            return load_secret(path, root)
+        except OSError as e:
+            raise LaunchError(str(e)) from e
+
     def _store_root(self) -> str:
         if self.data_dir is not None:
             return os.path.abspath(self.data_dir)
@@ -372,6 +396,7 @@ class Launcher:
         self.say(self._client_port_tls())
         for note in self._notes:
             self.say(note)
+        self.secret = self.provision_secret(self.secret)
         try:
             # Every process is started at once: each spends most of its start importing and opening its
             # store, and needs its peers only once it serves (internal calls wait for a peer to be ready).
@@ -537,6 +562,7 @@ def run_up(data_dir: str | None, config: str | None, port: int, *, host: str = "
     """``rocketstore up``: the embedded broker in the foreground until Ctrl-C or SIGTERM; with ``demo``,
     a producer and a consumer exchange that many messages once it is up."""
     ha, explicit = ha_port(config, settings)
+    os.umask(0o077)  # the store, its secret and the logs: the owner's alone (docs/security.md)
     launcher = Launcher(data_dir, config, port, host=host, internal_host=internal_host, settings=settings,
                         log_dir=log_dir, log_level=log_level, services=services_of(mode),
                         ports={"ha": ha} if explicit else None, preferred_ports=None if explicit else {"ha": ha},
@@ -563,6 +589,7 @@ def run_with_slave(data_dir: str | None, config: str | None, port: int, *, host:
     """``rocketstore up --with-slave``: the broker as a master (its role from the settings, ASYNC_MASTER by
     default) with its ha service, and a whole SLAVE broker beside it (data directory ``<store>-slave``,
     a gateway on a free port) replicating from it. Stops the slave first, then the master."""
+    os.umask(0o077)  # the store, its secret and the logs: the owner's alone (docs/security.md)
     stop = threading.Event()
     ha, explicit = ha_port(config, settings)
     master = Launcher(data_dir, config, port, host=host, internal_host=internal_host, settings=settings,
@@ -585,6 +612,7 @@ def run_with_slave(data_dir: str | None, config: str | None, port: int, *, host:
             slave = Launcher(slave_dir, config, 0, host=host, internal_host=internal_host, settings=slave_settings,
                              log_dir=os.path.join(log_dir, "slave") if log_dir else None, log_level=log_level,
                              services=services_of(mode), label="slave:  ", stop_event=stop, out=out)
+            slave.secret = master.secret  # one cluster: the slave authenticates to its master with it
             slave.start()
         except LaunchError as e:
             master.stop()

@@ -301,7 +301,7 @@ def _create_full_size(path: str, file_size: int, chunk: int = 1 << 20, zero_fill
     meanwhile. Files written at random and flushed rarely (IndexFiles: 420 MB by default) skip it:
     writing them full of zeros would stall their writer for a second."""
     tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         os.posix_fallocate(fd, 0, file_size)
         if zero_fill:

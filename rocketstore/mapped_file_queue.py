@@ -175,7 +175,7 @@ class MappedFileQueue:
     def load(self) -> None:
         """Map every file of the directory. Every file must be exactly the configured size,
         except a last file that was never written (an interrupted creation), which is removed."""
-        os.makedirs(self.store_path, exist_ok=True)
+        os.makedirs(self.store_path, mode=0o700, exist_ok=True)
         names = sorted(n for n in os.listdir(self.store_path) if n.isdigit() and len(n) == 20
                        and os.path.isfile(os.path.join(self.store_path, n)))
         for leftover in os.listdir(self.store_path):
@@ -244,7 +244,7 @@ class MappedFileQueue:
         if self.allocator is not None:
             mf = self.allocator.request(path, next_path, self.mapped_file_size)
         else:
-            os.makedirs(self.store_path, exist_ok=True)
+            os.makedirs(self.store_path, mode=0o700, exist_ok=True)
             buf = self.pool.borrow() if self.pool is not None else None
             mf = MappedFile(path, self.mapped_file_size, buf, self.pool.release if self.pool else None)
         with self._lock:

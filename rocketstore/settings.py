@@ -580,7 +580,7 @@ KEYS: tuple[SettingKey, ...] = (
     _k("storePathRootDir", str, "~/store", "Root of the store directory ('~' expanded).",
        by="commitlog index dispatcher gateway schedule ha", part="the gateway keeps config/ (topics, consumer "
        "offsets) under it, the schedule service config/delayOffset.json, the ha service copies a master's config/ "
-       "files to its slaves; the dispatcher reads the operator token from it",
+       "files to its slaves; every service finds the cluster secret (config/cluster.secret) under it",
        check=_non_empty, normalize=_expand_path),
     _k("storePathCommitLog", str, None, "CommitLog directory.", by="commitlog gateway", part="the gateway's "
        "Consume streams read published records through read-only mappings when the directory is on its volume",
@@ -595,6 +595,11 @@ KEYS: tuple[SettingKey, ...] = (
     _k("abortFile", str, None, "Abort file; present at start means the last stop was not clean.",
        by="commitlog", part="the CommitLog's abort file; the index service keeps its own (index.abort)",
        normalize=_expand_path, derive="abort"),
+    _k("clusterSecretFile", str, None, "File holding the secret every internal call carries (mode 0600).",
+       by="commitlog index dispatcher gateway schedule ha", part="not a RocketMQ key: the internal services "
+       "accept only calls that carry the secret in it (docs/security.md); generated at its default place by "
+       "the first service to start, elsewhere (a Kubernetes Secret) it must exist",
+       normalize=_expand_path, derive="config/cluster.secret"),
     # --- file sizes
     _k("mappedFileSizeCommitLog", int, 1073741824, "Size of each CommitLog file (bytes).",
        by="commitlog gateway ha index", part="the gateway refuses a message no file could hold before any of "

@@ -69,6 +69,7 @@ class SettingsFields:
     store_path_index: str
     store_checkpoint: str
     abort_file: str
+    cluster_secret_file: str
     mapped_file_size_commit_log: int
     mapped_file_size_consume_queue: int
     max_message_size: int
@@ -187,6 +188,7 @@ class SettingsFields:
         store_path_index: Any = ...,
         store_checkpoint: Any = ...,
         abort_file: Any = ...,
+        cluster_secret_file: Any = ...,
         mapped_file_size_commit_log: Any = ...,
         mapped_file_size_consume_queue: Any = ...,
         max_message_size: Any = ...,

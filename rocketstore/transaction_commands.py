@@ -9,9 +9,9 @@ import sys
 import time
 from typing import Any
 
-__all__ = ["TOKEN_ENV", "add_transaction_commands", "run_send_transaction"]
+__all__ = ["SECRET_ENV", "add_transaction_commands", "run_send_transaction"]
 
-TOKEN_ENV = "ROCKETSTORE_OPERATOR_TOKEN"
+SECRET_ENV = "ROCKETSTORE_CLUSTER_SECRET_FILE"
 
 
 def run_send_transaction(args: argparse.Namespace, message: Any, emit: Any) -> int:
@@ -61,10 +61,10 @@ def add_transaction_commands(commands: Any, add_endpoint: Any, add_json: Any, gu
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--commit", action="store_true", help="make the message visible to consumers")
     which.add_argument("--rollback", action="store_true", help="drop the message")
-    token = p.add_mutually_exclusive_group()
-    token.add_argument("--operator-token", default=os.environ.get(TOKEN_ENV) or None, metavar="TOKEN",
-                       help=f"the store's operator token (its config/operator.token; default: ${TOKEN_ENV})")
-    token.add_argument("--data-dir", metavar="STORE", help="read the operator token from STORE/config/operator.token")
+    secret = p.add_mutually_exclusive_group()
+    secret.add_argument("--cluster-secret-file", default=os.environ.get(SECRET_ENV) or None, metavar="FILE",
+                        help=f"the file holding the cluster secret (clusterSecretFile; default: ${SECRET_ENV})")
+    secret.add_argument("--data-dir", metavar="STORE", help="read the cluster secret from STORE/config/cluster.secret")
     add_json(p)
     p.set_defaults(handler=guard("transaction resolve", _run_resolve))
 
@@ -94,30 +94,29 @@ def _run_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _operator_token(args: argparse.Namespace) -> str:
-    """The token to send: given, or read from the store (ValueError saying how to give it)."""
-    from rocketstore.operator_token import read_token, token_path
+def _cluster_secret(args: argparse.Namespace) -> str:
+    """The secret to send, read from its file (ValueError saying how to give it)."""
+    from rocketstore.internal_auth import default_secret_path, read_secret
 
-    if args.data_dir is not None:
-        token = read_token(args.data_dir)
-        if token is None:
-            raise ValueError(f"cannot read the operator token {token_path(args.data_dir)}; pass --data-dir the "
-                             "broker's store directory, or --operator-token")
-        return token
-    if not args.operator_token:
-        raise ValueError(f"resolving a transaction needs the operator token: --operator-token TOKEN (the content "
-                         f"of the store's config/operator.token, or ${TOKEN_ENV}) or --data-dir STORE")
-    return str(args.operator_token).strip()
+    if args.data_dir is None and not args.cluster_secret_file:
+        raise ValueError(f"resolving a transaction needs the cluster secret: --data-dir STORE (it reads "
+                         f"STORE/config/cluster.secret) or --cluster-secret-file FILE (or ${SECRET_ENV})")
+    path = default_secret_path(args.data_dir) if args.data_dir is not None else args.cluster_secret_file
+    secret = read_secret(path)
+    if secret is None:
+        raise ValueError(f"cannot read the cluster secret {path}; pass --data-dir the broker's store directory, "
+                         "or --cluster-secret-file")
+    return secret
 
 
 def _run_resolve(args: argparse.Namespace) -> int:
     from rocketstore.client.connection import Connection
     from rocketstore.commands import client_tls
-    from rocketstore.operator_token import METADATA_KEY
+    from rocketstore.internal_auth import call_metadata
     from rocketstore.v1 import gateway_pb2 as pb
 
     resolution = pb.TRANSACTION_COMMIT if args.commit else pb.TRANSACTION_ROLLBACK
-    metadata = ((METADATA_KEY, _operator_token(args)),)
+    metadata = call_metadata(_cluster_secret(args))
     with Connection(args.endpoint.split(";")[0], args.rpc_timeout, tls=client_tls(args)) as conn:
         reply = conn.call(conn.gateway.EndTransaction, pb.EndTransactionRequest(
             transaction_id=args.transaction_id, resolution=resolution, by_operator=True), metadata=metadata)

@@ -31,6 +31,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -44,6 +45,7 @@ from storage_helpers import StoreFactory
 
 from rocketstore.errors import DeadlineExceeded
 from rocketstore.health_client import wait_serving
+from rocketstore.internal_auth import process_secret, share_secret, with_secret
 from rocketstore.v1 import commitlog_pb2_grpc, gateway_pb2_grpc, index_pb2_grpc
 
 COMMITLOG_SERVICE = "rocketstore.v1.CommitLog"
@@ -67,6 +69,17 @@ DEFAULT_BROKER_SETTINGS: dict[str, str] = {
 DEFAULT_COMMITLOG_SETTINGS: dict[str, str] = {
     "mapedFileSizeCommitLog": str(SMALL_COMMITLOG_FILE),
 }
+
+
+def _session_secret() -> Path:
+    """One cluster secret for every process the tests start (so a slave reaches its master, and the tests'
+    own internal clients reach both): named by ROCKETSTORE_CLUSTER_SECRET_FILE, which the children keep."""
+    directory = tempfile.mkdtemp(prefix="rocketstore-secret-")
+    share_secret(directory)
+    return Path(directory) / "cluster.secret"
+
+
+CLUSTER_SECRET_FILE = _session_secret()
 
 _CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
@@ -95,7 +108,8 @@ def _rocketstore_command() -> list[str]:
 
 def _clean_environ() -> dict[str, str]:
     """The test's environment without ROCKETSTORE_* settings, so only the test's overrides apply."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("ROCKETSTORE_")}
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith("ROCKETSTORE_") or k == "ROCKETSTORE_CLUSTER_SECRET_FILE"}
 
 
 class ServiceProcess:
@@ -149,7 +163,7 @@ class ServiceProcess:
 
     def _connect(self) -> None:
         self._close_channel()
-        self.channel = grpc.insecure_channel(self.endpoint, options=_CHANNEL_OPTIONS)
+        self.channel = with_secret(grpc.insecure_channel(self.endpoint, options=_CHANNEL_OPTIONS), process_secret())
         self.health = health_pb2_grpc.HealthStub(self.channel)
         self._make_stubs(self.channel)
 
@@ -580,6 +594,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         proc.wait(STOP_TIMEOUT)
     if left:
         session.config.get_terminal_writer().line(f"killed {len(left)} service process(es) a test left running")
+    shutil.rmtree(CLUSTER_SECRET_FILE.parent, ignore_errors=True)
 
 
 def pytest_configure(config: pytest.Config) -> None:

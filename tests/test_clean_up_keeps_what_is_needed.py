@@ -25,7 +25,6 @@ from test_index_faults import pull_all
 
 from rocketstore.codec import decode_message
 from rocketstore.offsets_file import load_consumer_offsets
-from rocketstore.operator_token import call_metadata
 from rocketstore.v1 import commitlog_pb2 as cl_pb
 from rocketstore.v1 import gateway_pb2 as pb
 from rocketstore.v1 import index_pb2 as ix_pb
@@ -189,7 +188,7 @@ def test_units_stay_at_their_queue_offsets_when_dispatch_skips_deleted_files(bro
     broker.commitlog.restart()  # no retention floor reported since: an operator's force is not bounded
     unseen = _append(broker, _messages(400, "unseen", "Skip"))
     deleted = broker.commitlog.client.delete_expired_files(
-        force=True, metadata=call_metadata(str(broker.commitlog.data_dir)))
+        force=True)
     assert deleted.deleted_files >= 3 and deleted.min_offset > unseen[0].wrote_offset
     kept = [r for r in unseen if r.wrote_offset >= deleted.min_offset]
     broker.index.restart()

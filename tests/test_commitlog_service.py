@@ -22,7 +22,6 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from rocketstore.codec import decode_message
 from rocketstore.formats import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
 from rocketstore.message_id import create_message_id
-from rocketstore.operator_token import call_metadata
 from rocketstore.statuses import PutMessageStatus
 from rocketstore.v1 import commitlog_pb2 as pb
 
@@ -358,8 +357,7 @@ def test_tail_from_a_deleted_offset_is_out_of_range(commitlog_service) -> None:
     writing = f"{end // FILE_SIZE * FILE_SIZE:020d}"  # the file being written
     assert end // FILE_SIZE >= 2
 
-    deleted = stub.DeleteExpiredFiles(pb.DeleteExpiredFilesRequest(force=True), timeout=RPC_TIMEOUT,
-                                      metadata=call_metadata(str(commitlog_service.data_dir)))
+    deleted = stub.DeleteExpiredFiles(pb.DeleteExpiredFilesRequest(force=True), timeout=RPC_TIMEOUT)
     assert deleted.deleted_files >= 1
     assert deleted.min_offset >= FILE_SIZE
     assert writing in os.listdir(commitlog_service.commitlog_dir), "the file being written is never deleted"

@@ -54,6 +54,7 @@ from rocketstore.codec import (
 from rocketstore.errors import DeadlineExceeded
 from rocketstore.formats import BODYLEN_LENGTH, BODYLEN_POSITIONS, POS_SYSFLAG
 from rocketstore.health_client import wait_serving
+from rocketstore.internal_auth import process_secret, with_secret
 from rocketstore.message import Message, MessageExt
 from rocketstore.v1 import commitlog_pb2 as cl_pb
 from rocketstore.v1 import gateway_pb2 as gw_pb
@@ -521,7 +522,7 @@ def _call(channel: grpc.Channel, service: str, method, payload: bytes) -> grpc.S
 
 def _fuzz_service(broker: Broker, proc: ServiceProcess, service_descriptor, section: str,  # type: ignore[no-untyped-def]
                   examples: int = FUZZ_EXAMPLES) -> None:
-    channel = grpc.insecure_channel(proc.endpoint)
+    channel = with_secret(grpc.insecure_channel(proc.endpoint), process_secret())  # a peer's hostile calls
     service = service_descriptor.full_name
     before_log, before_queues = _snapshot(broker)
     codes: dict[str, int] = {}
@@ -608,7 +609,7 @@ def test_hostile_input_to_every_ha_rpc(tmp_path: Path) -> None:
         # not UNAVAILABLE (a slave would retry it forever), nor a read of the whole log into memory.
         end = master.offsets().max_offset
         assert end > 4096
-        channel = grpc.insecure_channel(master.ha.endpoint)
+        channel = with_secret(grpc.insecure_channel(master.ha.endpoint), process_secret())
         replicate = channel.stream_stream("/rocketstore.v1.HA/Replicate",
                                           request_serializer=ha_pb.SlaveReport.SerializeToString,
                                           response_deserializer=ha_pb.Transfer.FromString)

@@ -27,6 +27,7 @@ import pytest
 
 from rocketstore.client import ConsumeStatus, Message, Producer, PullConsumer, PushConsumer
 from rocketstore.health_client import wait_serving
+from rocketstore.internal_auth import call_metadata, process_secret, read_secret, with_secret
 from rocketstore.v1 import gateway_pb2 as pb
 from rocketstore.v1 import gateway_pb2_grpc as pb_grpc
 from tests.rmq5_venv import run_client
@@ -59,6 +60,16 @@ class GatewaysUp(UpProcess):
         found = [m.group(1) for line in self.output().splitlines() if (m := _OWNER.match(line))]
         assert found, self.output()
         return found[-1]
+
+    @property
+    def secret_file(self) -> Path:
+        """The cluster secret `up` made in the store."""
+        assert self.data_dir is not None
+        return self.data_dir / "config" / "cluster.secret"
+
+    def owner_channel(self) -> grpc.Channel:
+        """A channel to the owner port, which answers only the cluster's own (the front gateways)."""
+        return with_secret(grpc.insecure_channel(self.owner()), read_secret(str(self.secret_file)))
 
     def pid(self, name: str) -> int:
         return self.services()[name][1]
@@ -233,8 +244,11 @@ def test_sends_through_the_front_are_stored_by_the_front(up2: GatewaysUp) -> Non
         for i in range(20):
             stub.Send(pb.SendRequest(topic="Mine", messages=[pb.OutgoingMessage(body=b"%d" % i)]), timeout=10)
         status = stub.GetBrokerStatus(pb.GetBrokerStatusRequest(), timeout=10)  # forwarded to the owner
-    with grpc.insecure_channel(up2.owner()) as channel:
+    with up2.owner_channel() as channel:
         owner_status = pb_grpc.GatewayStub(channel).GetBrokerStatus(pb.GetBrokerStatusRequest(), timeout=10)
+    with grpc.insecure_channel(up2.owner()) as channel, pytest.raises(grpc.RpcError) as refused:
+        pb_grpc.GatewayStub(channel).GetBrokerStatus(pb.GetBrokerStatusRequest(), timeout=10)
+    assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED, "the owner port answers front gateways only"
     assert status.put_messages == owner_status.put_messages == 0  # the front stored all 20 itself
     assert sum(stored_ids(up2.endpoint, "Mine", 20).values()) == 20
 
@@ -267,7 +281,7 @@ def test_front_forwards_what_it_cannot_serve_alone(up2: GatewaysUp) -> None:
 def test_send_stream_through_the_front(up2: GatewaysUp) -> None:
     """The Python Producer's SendStream served by the front: a topic it does not know yet is sent through the
     owner, send by send (auto-created there); once its copy of topics.json has it, the front appends itself."""
-    with grpc.insecure_channel(up2.owner()) as channel:
+    with up2.owner_channel() as channel:
         owner = pb_grpc.GatewayStub(channel)
 
         def owner_stored() -> int:
@@ -314,7 +328,7 @@ def test_streams_and_held_calls_are_relayed_through_the_front(up2: GatewaysUp) -
     poller = threading.Thread(target=pull)
     poller.start()
     time.sleep(0.5)  # the pull is held by then (it would otherwise find the message at once: still passes)
-    with grpc.insecure_channel(up2.owner()) as channel:
+    with up2.owner_channel() as channel:
         pb_grpc.GatewayStub(channel).Send(pb.SendRequest(topic="Relayed", messages=[
             pb.OutgoingMessage(body=b"held")]), timeout=10)
     poller.join(DEADLINE)
@@ -375,7 +389,7 @@ def test_official_rocketmq5_client_through_the_front(up2: GatewaysUp) -> None:
                                                              timeout=10)
     own = up2.own()
     known(up2)
-    with grpc.insecure_channel(up2.owner()) as channel:
+    with up2.owner_channel() as channel:
         owner = pb_grpc.GatewayStub(channel)
         before = owner.GetBrokerStatus(pb.GetBrokerStatusRequest(), timeout=10).put_messages
         sent = [{"body": f"m{i}", "tag": "TagA"} for i in range(10)]
@@ -430,18 +444,22 @@ class _Context:
         return self._metadata
 
 
-@pytest.mark.parametrize(("peer", "header", "expected"), [
-    ("ipv4:127.0.0.1:5000", "10.1.2.3:777", "10.1.2.3:777"),  # a front gateway forwarding its client's call
-    ("ipv6:%5B::1%5D:5000", "[2001:db8::5]:7", "[2001:db8::5]:7"),
-    ("ipv4:127.0.0.1:5000", None, "127.0.0.1:5000"),
-    ("ipv4:10.0.0.5:4000", "10.1.2.3:777", "10.0.0.5:4000"),  # a remote client cannot choose its born host
-    ("ipv6:%5B2001:db8::9%5D:4000", "10.1.2.3:777", "[2001:db8::9]:4000"),
+@pytest.mark.parametrize(("peer", "header", "secret", "expected"), [
+    ("ipv4:127.0.0.1:5000", "10.1.2.3:777", True, "10.1.2.3:777"),  # a front gateway forwarding its client's call
+    ("ipv6:%5B::1%5D:5000", "[2001:db8::5]:7", True, "[2001:db8::5]:7"),
+    ("ipv4:10.0.0.5:4000", "10.1.2.3:777", True, "10.1.2.3:777"),  # a front in a pod of its own
+    ("ipv4:127.0.0.1:5000", None, True, "127.0.0.1:5000"),
+    ("ipv4:127.0.0.1:5000", "10.1.2.3:777", False, "127.0.0.1:5000"),  # no client chooses its born host
+    ("ipv4:10.0.0.5:4000", "10.1.2.3:777", False, "10.0.0.5:4000"),
+    ("ipv6:%5B2001:db8::9%5D:4000", "10.1.2.3:777", False, "[2001:db8::9]:4000"),
 ])
-def test_the_client_address_a_front_passes_on_is_honoured_from_loopback_only(peer: str, header: str | None,
-                                                                            expected: str) -> None:
+def test_the_client_address_a_front_passes_on_is_honoured_from_peers_only(peer: str, header: str | None,
+                                                                         secret: bool, expected: str) -> None:
     from rocketstore.services.gateway.servicer import CLIENT_HOST_HEADER, peer_host
 
     metadata = ((CLIENT_HOST_HEADER, header),) if header is not None else ()
+    if secret:
+        metadata += call_metadata(process_secret())
     assert peer_host(_Context(peer, metadata)) == expected  # type: ignore[arg-type]
 
 
@@ -466,14 +484,15 @@ def test_a_front_of_its_own_copies_topics_from_the_owners_ha_service(up2: Gatewa
     pod_dir = tmp_path / "front-pod"
     proc = subprocess.Popen([rocketstore_exe(), "serve", "gateway", "--port", str(port), "--own-port", str(own),
                              "--data-dir", str(pod_dir), "--commitlog", extra["internal"], "--owner", up2.owner(),
-                             "--ha", extra["ha"]], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                             "--ha", extra["ha"], "--set", f"clusterSecretFile={up2.secret_file}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         wait_serving(f"127.0.0.1:{own}", DEADLINE, name="front gateway")
         create_topic(up2.endpoint, "Podded")
         copy = pod_dir / "config" / "topics.json"
         wait_until(lambda: copy.exists() and "Podded" in json.loads(copy.read_text())["topicConfigTable"],
                    "the owner's topics.json copied")
-        with grpc.insecure_channel(up2.owner()) as channel:
+        with up2.owner_channel() as channel:
             owner = pb_grpc.GatewayStub(channel)
             before = owner.GetBrokerStatus(pb.GetBrokerStatusRequest(), timeout=10).put_messages
 
@@ -508,7 +527,8 @@ def test_the_ha_service_hands_out_only_the_config_files_asked_for(up2: GatewaysU
     from rocketstore.errors import BrokerError
 
     extra = {m.group(1): m.group(2) for line in up2.output().splitlines() if (m := _EXTRA.match(line))}
-    with HAClient(extra["ha"]) as ha:
+    channel = with_secret(grpc.insecure_channel(extra["ha"]), read_secret(str(up2.secret_file)))
+    with HAClient(extra["ha"], channel=channel) as ha:
         files = ha.config_files(["topics.json"], timeout=10)
         assert [name for name, _ in files] == ["topics.json"] and files[0][1]
         assert [name for name, _ in ha.config_files(timeout=10)] == list(SYNCED_FILES)

@@ -30,7 +30,6 @@ from test_dispatch_crash import commitlog_offsets, index_stats, verify, wait_cau
 
 from rocketstore.codec import decode_message, encode_message
 from rocketstore.message import Message
-from rocketstore.operator_token import call_metadata
 from rocketstore.v1 import commitlog_pb2 as cl_pb
 from rocketstore.v1 import gateway_pb2 as gw_pb
 from rocketstore.v1 import index_pb2 as ix_pb
@@ -106,7 +105,7 @@ def test_index_rebuilt_from_a_commitlog_whose_oldest_files_were_deleted(broker_f
     _append(broker, old)
     wait_caught_up(broker)
     deleted = broker.commitlog.client.delete_expired_files(
-        force=True, metadata=call_metadata(str(broker.commitlog.data_dir)))
+        force=True)
     assert deleted.deleted_files >= 1 and deleted.min_offset > 0
 
     # The operator rebuilds the index: ConsumeQueues, IndexFiles and the dispatch position go.

@@ -50,10 +50,13 @@ def test_a_threaded_client_appends_reads_and_gets_the_servicers_refusals(served)
     # The servicer's own argument check, answered as the network would: INVALID_ARGUMENT, its message.
     with pytest.raises(InvalidArgument, match="offsets are >= 0"):
         client.read_raw(-1, 10)
-    # An operator-only call without the token: the servicer's PERMISSION_DENIED, through the same client.
-    with pytest.raises(BrokerError) as refused:
-        client.set_logics_error(True, "test")
-    assert refused.value.code == "PERMISSION_DENIED"
+    # In process a call carries no cluster secret and needs none (it never left the process): an operator's
+    # SetLogicsError is taken, and refused only for what it says (a reason over the bound).
+    writable, reason = client.set_logics_error(True, "test")
+    assert not writable and "test" in reason
+    assert client.set_logics_error(False) == (True, "")
+    with pytest.raises(InvalidArgument, match="reason is"):
+        client.set_logics_error(True, "x" * 5000)
 
 
 def test_a_closed_servicer_answers_unavailable(served) -> None:

@@ -1,21 +1,22 @@
 """The internal services refuse what the gateway would never send and destructive calls without the
-operator token, on the real processes: a hostile topic appended straight to the CommitLog is refused
-whole (dispatch goes on), and a forced DeleteExpiredFiles or an Index.Truncate without the token is
-PERMISSION_DENIED and changes nothing."""
+cluster secret, on the real processes: a hostile topic appended straight to the CommitLog is refused
+whole (dispatch goes on), and a forced DeleteExpiredFiles or an Index.Truncate without the secret is
+UNAUTHENTICATED and changes nothing."""
 
 from __future__ import annotations
 
 import os
-import stat
 import time
 
 import grpc
 import pytest
 from conftest import RPC_TIMEOUT
 
-from rocketstore.operator_token import METADATA_KEY, call_metadata, token_path
+from rocketstore.internal_auth import METADATA_KEY
 from rocketstore.v1 import commitlog_pb2 as cl_pb
+from rocketstore.v1 import commitlog_pb2_grpc as cl_grpc
 from rocketstore.v1 import index_pb2 as ix_pb
+from rocketstore.v1 import index_pb2_grpc as ix_grpc
 
 
 def _msg(topic: str = "Guarded", queue_id: int = 0, body: bytes = b"x" * 200, **kw) -> cl_pb.Message:
@@ -70,7 +71,7 @@ def test_a_hostile_append_is_refused_whole_and_dispatch_goes_on(broker) -> None:
         assert "escape_dir" not in dirs, f"a directory was created from a hostile topic in {root}"
 
 
-def test_destructive_admin_calls_need_the_operator_token(broker) -> None:
+def test_destructive_admin_calls_need_the_cluster_secret(broker) -> None:
     stub = broker.commitlog.stub
     results = []
     for batch in range(6):  # 6 x 20 x ~1.2 KiB: more than two 64 KiB files
@@ -78,21 +79,20 @@ def test_destructive_admin_calls_need_the_operator_token(broker) -> None:
             _msg(body=b"%d" % (batch * 20 + i) * 1000) for i in range(20)]), timeout=RPC_TIMEOUT).results
     assert _queue_end(broker, "Guarded", 0, 120) == 120
 
-    path = token_path(str(broker.data_dir))
-    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600, "the token is readable by the store's owner only"
     files = sorted(os.listdir(broker.commitlog.commitlog_dir))
     force = cl_pb.DeleteExpiredFilesRequest(force=True)
     truncate = ix_pb.TruncateRequest(physical_offset=0)
-    for metadata in ((), ((METADATA_KEY, "not-the-token"),)):
-        e = _refused(lambda md=metadata: stub.DeleteExpiredFiles(force, metadata=md, timeout=RPC_TIMEOUT))
-        assert e.code() == grpc.StatusCode.PERMISSION_DENIED and "operator token" in e.details()
-        e = _refused(lambda md=metadata: broker.index.stub.Truncate(truncate, metadata=md, timeout=RPC_TIMEOUT))
-        assert e.code() == grpc.StatusCode.PERMISSION_DENIED and "operator token" in e.details()
+    bare_commitlog = cl_grpc.CommitLogStub(grpc.insecure_channel(broker.commitlog.endpoint))
+    bare_index = ix_grpc.IndexStub(grpc.insecure_channel(broker.index.endpoint))
+    for metadata in ((), ((METADATA_KEY, "not-the-secret"),)):
+        e = _refused(lambda md=metadata: bare_commitlog.DeleteExpiredFiles(force, metadata=md, timeout=RPC_TIMEOUT))
+        assert e.code() == grpc.StatusCode.UNAUTHENTICATED and "cluster secret" in e.details()
+        e = _refused(lambda md=metadata: bare_index.Truncate(truncate, metadata=md, timeout=RPC_TIMEOUT))
+        assert e.code() == grpc.StatusCode.UNAUTHENTICATED and "cluster secret" in e.details()
     assert sorted(os.listdir(broker.commitlog.commitlog_dir)) == files
     assert _queue_end(broker, "Guarded", 0, 120, timeout=0) == 120
     assert _first(broker, "Guarded", 0) == list(range(8)), "no queue entry was wiped"
-    # An expiry without force is not destructive (what retention would do anyway): no token needed.
     assert stub.DeleteExpiredFiles(cl_pb.DeleteExpiredFilesRequest(), timeout=RPC_TIMEOUT).deleted_files == 0
 
-    deleted = stub.DeleteExpiredFiles(force, metadata=call_metadata(str(broker.data_dir)), timeout=RPC_TIMEOUT)
+    deleted = stub.DeleteExpiredFiles(force, timeout=RPC_TIMEOUT)  # the fixture's stub sends the secret
     assert deleted.deleted_files >= 4 and files[0] not in os.listdir(broker.commitlog.commitlog_dir)

@@ -166,8 +166,9 @@ def test_the_fronts_reach_the_broker_through_its_headless_service(rendered) -> N
     assert _flag(front, "--config") == _flag(owner, "--config")
     broker_volumes = {v["name"]: v for v in broker["spec"]["template"]["spec"]["volumes"]}
     config_mount = str(Path(_flag(front, "--config") or "").parent)
-    assert (volumes[mounts[config_mount]]["configMap"]
-            == broker_volumes[{m["mountPath"]: m["name"] for m in owner["volumeMounts"]}[config_mount]]["configMap"])
+    # ... and the same cluster secret, projected beside them.
+    assert (volumes[mounts[config_mount]]["projected"]
+            == broker_volumes[{m["mountPath"]: m["name"] for m in owner["volumeMounts"]}[config_mount]]["projected"])
     for key in ("ROCKETSTORE_BROKER_ROLE", "ROCKETSTORE_BROKER_NAME"):
         assert _env(front).get(key) == _env(owner).get(key), f"{key}: the fronts' settings are not the broker's"
 
@@ -277,6 +278,24 @@ def test_the_slave_is_the_master_but_the_role() -> None:
     assert m_pod == s_pod
     m_claims, s_claims = (w["spec"]["volumeClaimTemplates"] for w in (master, slave))
     assert [c["spec"] for c in m_claims] == [c["spec"] for c in s_claims]
+
+
+def test_every_container_reads_the_one_cluster_secret(rendered) -> None:
+    """The Secret is projected beside broker.properties, which names it (clusterSecretFile), in every pod:
+    the broker, its front gateways, and a master and its slave share it."""
+    properties = next(o for o in rendered if o["kind"] == "ConfigMap")["data"]["broker.properties"]
+    assert "clusterSecretFile=/etc/rocketstore/cluster.secret" in properties.splitlines()
+    for name, workload in _workloads(rendered).items():
+        spec = workload["spec"]["template"]["spec"]
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        sources = volumes["config"]["projected"]["sources"]
+        secret = next(src["secret"] for src in sources if "secret" in src)
+        assert secret["name"] == "rocketstore-cluster-secret"
+        assert secret["items"] == [{"key": "cluster.secret", "path": "cluster.secret", "mode": 0o440}]
+        for c in spec["containers"]:
+            assert {"name": "config", "mountPath": "/etc/rocketstore", "readOnly": True} in c["volumeMounts"], \
+                f"{name}/{c['name']} does not see the cluster secret"
+            assert _flag(c, "--config") == "/etc/rocketstore/broker.properties", f"{name}/{c['name']}"
 
 
 def test_the_renderer_refuses_what_it_does_not_render(tmp_path: Path) -> None:

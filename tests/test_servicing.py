@@ -18,6 +18,7 @@ from rocketstore.services.index.client import IndexClient
 from structlog.testing import capture_logs
 
 from rocketstore.errors import BrokerError, NotFound, Unavailable
+from rocketstore.internal_auth import process_secret, with_secret
 from rocketstore.servicing import AioDecodeRequests, DecodeRequests, rpc_errors
 from rocketstore.v1 import index_pb2 as pb
 from rocketstore.v1 import index_pb2_grpc as pb_grpc
@@ -197,7 +198,7 @@ def test_garbage_to_a_method_of_each_service_is_invalid_argument(broker_factory)
         (broker.gateway.endpoint, "/rocketstore.v1.Gateway/Send", "unary"),
     ]
     for endpoint, method, kind in calls:
-        with grpc.insecure_channel(endpoint) as channel:
+        with grpc.insecure_channel(endpoint) as raw, with_secret(raw, process_secret()) as channel:
             with pytest.raises(grpc.RpcError) as e:
                 if kind == "unary":
                     channel.unary_unary(method)(GARBAGE, timeout=10)

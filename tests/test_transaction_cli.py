@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 from typing import Any
 
-from conftest import Broker
+from conftest import CLUSTER_SECRET_FILE, Broker
 from test_launcher import clean_environ, rocketstore_exe
 from test_transactions import consume_all, wait_until
+
+from rocketstore.internal_auth import ensure_secret
 
 TIMEOUT = 60.0
 
@@ -43,11 +46,11 @@ def test_send_in_transaction_then_list_and_resolve(gateway: Broker) -> None:
 
     first, second = (r["transactionId"] for r in results)
     store = str(gateway.data_dir)
-    committed = run("transaction", "resolve", "-e", ep, "--transaction-id", first, "--commit", "--data-dir", store)
+    secret = ("--cluster-secret-file", str(CLUSTER_SECRET_FILE))  # the tests' brokers share one secret
+    committed = run("transaction", "resolve", "-e", ep, "--transaction-id", first, "--commit", *secret)
     assert committed.returncode == 0 and f"transaction {first} committed to CliTx#" in committed.stdout
-    assert run("transaction", "resolve", "-e", ep, "--transaction-id", second, "--rollback",
-               "--data-dir", store).returncode == 0
-    again = run("transaction", "resolve", "-e", ep, "--transaction-id", first, "--rollback", "--data-dir", store)
+    assert run("transaction", "resolve", "-e", ep, "--transaction-id", second, "--rollback", *secret).returncode == 0
+    again = run("transaction", "resolve", "-e", ep, "--transaction-id", first, "--rollback", *secret)
     assert again.returncode == 1 and "FAILED_PRECONDITION" in again.stderr and "already resolved" in again.stderr
     assert lines(run("transaction", "list", "-e", ep, "--json").stdout) == []
     wait_until(lambda: len(consume_all(ep, "CliTx")) == 1, "the committed message")
@@ -61,9 +64,9 @@ def test_send_in_transaction_then_list_and_resolve(gateway: Broker) -> None:
     assert bad.returncode == 2
 
 
-def test_resolve_needs_the_operator_token(gateway: Broker) -> None:
-    """An operator's resolution skips the producer group's checks, so it is refused without the store's
-    operator token (no token: a usage error; another token: PERMISSION_DENIED) and the transaction stays open."""
+def test_resolve_needs_the_cluster_secret(gateway: Broker, tmp_path: Path) -> None:
+    """An operator's resolution skips the producer group's checks, so it is refused without the cluster
+    secret (none: a usage error; another one: PERMISSION_DENIED) and the transaction stays open."""
     assert gateway.gateway is not None
     ep = gateway.gateway.endpoint
     sent = run("send", "-e", ep, "--topic", "CliTxToken", "--body", "b", "--transaction", "unknown",
@@ -72,15 +75,18 @@ def test_resolve_needs_the_operator_token(gateway: Broker) -> None:
     txid = lines(sent.stdout)[0]["transactionId"]
 
     missing = run("transaction", "resolve", "-e", ep, "--transaction-id", txid, "--commit")
-    assert missing.returncode == 2 and "needs the operator token" in missing.stderr
-    wrong = run("transaction", "resolve", "-e", ep, "--transaction-id", txid, "--commit", "--operator-token", "0" * 64)
-    assert wrong.returncode == 1 and "PERMISSION_DENIED" in wrong.stderr and "operator token" in wrong.stderr
+    assert missing.returncode == 2 and "needs the cluster secret" in missing.stderr
+    other = tmp_path / "other.secret"
+    ensure_secret(str(other))
+    wrong = run("transaction", "resolve", "-e", ep, "--transaction-id", txid, "--commit",
+                "--cluster-secret-file", str(other))
+    assert wrong.returncode == 1 and "PERMISSION_DENIED" in wrong.stderr and "cluster secret" in wrong.stderr
     nowhere = run("transaction", "resolve", "-e", ep, "--transaction-id", txid, "--commit",
                   "--data-dir", str(gateway.data_dir / "absent"))
-    assert nowhere.returncode == 2 and "cannot read the operator token" in nowhere.stderr
+    assert nowhere.returncode == 2 and "cannot read the cluster secret" in nowhere.stderr
     assert [p["transactionId"] for p in lines(run("transaction", "list", "-e", ep, "--json").stdout)] == [txid]
 
-    token = (gateway.data_dir / "config" / "operator.token").read_text().strip()
-    ok = run("transaction", "resolve", "-e", ep, "--transaction-id", txid, "--rollback", "--operator-token", token)
+    ok = run("transaction", "resolve", "-e", ep, "--transaction-id", txid, "--rollback",
+             "--cluster-secret-file", str(CLUSTER_SECRET_FILE))
     assert ok.returncode == 0, ok.stderr
     assert lines(run("transaction", "list", "-e", ep, "--json").stdout) == []

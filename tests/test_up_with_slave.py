@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import signal
+import stat
 import subprocess
 import threading
 import time
@@ -15,6 +16,7 @@ import grpc
 import pytest
 from test_launcher import UP_SETTINGS, clean_environ, free_port, rocketstore_exe
 
+from rocketstore.internal_auth import ensure_secret, read_secret, with_secret
 from rocketstore.v1 import commitlog_pb2 as cl_pb
 from rocketstore.v1 import commitlog_pb2_grpc as cl_grpc
 
@@ -56,8 +58,12 @@ def test_up_with_slave_replicates_and_stops_cleanly(tmp_path: Path, mode: str) -
                 endpoints[(side, "commitlog")] = parts[(side, "internal")]
                 endpoints[(side, "ha")] = parts[(side, "ha")]
         assert (tmp_path / "store-slave" / "commitlog").is_dir()
-        master = cl_grpc.CommitLogStub(grpc.insecure_channel(endpoints[("master", "commitlog")]))
-        slave = cl_grpc.CommitLogStub(grpc.insecure_channel(endpoints[("slave", "commitlog")]))
+        # One cluster, one secret: made in the master's store, given to the slave's, the owner's alone.
+        secret = read_secret(str(tmp_path / "store" / "config" / "cluster.secret"))
+        assert secret and read_secret(str(tmp_path / "store-slave" / "config" / "cluster.secret")) == secret
+        assert stat.S_IMODE((tmp_path / "store-slave" / "config" / "cluster.secret").stat().st_mode) == 0o600
+        master = cl_grpc.CommitLogStub(with_secret(grpc.insecure_channel(endpoints[("master", "commitlog")]), secret))
+        slave = cl_grpc.CommitLogStub(with_secret(grpc.insecure_channel(endpoints[("slave", "commitlog")]), secret))
         deadline = time.monotonic() + 30
         while master.GetStats(cl_pb.GetStatsRequest(), timeout=10).stats["slaveConnections"] != "1":
             assert time.monotonic() < deadline, "the slave did not connect"
@@ -98,12 +104,16 @@ def test_a_slave_started_with_up_replicates_from_a_master_started_with_up(tmp_pa
     from rocketstore.client import Message, Producer
 
     master_ha = free_port()
+    secret = tmp_path / "cluster.secret"  # the operator gives both brokers one secret
+    ensure_secret(str(secret))
     master_conf = tmp_path / "master.properties"
     master_conf.write_text(f"brokerName=broker-a\nbrokerRole=SYNC_MASTER\nhaListenPort={master_ha}\n"
-                           f"storePathRootDir={tmp_path / 'a'}\nhaSendHeartbeatInterval=500\n")
+                           f"storePathRootDir={tmp_path / 'a'}\nhaSendHeartbeatInterval=500\n"
+                           f"clusterSecretFile={secret}\n")
     slave_conf = tmp_path / "slave.properties"
     slave_conf.write_text(f"brokerName=broker-a\nbrokerRole=SLAVE\nbrokerId=1\nhaListenPort={free_port()}\n"
-                          f"haMasterAddress=127.0.0.1:{master_ha}\nstorePathRootDir={tmp_path / 'a-slave'}\n")
+                          f"haMasterAddress=127.0.0.1:{master_ha}\nstorePathRootDir={tmp_path / 'a-slave'}\n"
+                          f"clusterSecretFile={secret}\n")
     master, slave = UpProcess(None, config=master_conf), UpProcess(None, config=slave_conf)
     try:
         master.start()

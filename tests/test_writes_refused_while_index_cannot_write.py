@@ -97,13 +97,15 @@ def test_sends_are_refused_while_the_index_cannot_write_and_taken_again_once_it_
 
 
 @pytest.mark.parametrize("broker", [{}], indirect=True)
-def test_set_logics_error_needs_the_operator_token(broker: Broker) -> None:
-    from rocketstore.errors import PermissionDenied
-    from rocketstore.operator_token import call_metadata
+def test_set_logics_error_needs_the_cluster_secret(broker: Broker) -> None:
+    from rocketstore.services.commitlog.client import CommitLogClient
 
-    with pytest.raises(PermissionDenied):
-        broker.commitlog.client.set_logics_error(True, "forged")
-    writable, _ = broker.commitlog.client.set_logics_error(True, "test", metadata=call_metadata(str(broker.data_dir)))
+    from rocketstore.errors import Unauthenticated
+
+    with CommitLogClient(broker.commitlog.endpoint, channel=grpc.insecure_channel(broker.commitlog.endpoint)) as bare, \
+            pytest.raises(Unauthenticated):
+        bare.set_logics_error(True, "forged")
+    writable, _ = broker.commitlog.client.set_logics_error(True, "test")
     assert not writable
-    writable, reason = broker.commitlog.client.set_logics_error(False, metadata=call_metadata(str(broker.data_dir)))
+    writable, reason = broker.commitlog.client.set_logics_error(False)
     assert (writable, reason) == (True, "")

@@ -185,7 +185,7 @@ def _username(subject: str) -> str:
 
 
 def _persist(path: str, data: object) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
     persist_json(path, data)
     for name in (path, path + ".bak"):  # secret keys: the files are the broker's only
         if os.path.exists(name):

@@ -39,6 +39,7 @@ from rocketstore.services.commitlog.servicer import SERVICE_NAME as COMMITLOG_SE
 from rocketstore.services.commitlog.servicer import CommitLogServicer
 from rocketstore.services.commitlog.store import CommitLogStore, StoreStartError
 from rocketstore.services.dispatcher.dispatcher import Dispatcher
+from rocketstore.services.gateway.access_interceptor import AccessInterceptor
 from rocketstore.services.gateway.cluster import join_cluster, preflight
 from rocketstore.services.gateway.gateway import Gateway
 from rocketstore.services.gateway.main import GatewayMetrics, add_gateway_services, client_server
@@ -58,14 +59,14 @@ from rocketstore.services.schedule.delay_offsets import DelayOffsetTable
 from rocketstore.services.schedule.schedule_service import ScheduleMessageService
 from rocketstore.services.schedule.timer_service import TimerMessageService
 
-from rocketstore.aio_server import serve_until_signal
+from rocketstore.aio_server import AioGrpcServer, serve_until_signal
 from rocketstore.codec import RECORD_SIZE_SLACK
 from rocketstore.connection_guard import ConnectionGuard
 from rocketstore.errors import BrokerError
 from rocketstore.inprocess import InProcessServer, aio_channel_to, channel_to
+from rocketstore.internal_auth import AioRequireSecret, RequireSecret, configure
 from rocketstore.log import configure_logging, get_logger
 from rocketstore.malloc_tuning import keep_freed_buffers
-from rocketstore.operator_token import ensure_token, token_path
 from rocketstore.server import GrpcServer, start_metrics_server
 from rocketstore.settings import BrokerRole, FlushDiskType, snap_timer_precision
 from rocketstore.v1 import commitlog_pb2_grpc, ha_pb2_grpc, index_pb2_grpc
@@ -125,6 +126,7 @@ async def _serve_gateway(broker: LocalBroker, host: str, port: int, metrics_port
         return 1
     gateway.start()
     guard: ConnectionGuard | None = None
+    owner: AioGrpcServer | None = None
     try:
         interceptors: list[grpc.aio.ServerInterceptor] = []
         if metrics_port is not None:
@@ -135,8 +137,14 @@ async def _serve_gateway(broker: LocalBroker, host: str, port: int, metrics_port
         server, guard = client_server(settings, host, port, interceptors, options=[("grpc.so_reuseport", 1)],
                                       tls=tls, access=gateway.access)
         own_host, own_port = own
-        owner_endpoint = server.listen_also(own_host, own_port) if own_port is not None else None
         add_gateway_services(server, gateway)
+        if own_port is not None:
+            # The owner port: the same gateway, for the front gateways alone (they send the cluster secret).
+            # Their clients' calls, relayed with their headers, meet the same access checks as on the client port.
+            owner = AioGrpcServer(own_host, own_port, interceptors=[AioRequireSecret(broker.secret)],
+                                  inner_interceptors=[AccessInterceptor(gateway.access)])
+            add_gateway_services(owner, gateway, server.endpoint)
+            await owner.start()
         await server.start()
         guard.start()
         bound_metrics = start_metrics_server(metrics_port) if metrics_port is not None else None
@@ -145,6 +153,8 @@ async def _serve_gateway(broker: LocalBroker, host: str, port: int, metrics_port
     except BaseException:
         if guard is not None:
             guard.stop()
+        if owner is not None:
+            await owner.stop(0)
         await gateway.shutdown()
         await channel.close()
         raise
@@ -160,18 +170,27 @@ async def _serve_gateway(broker: LocalBroker, host: str, port: int, metrics_port
         await channel.close()
         return 1
     _log.info("broker serving", mode="local", gateway=server.endpoint, tls_mode=server.tls_mode.value,
-              certificate=tls.cert_path if tls is not None else None, owner=owner_endpoint,
+              certificate=tls.cert_path if tls is not None else None, owner=owner.endpoint if owner else None,
               internal=broker.internal_endpoint,
               ha=broker.ha_endpoint, metrics_port=bound_metrics, store_path_root_dir=settings.store_path_root_dir,
               broker_role=settings.broker_role.name, flush_disk_type=settings.flush_disk_type.name,
               min_offset=broker.commitlog.min_offset, max_offset=broker.commitlog.max_offset)
 
+    owner_stopped: list[asyncio.Task[None]] = []
+
+    def on_signal() -> None:
+        gateway.send_streams.stop()
+        if owner is not None:  # drains beside the client port
+            owner_stopped.append(asyncio.get_running_loop().create_task(owner.stop(STOP_GRACE_SECONDS)))
+
     async def stop() -> None:
+        for task in owner_stopped:
+            await task
         await gateway.shutdown()
         await channel.close()
 
     try:
-        await serve_until_signal(server, stop, STOP_GRACE_SECONDS, on_signal=gateway.send_streams.stop)
+        await serve_until_signal(server, stop, STOP_GRACE_SECONDS, on_signal=on_signal)
     finally:
         guard.stop()
     return 0
@@ -197,6 +216,7 @@ class LocalBroker:
         self._internal: GrpcServer | None = None
         self._dispatcher: Dispatcher | None = None
         self._on_append: Callable[..., None] | None = None
+        self._secret = ""
 
     def _client(self) -> CommitLogClient:
         return CommitLogClient(INPROCESS, channel=self.channel)
@@ -207,24 +227,23 @@ class LocalBroker:
             raise ValueError("a SLAVE needs haMasterAddress (its master's HA host:port)")
         self.commitlog.start()
         self._stops.append(self.commitlog.shutdown)
-        try:
-            ensure_token(settings.store_path_root_dir)  # the credential of destructive admin calls
-        except OSError as e:
-            raise OSError(f"cannot create the operator token {token_path(settings.store_path_root_dir)}: {e}") from e
+        # What other processes must send to reach the internal and ha ports (calls in process carry nothing).
+        self._secret = configure(settings.cluster_secret_file, settings.store_path_root_dir)
         commitlog_servicer = CommitLogServicer(self.commitlog,
                                                max_record_size=settings.max_message_size + RECORD_SIZE_SLACK,
                                                on_append=self._observe_append)
         self.local.add(commitlog_pb2_grpc.add_CommitLogServicer_to_server, commitlog_servicer)
         self._stops.append(commitlog_servicer.close)  # before the store stops: calls end UNAVAILABLE
 
-        reader = RemoteCommitLog(INPROCESS, settings.store_path_root_dir, channel=channel)
+        reader = RemoteCommitLog(INPROCESS, channel=channel)
         self._index = index = IndexStore(settings, reader)
         index.start()
         self._stops.append(index.shutdown)
         index_servicer = IndexServicer(index)
         self.local.add(index_pb2_grpc.add_IndexServicer_to_server, index_servicer)
 
-        internal = GrpcServer(internal_host, internal_port, max_workers=INTERNAL_WORKERS)
+        internal = GrpcServer(internal_host, internal_port, max_workers=INTERNAL_WORKERS,
+                              interceptors=[RequireSecret(self._secret)])
         internal.add(commitlog_pb2_grpc.add_CommitLogServicer_to_server, commitlog_servicer, COMMITLOG_SERVICE)
         internal.add(index_pb2_grpc.add_IndexServicer_to_server, index_servicer, INDEX_SERVICE)
         # Bound now (a port taken fails the start at once), served once the gateway serves: a broker whose
@@ -239,7 +258,7 @@ class LocalBroker:
             INPROCESS, INPROCESS, settings.delay_level_millis,
             flushed_only=settings.flush_disk_type == FlushDiskType.SYNC_FLUSH,
             check_crc=settings.check_crc_on_dispatch, force_prop_crc=settings.force_verify_prop_crc,
-            store_root=settings.store_path_root_dir, channels=(channel, channel))
+            channels=(channel, channel))
         dispatcher.start()
         self._stops.append(dispatcher.stop)
 
@@ -255,6 +274,11 @@ class LocalBroker:
         timer.start()
         self._stops.append(timer.stop)
         self._ha_host, self._ha_port = ha_host, ha_port
+
+    @property
+    def secret(self) -> str:
+        """The cluster secret (``open`` reads or makes it)."""
+        return self._secret
 
     def serve_internal(self) -> None:
         """Serve the CommitLog and index services on the internal port (bound by ``open``)."""
@@ -278,7 +302,7 @@ class LocalBroker:
             config_sync = ConfigSync(config_dir, to_master.config_files)
         else:
             master = HAMaster(settings, link)
-        server = GrpcServer(self._ha_host, self._ha_port, max_workers=32)
+        server = GrpcServer(self._ha_host, self._ha_port, max_workers=32, interceptors=[RequireSecret(self._secret)])
         server.add(ha_pb2_grpc.add_HAServicer_to_server, HAServicer(settings, master, slave, link.max_offset_now,
                                                                     config_dir), HA_SERVICE)
         server.start()

@@ -22,6 +22,7 @@ import grpc.aio
 
 from rocketstore.channel import open_aio_channel, open_channel
 from rocketstore.errors import DeadlineExceeded, Unavailable
+from rocketstore.internal_auth import process_secret
 from rocketstore.rpc_client import AsyncStream, Caller, Stream, translate
 from rocketstore.v1 import commitlog_pb2 as pb
 from rocketstore.v1 import commitlog_pb2_grpc as pb_grpc
@@ -147,7 +148,7 @@ class CommitLogClient:
                  wait_for_ready: bool = True) -> None:
         self.endpoint = endpoint
         self._own_channel = channel is None
-        self._channel = channel if channel is not None else open_channel(endpoint)
+        self._channel = channel if channel is not None else open_channel(endpoint, secret=process_secret())
         self._stub = pb_grpc.CommitLogStub(self._channel)
         self._calls = Caller(SERVICE, timeout, wait_for_ready=wait_for_ready)
 
@@ -195,30 +196,27 @@ class CommitLogClient:
     def flush(self, *, timeout: float = ADMIN_TIMEOUT) -> Offsets:
         return Offsets.from_proto(self._calls.call(self._stub.Flush, pb.FlushRequest(), retry=False, timeout=timeout))
 
-    def delete_expired_files(self, *, force: bool = False, timeout: float = ADMIN_TIMEOUT,
-                             metadata: Sequence[tuple[str, str]] = ()) -> DeletedFiles:
-        """``force`` needs the operator token in ``metadata`` (rocketstore.operator_token.call_metadata)."""
+    def delete_expired_files(self, *, force: bool = False, timeout: float = ADMIN_TIMEOUT) -> DeletedFiles:
+        """Expired files (``force``: an operator's, not yet expired files too) deleted now."""
         r = self._calls.call(self._stub.DeleteExpiredFiles, pb.DeleteExpiredFilesRequest(force=force), retry=False,
-                             timeout=timeout, metadata=metadata)
+                             timeout=timeout)
         return DeletedFiles(r.deleted_files, r.min_offset)
 
-    def set_logics_error(self, error: bool, reason: str = "", *, timeout: float | None = None,
-                         metadata: Sequence[tuple[str, str]] = ()) -> tuple[bool, str]:
+    def set_logics_error(self, error: bool, reason: str = "", *, timeout: float | None = None) -> tuple[bool, str]:
         """Report that the index cannot write its files (``error``) or can again; while set, appends are
-        refused. Needs the operator token in ``metadata``. Answers (writable, not writable reason) after
-        the change. Idempotent, so it is retried."""
+        refused. Answers (writable, not writable reason) after the change. Idempotent, so it is retried."""
         request = pb.SetLogicsErrorRequest(error=error, reason=reason)
-        r = self._calls.call(self._stub.SetLogicsError, request, retry=True, timeout=timeout, metadata=metadata)
+        r = self._calls.call(self._stub.SetLogicsError, request, retry=True, timeout=timeout)
         return r.writable, r.not_writable_reason
 
     def set_retention_floor(self, dispatched_offset: int, consumed_offset: int, held_by: str = "", *,
-                            timeout: float | None = None, metadata: Sequence[tuple[str, str]] = ()) -> int:
+                            timeout: float | None = None) -> int:
         """The index's report of what the clean-up must keep: files reaching ``dispatched_offset`` (not
-        dispatched yet) and, for a forced clean-up, ``consumed_offset`` (-1: nothing unconsumed). Needs the
-        operator token in ``metadata``. Answers the CommitLog's min offset. Idempotent, so it is retried."""
+        dispatched yet) and, for a forced clean-up, ``consumed_offset`` (-1: nothing unconsumed). Answers
+        the CommitLog's min offset. Idempotent, so it is retried."""
         request = pb.SetRetentionFloorRequest(dispatched_offset=dispatched_offset, consumed_offset=consumed_offset,
                                               held_by=held_by)
-        r = self._calls.call(self._stub.SetRetentionFloor, request, retry=True, timeout=timeout, metadata=metadata)
+        r = self._calls.call(self._stub.SetRetentionFloor, request, retry=True, timeout=timeout)
         return r.min_offset
 
     # --- replication (the HA service) --------------------------------------------------------
@@ -304,7 +302,7 @@ class AsyncCommitLogClient:
                  wait_for_ready: bool = True) -> None:
         self.endpoint = endpoint
         self._own_channel = channel is None
-        self._channel = channel if channel is not None else open_aio_channel(endpoint)
+        self._channel = channel if channel is not None else open_aio_channel(endpoint, secret=process_secret())
         self._stub = pb_grpc.CommitLogStub(self._channel)
         self._calls = Caller(SERVICE, timeout, wait_for_ready=wait_for_ready)
         self._append_method: grpc.aio.StreamStreamMultiCallable[bytes, pb.AppendBatchResponse] = \

@@ -13,9 +13,9 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from rocketstore.codec import RECORD_SIZE_SLACK
+from rocketstore.internal_auth import RequireSecret, configure
 from rocketstore.log import configure_logging, get_logger
 from rocketstore.malloc_tuning import keep_freed_buffers
-from rocketstore.operator_token import ensure_token, token_path
 from rocketstore.server import GrpcServer, metric_value, run_until_signal, start_metrics_server
 from rocketstore.v1 import commitlog_pb2_grpc
 
@@ -74,10 +74,10 @@ def serve(
                    store_path_root_dir=settings.store_path_root_dir)
         return 1
     try:
-        ensure_token(settings.store_path_root_dir)  # the credential of destructive admin calls
+        secret = configure(settings.cluster_secret_file, settings.store_path_root_dir)
     except OSError as e:
         store.shutdown()
-        _log.error("cannot create the operator token", error=str(e), path=token_path(settings.store_path_root_dir))
+        _log.error("no cluster secret", error=str(e))
         return 1
     metrics = CommitLogMetrics(store) if metrics_port is not None else None
     servicer = CommitLogServicer(
@@ -86,7 +86,7 @@ def serve(
         on_append=metrics.observe_append if metrics is not None else None,
     )
     try:
-        server = GrpcServer(host, port, max_workers=MAX_WORKERS)
+        server = GrpcServer(host, port, max_workers=MAX_WORKERS, interceptors=[RequireSecret(secret)])
         server.add(commitlog_pb2_grpc.add_CommitLogServicer_to_server, servicer, SERVICE_NAME)
         server.start()
         bound_metrics = start_metrics_server(metrics_port, host) if metrics_port is not None else None

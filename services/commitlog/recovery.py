@@ -116,7 +116,7 @@ def save_table_snapshot(commitlog: CommitLog, path: str,
             table = dict(commitlog.topic_queue_table)
             at = commitlog.mapped_file_queue.get_max_wrote_position()
     doc = {"physicalOffset": at, "queues": [[t, q, n] for (t, q), n in table.items()]}
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         json.dump(doc, f)

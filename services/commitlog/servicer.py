@@ -37,12 +37,10 @@ from rocketstore.errors import (
     FailedPrecondition,
     InvalidArgument,
     OutOfRange,
-    PermissionDenied,
     Refused,
     Unavailable,
 )
 from rocketstore.log import get_logger
-from rocketstore.operator_token import OperatorGuard
 from rocketstore.servicing import rpc_errors, until_stream_ends
 from rocketstore.v1 import commitlog_pb2 as pb
 from rocketstore.v1 import commitlog_pb2_grpc as pb_grpc
@@ -94,7 +92,6 @@ class CommitLogServicer(pb_grpc.CommitLogServicer):
         self._on_append = on_append
         self._poll = tail_poll_interval
         self._closed = threading.Event()
-        self._operator = OperatorGuard(store.settings.store_path_root_dir)
 
     # --- lifecycle ------------------------------------------------------------------------
     def close(self) -> None:
@@ -309,8 +306,6 @@ class CommitLogServicer(pb_grpc.CommitLogServicer):
         self, request: pb.DeleteExpiredFilesRequest, context: _Ctx
     ) -> pb.DeleteExpiredFilesResponse:
         self._check_open()
-        if request.force and (denied := self._operator.denial(context, "a forced DeleteExpiredFiles")):
-            raise PermissionDenied(denied)
         deleted = self._store.delete_expired_files(force=request.force)
         min_offset = self._store.min_offset
         _log.info("expired files deleted on request", force=request.force, deleted_files=deleted,
@@ -320,8 +315,6 @@ class CommitLogServicer(pb_grpc.CommitLogServicer):
     @rpc_errors
     def SetLogicsError(self, request: pb.SetLogicsErrorRequest, context: _Ctx) -> pb.SetLogicsErrorResponse:
         self._check_open()
-        if denied := self._operator.denial(context, "SetLogicsError"):
-            raise PermissionDenied(denied)
         if len(request.reason.encode()) > MAX_LOGICS_REASON_BYTES:
             raise _invalid(f"reason is {len(request.reason.encode())} bytes; at most {MAX_LOGICS_REASON_BYTES}")
         self._store.set_logics_error(request.error, request.reason)
@@ -332,8 +325,6 @@ class CommitLogServicer(pb_grpc.CommitLogServicer):
     def SetRetentionFloor(self, request: pb.SetRetentionFloorRequest,
                           context: _Ctx) -> pb.SetRetentionFloorResponse:
         self._check_open()
-        if denied := self._operator.denial(context, "SetRetentionFloor"):
-            raise PermissionDenied(denied)
         if request.dispatched_offset < 0 or request.consumed_offset < -1:
             raise _invalid(f"dispatched_offset {request.dispatched_offset} and consumed_offset "
                            f"{request.consumed_offset}: offsets are >= 0 (consumed_offset -1: none)")

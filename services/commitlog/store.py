@@ -99,7 +99,7 @@ class CommitLogStore:
     # --- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
         s = self.settings
-        os.makedirs(s.store_path_root_dir, exist_ok=True)
+        os.makedirs(s.store_path_root_dir, mode=0o700, exist_ok=True)
         self._take_lock()
         try:
             unusable = unusable_rocketmq_files(s.store_path_root_dir)
@@ -596,7 +596,7 @@ def _log_stats() -> dict[str, object]:
 
 
 def _write_file(path: str, text: str) -> None:
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
     with open(path, "w") as f:
         f.write(text)
         f.flush()

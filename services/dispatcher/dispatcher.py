@@ -29,7 +29,6 @@ from rocketstore.services.index.client import IndexClient, Position
 
 from rocketstore.errors import BrokerError
 from rocketstore.log import get_logger
-from rocketstore.operator_token import call_metadata
 from rocketstore.rpc_client import Stream
 from rocketstore.v1 import index_pb2 as ix_pb
 
@@ -65,13 +64,12 @@ class Dispatcher:
     def __init__(self, commitlog_endpoint: str, index_endpoint: str, delay_levels: tuple[int, ...],
                  *, flushed_only: bool, check_crc: bool = False, force_prop_crc: bool = False,
                  retry_seconds: float = 0.5,
-                 chunk_bytes: int = CHUNK_BYTES, store_root: str = "",
+                 chunk_bytes: int = CHUNK_BYTES,
                  channels: tuple[grpc.Channel, grpc.Channel] | None = None) -> None:
         """``channels`` (the CommitLog's, the index's): in-process channels in local mode, where the tail and
         the dispatch run in this process (``rocketstore.inprocess``); None dials the endpoints."""
         self._commitlog_endpoint = commitlog_endpoint
         self._channels = channels
-        self._store_root = store_root  # where the operator token that Index.Truncate needs is read
         self._index_endpoint = index_endpoint
         self._delay_levels = delay_levels
         self._flushed_only = flushed_only
@@ -219,8 +217,7 @@ class Dispatcher:
         if where.commitlog_instance_id != offsets.instance_id and built_end > offsets.recovered_offset:
             _log.warning("the CommitLog restarted with a shorter log; truncating the index",
                          index_position=position, built_end=built_end, recovered_offset=offsets.recovered_offset)
-            where = index.truncate(offsets.recovered_offset, offsets.instance_id,
-                                   metadata=call_metadata(self._store_root))
+            where = index.truncate(offsets.recovered_offset, offsets.instance_id)
             position = where.position
         if position < offsets.min_offset:
             # The files below were deleted before being dispatched (only an operator's forced deletion can:
@@ -253,8 +250,7 @@ class Dispatcher:
     def _set_logics_error(self, commitlog: CommitLogClient, error: bool, reason: str) -> None:
         """Tell the CommitLog whether the index can write; a failure is retried at the next ack or refusal."""
         try:
-            writable, why = commitlog.set_logics_error(error, reason, timeout=SESSION_TIMEOUT,
-                                                       metadata=call_metadata(self._store_root))
+            writable, why = commitlog.set_logics_error(error, reason, timeout=SESSION_TIMEOUT)
         except BrokerError as e:
             _log.warning("could not tell the CommitLog whether the index can write", error=str(e),
                          index_writes=not error)

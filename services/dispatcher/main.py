@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from rocketstore.internal_auth import RequireSecret, configure
 from rocketstore.log import configure_logging, get_logger
 from rocketstore.server import GrpcServer, run_until_signal, start_metrics_server
 from rocketstore.settings import FlushDiskType
@@ -28,13 +29,18 @@ _log = get_logger("rocketstore.dispatcher")
 def serve(settings: Settings, host: str = "127.0.0.1", port: int | None = None, metrics_port: int | None = None,
           *, log_level: str = "info", commitlog: str, index: str) -> int:
     configure_logging(json=True, level=log_level, service=SERVICE)
+    try:
+        secret = configure(settings.cluster_secret_file, settings.store_path_root_dir)
+    except OSError as e:
+        _log.error("no cluster secret", error=str(e))
+        return 1
     # With SYNC_FLUSH a message becomes visible only once it is on disk (ReputMessageService's
     # "dispatch up to the flushed offset"), so a consumer never sees what a crash could take back.
     dispatcher = Dispatcher(commitlog, index, settings.delay_level_millis,
                             flushed_only=settings.flush_disk_type == FlushDiskType.SYNC_FLUSH,
-                            check_crc=settings.check_crc_on_dispatch, force_prop_crc=settings.force_verify_prop_crc,
-                            store_root=settings.store_path_root_dir)
-    server = GrpcServer(host, DEFAULT_PORT if port is None else port, max_workers=4)
+                            check_crc=settings.check_crc_on_dispatch, force_prop_crc=settings.force_verify_prop_crc)
+    server = GrpcServer(host, DEFAULT_PORT if port is None else port, max_workers=4,
+                        interceptors=[RequireSecret(secret)])
     server.start()
     bound_metrics = start_metrics_server(metrics_port, host) if metrics_port is not None else None
     if bound_metrics is not None:

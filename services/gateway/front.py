@@ -32,6 +32,7 @@ from typing import Any
 
 import grpc
 import grpc.aio
+from google.protobuf.message import DecodeError
 from rocketstore.services.commitlog.client import AsyncCommitLogClient
 from rocketstore.services.ha.client import HAClient
 
@@ -39,6 +40,7 @@ from rocketstore.aio_server import AioGrpcServer, serve_until_signal
 from rocketstore.channel import MAX_MESSAGE_BYTES
 from rocketstore.config_file import persist_text
 from rocketstore.errors import BrokerError
+from rocketstore.internal_auth import METADATA_KEY, operator_denial, process_secret, with_secret_aio
 from rocketstore.log import get_logger
 from rocketstore.server import start_metrics_server
 from rocketstore.servicing import rpc_errors
@@ -71,9 +73,11 @@ STOP_GRACE_SECONDS = 5.0
 SEND = f"/{GATEWAY_SERVICE}/Send"
 SEND_STREAM = f"/{GATEWAY_SERVICE}/SendStream"
 SEND_MESSAGE = f"/{MESSAGING_SERVICE}/SendMessage"
+END_TRANSACTION = f"/{GATEWAY_SERVICE}/EndTransaction"
 
 # Headers grpc sets itself on the outgoing call; the client's own metadata goes through as it came.
-_NOT_FORWARDED = frozenset({"user-agent", "content-type", "te", "host", CLIENT_HOST_HEADER})
+# The cluster secret a client might send is never passed on: the relay sends its own.
+_NOT_FORWARDED = frozenset({"user-agent", "content-type", "te", "host", CLIENT_HOST_HEADER, METADATA_KEY})
 _CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -100,13 +104,26 @@ def _methods() -> dict[str, tuple[bool, bool]]:
     return methods
 
 
+def _operator_refusal(raw: bytes, context: _Context) -> str | None:
+    """An operator's EndTransaction is checked here, by the client's own metadata: the owner sees the
+    relay's cluster secret on every forwarded call, not the client's (which is never passed on)."""
+    try:
+        request = pb.EndTransactionRequest.FromString(raw)
+    except DecodeError:
+        return None  # the owner answers INVALID_ARGUMENT
+    if not request.by_operator:
+        return None
+    return operator_denial(context.invocation_metadata(), "an operator's EndTransaction")
+
+
 class OwnerRelay:
     """Calls relayed to the owner gateway as raw bytes: the client's metadata (plus its address, for the
     born host of what the owner stores), its deadline, and back the owner's answer, metadata and status."""
 
     def __init__(self, owner: str) -> None:
         self.owner = owner
-        self._channel = grpc.aio.insecure_channel(owner, options=_CHANNEL_OPTIONS)
+        self._channel = grpc.aio.insecure_channel(owner, options=_CHANNEL_OPTIONS,
+                                                  interceptors=with_secret_aio(process_secret()))
         self.forwarded = 0  # calls forwarded
 
     async def close(self) -> None:
@@ -143,8 +160,11 @@ class OwnerRelay:
     def unary(self, method: str) -> Callable[[bytes, _Context], Awaitable[bytes]]:
         """The relay of one unary method."""
         stub: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = self._channel.unary_unary(method)
+        operators_act = method == END_TRANSACTION
 
         async def relay(request: bytes, context: _Context) -> bytes:
+            if operators_act and (denied := _operator_refusal(request, context)):
+                await context.abort(grpc.StatusCode.PERMISSION_DENIED, denied)
             self.forwarded += 1
             call = stub(request, metadata=self.metadata(context), timeout=context.time_remaining())
             try:
@@ -395,7 +415,7 @@ async def _serve(settings: Settings, host: str, port: int, metrics_port: int | N
         topics_copy = None
         if ha is not None:
             config_dir = os.path.join(settings.store_path_root_dir, "config")
-            os.makedirs(config_dir, exist_ok=True)
+            os.makedirs(config_dir, mode=0o700, exist_ok=True)
             topics_copy = TopicsCopy(HAClient(ha), config_dir)
             await asyncio.to_thread(topics_copy.copy_once)  # the owner's topics from the first send, if it answers
         front = FrontGateway(settings, AsyncCommitLogClient(commitlog), OwnerRelay(owner), topics_copy)

@@ -31,6 +31,7 @@ from rocketstore.services.index.client import AsyncIndexClient
 
 from rocketstore.channel import MAX_MESSAGE_BYTES
 from rocketstore.cluster.membership import ClusterMembership
+from rocketstore.internal_auth import process_secret, with_secret_aio
 from rocketstore.settings import Settings
 
 from .access import AccessControl
@@ -98,7 +99,8 @@ class Gateway:
     @classmethod
     def connect(cls, settings: Settings, commitlog_endpoint: str, index_endpoint: str) -> Gateway:
         """A gateway with clients of the two services (call it on the event loop that will serve)."""
-        bulk_channel = grpc.aio.insecure_channel(index_endpoint, options=_BULK_READ_OPTIONS)
+        bulk_channel = grpc.aio.insecure_channel(index_endpoint, options=_BULK_READ_OPTIONS,
+                                                 interceptors=with_secret_aio(process_secret()))
         return cls(settings, AsyncCommitLogClient(commitlog_endpoint), AsyncIndexClient(index_endpoint),
                    AsyncIndexClient(index_endpoint, channel=bulk_channel), bulk_channel)
 

@@ -19,6 +19,7 @@ import grpc.aio
 from rocketstore.aio_server import AioGrpcServer, AioRpcLatencyInterceptor, serve_until_signal
 from rocketstore.connection_guard import ConnectionGuard, descriptor_limit, open_descriptors, raise_descriptor_limit
 from rocketstore.errors import BrokerError
+from rocketstore.internal_auth import configure
 from rocketstore.log import configure_logging, get_logger
 from rocketstore.server import start_metrics_server
 from rocketstore.v1 import auth_pb2_grpc, gateway_pb2_grpc
@@ -88,13 +89,14 @@ def client_server(settings: Settings, host: str, port: int, interceptors: Sequen
     return server, guard
 
 
-def add_gateway_services(server: AioGrpcServer, gateway: Gateway) -> None:
+def add_gateway_services(server: AioGrpcServer, gateway: Gateway, endpoint: str | None = None) -> None:
     """What clients call on a gateway: rocketstore.v1's Gateway and BatchRead (Spark), RocketMQ 5's
-    MessagingService for its official clients (v2/), and the users' and rules' administration."""
+    MessagingService for its official clients (v2/), and the users' and rules' administration.
+    ``endpoint``: where clients reach it, when that is not ``server``'s (the owner port of local mode)."""
     server.add(auth_pb2_grpc.add_AuthAdminServicer_to_server, AuthAdminServicer(gateway.access), AUTH_ADMIN_SERVICE)
     server.add(gateway_pb2_grpc.add_GatewayServicer_to_server, GatewayServicer(gateway), GATEWAY_SERVICE)
     server.add(gateway_pb2_grpc.add_BatchReadServicer_to_server, BatchReadServicer(gateway), BATCH_READ_SERVICE)
-    server.add(v2_grpc.add_MessagingServiceServicer_to_server, MessagingServicer(gateway, server.endpoint),
+    server.add(v2_grpc.add_MessagingServiceServicer_to_server, MessagingServicer(gateway, endpoint or server.endpoint),
                MESSAGING_SERVICE)
 
 
@@ -102,6 +104,11 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int | None = None, 
           *, log_level: str = "info", commitlog: str, index: str | None = None, owner: str | None = None,
           own_port: int | None = None, ha: str | None = None) -> int:
     configure_logging(json=True, level=log_level, service=SERVICE)
+    try:
+        configure(settings.cluster_secret_file, settings.store_path_root_dir)  # for its internal calls
+    except OSError as e:
+        _log.error("no cluster secret", error=str(e))
+        return 1
     if owner is not None:
         from .front import serve_front
 

@@ -12,8 +12,8 @@ from typing import Any, TypeVar
 import grpc.aio
 
 from rocketstore.errors import BrokerError
+from rocketstore.internal_auth import denial, operator_denial, process_secret
 from rocketstore.log import get_logger
-from rocketstore.operator_token import OperatorGuard
 from rocketstore.servicing import rpc_errors
 from rocketstore.tls_demux import original_peer
 from rocketstore.v1 import gateway_pb2 as pb
@@ -53,39 +53,38 @@ CLIENT_HOST_HEADER = "x-rocketstore-client-host"
 
 
 def peer_host(context: _Context) -> str:
-    """The client's "ip:port" as gRPC names it ("ipv4:1.2.3.4:5" / "ipv6:[::1]:5"). A call from loopback
-    may be a front gateway forwarding its client's call: then the address it names in CLIENT_HOST_HEADER.
-    Honoured from loopback only (front gateways run beside their owner), so a remote client cannot choose
-    the born host stored with its messages; a local one could, as it could bind any local address.
-    A connection relayed by the port demultiplexer (tls.server.mode=permissive) is its client's."""
+    """The client's "ip:port" as gRPC names it ("ipv4:1.2.3.4:5" / "ipv6:[::1]:5"). A front gateway forwarding
+    its client's call names the client's address in CLIENT_HOST_HEADER: honoured only on a call that carries
+    the cluster secret (rocketstore.internal_auth), so no client, remote or local, chooses the born host stored
+    with its messages. A connection relayed by the port demultiplexer (tls.server.mode=permissive) is its
+    client's."""
+    forwarded = _forwarded_host(context)
+    if forwarded is not None:
+        return forwarded
     peer = context.peer() or ""
     kind, _, address = peer.partition(":")
     if kind == "ipv4":
         if address.startswith("127."):
-            relayed = original_peer(address)
-            if relayed is not None and not relayed.startswith(("127.", "[::1]")):
-                return relayed
-            return _forwarded_host(context) or relayed or address
+            return original_peer(address) or address
         return address
     if kind == "ipv6":
-        address = address.replace("%5B", "[").replace("%5D", "]")
-        if address.startswith("[::1]"):
-            return _forwarded_host(context) or address
-        return address
+        return address.replace("%5B", "[").replace("%5D", "]")
     return "127.0.0.1:0"
 
 
 def _forwarded_host(context: _Context) -> str | None:
-    for key, value in context.invocation_metadata() or ():
-        if key == CLIENT_HOST_HEADER and isinstance(value, str):
-            return value
-    return None
+    """CLIENT_HOST_HEADER of a call from a peer (it carries the cluster secret), else None."""
+    metadata = context.invocation_metadata() or ()
+    host = next((v for k, v in metadata if k == CLIENT_HOST_HEADER and isinstance(v, str)), None)
+    if host is None:
+        return None
+    secret = process_secret()
+    return host if secret is not None and denial(metadata, secret) is None else None
 
 
 class GatewayServicer(pb_grpc.GatewayServicer):
     def __init__(self, gateway: Gateway) -> None:
         self._g = gateway
-        self._operator = OperatorGuard(gateway.context.settings.store_path_root_dir)
 
     @rpc_errors
     @_facing
@@ -198,8 +197,9 @@ class GatewayServicer(pb_grpc.GatewayServicer):
     @_facing
     async def EndTransaction(self, request: pb.EndTransactionRequest,
                              context: _Context) -> pb.EndTransactionResponse:
-        # An operator's resolution skips the producer group's checks: it needs the operator token.
-        if request.by_operator and (denied := self._operator.denial(context, "an operator's EndTransaction")):
+        # An operator's resolution skips the producer group's checks: it needs the cluster secret.
+        if request.by_operator and (denied := operator_denial(context.invocation_metadata(),
+                                                              "an operator's EndTransaction")):
             raise GatewayError("PERMISSION_DENIED", denied)
         return await self._g.transactions.end(request)
 

@@ -87,7 +87,7 @@ def load_progress(config_dir: str) -> int:
 
 def save_progress(config_dir: str, half_offset: int) -> None:
     """Write the progress durably (a temporary file, fsync, rename)."""
-    os.makedirs(config_dir, exist_ok=True)
+    os.makedirs(config_dir, mode=0o700, exist_ok=True)
     path = os.path.join(config_dir, PROGRESS_FILE)
     tmp = f"{path}.tmp"
     with open(tmp, "w", encoding="utf-8") as f:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import grpc
 
 from rocketstore.channel import open_channel
+from rocketstore.internal_auth import process_secret
 from rocketstore.rpc_client import Caller, Stream
 from rocketstore.v1 import ha_pb2 as pb
 from rocketstore.v1 import ha_pb2_grpc as pb_grpc
@@ -96,7 +97,8 @@ class HAClient:
     def __init__(self, endpoint: str, *, timeout: float = STATUS_TIMEOUT, channel: grpc.Channel | None = None) -> None:
         self.endpoint = endpoint
         self._own_channel = channel is None
-        self._channel = channel if channel is not None else open_channel(endpoint, STREAM_OPTIONS)
+        self._channel = channel if channel is not None else open_channel(endpoint, STREAM_OPTIONS,
+                                                                         secret=process_secret())
         self._stub = pb_grpc.HAStub(self._channel)
         self._calls = Caller(SERVICE, timeout)
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from rocketstore.services.commitlog.client import CommitLogClient
 
+from rocketstore.internal_auth import RequireSecret, configure
 from rocketstore.log import configure_logging, get_logger
 from rocketstore.malloc_tuning import keep_freed_buffers
 from rocketstore.server import GrpcServer, run_until_signal, start_metrics_server
@@ -39,6 +40,11 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int | None = None, 
           *, log_level: str = "info", commitlog: str, gateway: str | None = None) -> int:
     configure_logging(json=True, level=log_level, service=SERVICE)
     keep_freed_buffers()  # megabyte messages: reuse freed buffers instead of faulting new pages in
+    try:
+        secret = configure(settings.cluster_secret_file, settings.store_path_root_dir)
+    except OSError as e:
+        _log.error("no cluster secret", error=str(e))
+        return 1
     link = CommitLogClient(commitlog)
     master: HAMaster | None = None
     slave: HASlave | None = None
@@ -55,7 +61,8 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int | None = None, 
     else:
         master = HAMaster(settings, link)
     servicer = HAServicer(settings, master, slave, link.max_offset_now, config_dir)
-    server = GrpcServer(host, settings.ha_listen_port if port is None else port, max_workers=MAX_WORKERS)
+    server = GrpcServer(host, settings.ha_listen_port if port is None else port, max_workers=MAX_WORKERS,
+                        interceptors=[RequireSecret(secret)])
     server.add(ha_pb2_grpc.add_HAServicer_to_server, servicer, SERVICE_NAME)
     server.start()
     bound_metrics = start_metrics_server(metrics_port) if metrics_port is not None else None

@@ -9,6 +9,12 @@ the bytes it carries, so a slave catching up is sent a MiB per round whatever th
 connection whose slave is silent for haHousekeepingInterval is closed. ``AckReporter`` carries every
 connection's acknowledged offset to the CommitLog service on one stream, latest state only, where
 SYNC_MASTER puts wait for it.
+
+What a slave claims counts only as far as the master can check it. A report above what was sent on the
+connection closes it. Where a slave says it starts counts as acknowledged only when its tail check proved
+it (the CRC of the bytes below matched the master's); a slave that claims a start without one is sent the
+log from there, but is reported to the CommitLog (and so counts for SYNC_MASTER) only once it acknowledges
+bytes sent on this connection.
 """
 
 from __future__ import annotations
@@ -206,6 +212,7 @@ class MasterConnection:
         self._closed = threading.Event()
         self._slave_error: Exception | None = None  # from the report side: ends the stream at once
         self._tail: TailStream | None = None
+        self._counted = False  # reported to the CommitLog: its claims were checked (module docstring)
         # One item per CommitLog read, already cut into transfers: one hand-over between the threads
         # per read, not per transfer.
         self._queue: queue.Queue[tuple[list[tuple[int, memoryview]], int] | BaseException] = queue.Queue(QUEUE_CHUNKS)
@@ -243,9 +250,12 @@ class MasterConnection:
         log.info("slave connected", connection=self.connection_id, slave_broker=first.broker_name,
                  slave_broker_id=first.broker_id, slave_max_offset=first.max_offset, start_offset=start,
                  master_max_offset=st.master_max_offset)
-        if self._reporter is not None:
-            self._reporter.update(self.connection_id, self.peer, first.max_offset, True, first.gateway_endpoint,
-                                  first.error)
+        # Nothing claimed, or a claim its tail check proved: it counts from its first report.
+        if first.max_offset == 0 or first.check_offset < first.max_offset:
+            self._count(first.max_offset, first.error)
+        else:
+            log.warning("slave claims a start without a tail check; it counts once it acknowledges what is sent",
+                        connection=self.connection_id, slave_max_offset=first.max_offset)
         self._tail = self._link.tail(start, max_chunk_bytes=max(TAIL_CHUNK_BYTES, self._batch))
         threading.Thread(target=self._pump, name=f"HATail-{self.connection_id}", daemon=True).start()
         last_sent = time.monotonic()
@@ -364,6 +374,11 @@ class MasterConnection:
         if acked > st.sent_offset and st.start_offset >= 0:
             self._fail(Diverged(f"the slave acknowledged offset {acked}, beyond what was sent ({st.sent_offset})"))
             return
+        if not self._counted:
+            if acked > st.start_offset >= 0:  # bytes sent on this connection: what it holds is checked now
+                st.acked_offset, st.error = acked, error
+                self._count(acked, error)
+            return
         if acked > st.acked_offset or error != st.error:
             if error != st.error:
                 (log.warning if error else log.info)(
@@ -373,6 +388,11 @@ class MasterConnection:
             st.error = error
             if self._reporter is not None:
                 self._reporter.update(self.connection_id, self.peer, st.acked_offset, True, error=error)
+
+    def _count(self, acked: int, error: str) -> None:
+        self._counted = True
+        if self._reporter is not None:
+            self._reporter.update(self.connection_id, self.peer, acked, True, self.status.gateway_endpoint, error)
 
     def _fail(self, e: Exception) -> None:
         if self._slave_error is None:
@@ -384,7 +404,7 @@ class MasterConnection:
         self._closed.set()
         if self._tail is not None:
             self._tail.cancel()
-        if self._reporter is not None:
+        if self._reporter is not None and self._counted:
             self._reporter.update(self.connection_id, self.peer, self.status.acked_offset, False)
         log.info("slave connection closed", connection=self.connection_id, acked_offset=self.status.acked_offset,
                  sent_offset=self.status.sent_offset,

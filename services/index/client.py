@@ -13,13 +13,14 @@ retried blindly. Every failure is a ``rocketstore.errors.BrokerError`` naming "t
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import grpc
 import grpc.aio
 
 from rocketstore.channel import open_aio_channel, open_channel
+from rocketstore.internal_auth import process_secret
 from rocketstore.rpc_client import AsyncStream, Caller, Stream
 from rocketstore.v1 import index_pb2 as pb
 from rocketstore.v1 import index_pb2_grpc as pb_grpc
@@ -106,7 +107,7 @@ class IndexClient:
                  wait_for_ready: bool = True) -> None:
         self.endpoint = endpoint
         self._own_channel = channel is None
-        self._channel = channel if channel is not None else open_channel(endpoint)
+        self._channel = channel if channel is not None else open_channel(endpoint, secret=process_secret())
         self._stub = pb_grpc.IndexStub(self._channel)
         self._calls = Caller(SERVICE, timeout, wait_for_ready=wait_for_ready)
 
@@ -120,13 +121,11 @@ class IndexClient:
         return Position.from_proto(self._calls.call(self._stub.GetPosition, pb.GetPositionRequest(), retry=True,
                                                     timeout=timeout))
 
-    def truncate(self, physical_offset: int, commitlog_instance_id: str, *, timeout: float = ADMIN_TIMEOUT,
-                 metadata: Sequence[tuple[str, str]] = ()) -> Position:
-        """Cut every entry at or beyond ``physical_offset`` (a CommitLog that recovered shorter);
-        ``metadata`` carries the operator token (rocketstore.operator_token.call_metadata)."""
+    def truncate(self, physical_offset: int, commitlog_instance_id: str, *,
+                 timeout: float = ADMIN_TIMEOUT) -> Position:
+        """Cut every entry at or beyond ``physical_offset`` (a CommitLog that recovered shorter)."""
         request = pb.TruncateRequest(physical_offset=physical_offset, commitlog_instance_id=commitlog_instance_id)
-        return Position.from_proto(self._calls.call(self._stub.Truncate, request, retry=False, timeout=timeout,
-                                                    metadata=metadata))
+        return Position.from_proto(self._calls.call(self._stub.Truncate, request, retry=False, timeout=timeout))
 
     # --- reads --------------------------------------------------------------------------------
     def get_message(self, topic: str, queue_id: int, offset: int, max_messages: int, *, expression: str = "",
@@ -198,7 +197,7 @@ class AsyncIndexClient:
                  wait_for_ready: bool = True) -> None:
         self.endpoint = endpoint
         self._own_channel = channel is None
-        self._channel = channel if channel is not None else open_aio_channel(endpoint)
+        self._channel = channel if channel is not None else open_aio_channel(endpoint, secret=process_secret())
         self._stub = pb_grpc.IndexStub(self._channel)
         self._calls = Caller(SERVICE, timeout, wait_for_ready=wait_for_ready)
 

@@ -7,19 +7,16 @@ from collections.abc import Sequence
 import grpc
 from rocketstore.services.commitlog.client import CommitLogClient
 
-from rocketstore.operator_token import call_metadata
-
 __all__ = ["RemoteCommitLog"]
 
 
 class RemoteCommitLog:
     """Batched record reads and the CommitLog's offsets; failures are ``rocketstore.errors.BrokerError``."""
 
-    def __init__(self, endpoint: str, store_root: str = "", channel: grpc.Channel | None = None) -> None:
+    def __init__(self, endpoint: str, channel: grpc.Channel | None = None) -> None:
         """``channel``: an in-process channel in local mode (``rocketstore.inprocess``)."""
         self.endpoint = endpoint
         self.client = CommitLogClient(endpoint, channel=channel)
-        self._store_root = store_root  # where the operator token SetRetentionFloor needs is read
 
     def read_records(self, ranges: Sequence[tuple[int, int]]) -> list[bytes | None]:
         """One ReadRecords call; None for a record the CommitLog no longer (or not yet) holds, or
@@ -34,8 +31,7 @@ class RemoteCommitLog:
         return self.client.max_offset_now()
 
     def set_retention_floor(self, dispatched: int, consumed: int, held_by: str) -> None:
-        self.client.set_retention_floor(dispatched, consumed, held_by[:1000], timeout=5.0,
-                                        metadata=call_metadata(self._store_root))
+        self.client.set_retention_floor(dispatched, consumed, held_by[:1000], timeout=5.0)
 
     def close(self) -> None:
         self.client.close()

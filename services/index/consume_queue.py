@@ -642,7 +642,7 @@ class ConsumeQueueStore:
 
     def load(self) -> None:
         """Load every ``<topic>/<queueId>`` directory found (OSError when a file has the wrong size)."""
-        os.makedirs(self.root_dir, exist_ok=True)
+        os.makedirs(self.root_dir, mode=0o700, exist_ok=True)
         queues: dict[tuple[str, int], ConsumeQueue] = {}
         try:
             for topic in sorted(os.listdir(self.root_dir)):

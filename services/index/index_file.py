@@ -500,7 +500,7 @@ class IndexService:
         end_phy = prev.end_phy_offset if prev is not None else 0
         end_ts = prev.end_timestamp if prev is not None else 0
         try:
-            os.makedirs(self.store_path, exist_ok=True)
+            os.makedirs(self.store_path, mode=0o700, exist_ok=True)
             f = IndexFile(self._new_file_path(), self.hash_slot_num, self.index_num, end_phy, end_ts)
         except OSError as exc:
             log.error("index_file_create_failed", error=str(exc))

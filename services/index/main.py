@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from rocketstore.internal_auth import RequireSecret, configure
 from rocketstore.log import configure_logging, get_logger
 from rocketstore.server import GrpcServer, RpcLatencyInterceptor, metric_value, run_until_signal, start_metrics_server
 from rocketstore.v1 import index_pb2_grpc
@@ -35,7 +36,12 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int | None = None, 
           *, log_level: str = "info", commitlog: str) -> int:
     """Run the index service until SIGTERM/SIGINT; ``commitlog`` is the CommitLog service's endpoint."""
     configure_logging(json=True, level=log_level, service=SERVICE)
-    reader = RemoteCommitLog(commitlog, settings.store_path_root_dir)
+    try:
+        secret = configure(settings.cluster_secret_file, settings.store_path_root_dir)
+    except OSError as e:
+        _log.error("no cluster secret", error=str(e))
+        return 1
+    reader = RemoteCommitLog(commitlog)
     store = IndexStore(settings, reader)
     try:
         store.start()
@@ -47,7 +53,7 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int | None = None, 
         latency = [RpcLatencyInterceptor("index", "Time to answer one index RPC (GetMessage, QueryByKey, ...).")] \
             if metrics_port is not None else []
         server = GrpcServer(host, DEFAULT_PORT if port is None else port, max_workers=MAX_WORKERS,
-                            interceptors=latency)
+                            interceptors=[RequireSecret(secret), *latency])
         server.add(index_pb2_grpc.add_IndexServicer_to_server, servicer, SERVICE_NAME)
         server.start()
         bound_metrics = start_metrics_server(metrics_port, host) if metrics_port is not None else None

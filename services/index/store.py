@@ -171,7 +171,7 @@ class IndexStore:
     # --- life cycle ----------------------------------------------------------------------------
     def start(self) -> None:
         s = self.settings
-        os.makedirs(os.path.join(self._root, "config"), exist_ok=True)
+        os.makedirs(os.path.join(self._root, "config"), mode=0o700, exist_ok=True)
         self._take_lock()
         self.last_exit_ok = not os.path.exists(self._abort_path)
         self.checkpoint = StoreCheckpoint(s.store_checkpoint)

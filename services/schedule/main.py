@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from rocketstore.services.commitlog.client import CommitLogClient
 from rocketstore.services.index.client import IndexClient
 
+from rocketstore.internal_auth import RequireSecret, configure
 from rocketstore.log import configure_logging, get_logger
 from rocketstore.server import GrpcServer, run_until_signal, start_metrics_server
 from rocketstore.settings import BrokerRole, snap_timer_precision
@@ -35,6 +36,11 @@ _log = get_logger("rocketstore.schedule")
 def serve(settings: Settings, host: str = "127.0.0.1", port: int | None = None, metrics_port: int | None = None,
           *, log_level: str = "info", commitlog: str, index: str) -> int:
     configure_logging(json=True, level=log_level, service=SERVICE)
+    try:
+        secret = configure(settings.cluster_secret_file, settings.store_path_root_dir)
+    except OSError as e:
+        _log.error("no cluster secret", error=str(e))
+        return 1
     offsets = DelayOffsetTable(os.path.join(settings.store_path_root_dir, "config"))
     commitlog_client = CommitLogClient(commitlog, wait_for_ready=True)
     index_client = IndexClient(index, wait_for_ready=True)
@@ -43,7 +49,8 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int | None = None, 
     timer = TimerMessageService(commitlog_client, index_client, settings.store_path_root_dir,
                                 snap_timer_precision(settings.timer_precision_ms),
                                 deliver=settings.broker_role != BrokerRole.SLAVE)
-    server = GrpcServer(host, DEFAULT_PORT if port is None else port, max_workers=2)
+    server = GrpcServer(host, DEFAULT_PORT if port is None else port, max_workers=2,
+                        interceptors=[RequireSecret(secret)])
     server.start()
     bound_metrics = start_metrics_server(metrics_port, host) if metrics_port is not None else None
     service.start()

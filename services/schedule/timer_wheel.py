@@ -81,7 +81,7 @@ class TimerWheel:
         old = os.path.join(os.path.dirname(directory), OLD_WHEEL_DIR)
         if os.path.isdir(old) and not os.path.exists(directory):
             os.replace(old, directory)  # a store of an older rocketstore: its slots keep their meaning
-        os.makedirs(directory, exist_ok=True)
+        os.makedirs(directory, mode=0o700, exist_ok=True)
 
     def _path(self, slot_ms: int) -> str:
         return os.path.join(self.directory, str(slot_ms))
@@ -94,7 +94,7 @@ class TimerWheel:
             by_slot.setdefault(slot, []).append(unit)
         added = 0
         for slot, items in by_slot.items():
-            fd = os.open(self._path(slot), os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(self._path(slot), os.O_RDWR | os.O_CREAT, 0o600)
             try:
                 size = os.fstat(fd).st_size
                 whole = size - size % UNIT.size

@@ -67,6 +67,7 @@ from .connection import DEFAULT_TIMEOUT, Connection, split_endpoints
 from .consume_stream import DEFAULT_CREDIT_BYTES, DEFAULT_CREDIT_MESSAGES, ConsumeStream, StreamQueue
 from .errors import ClientError, InvalidArgumentError, NotFoundError, UnavailableError, from_rpc_error
 from .messages import MessageQueue, PullResult, PullStatus, ReceivedMessage, decode_records
+from .signing import Credentials
 
 __all__ = [
     "ConsumeContext",
@@ -154,11 +155,13 @@ class PullConsumer:
     keep, and ``commit`` stores them for the group on the broker."""
 
     def __init__(self, endpoint: str, group: str, *, timeout: float = DEFAULT_TIMEOUT,
-                 tls: ClientTls | None = None) -> None:
+                 tls: ClientTls | None = None, credentials: Credentials | None = None) -> None:
+        """``credentials`` sign every call (default: ``ROCKETSTORE_ACCESS_KEY`` / ``ROCKETSTORE_SECRET_KEY``)."""
         self.endpoint = split_endpoints(endpoint)[0]
         self.group = group
         self._timeout = timeout
-        self._conn = Connection(self.endpoint, timeout, tls=tls)
+        self._credentials = credentials
+        self._conn = Connection(self.endpoint, timeout, tls=tls, credentials=credentials)
         # Reads from the slave (RocketMQ's suggestWhichBrokerId): the slave's gateway, learned from the
         # master's status, and the queues whose pulls go there until it sends them back.
         self._slave: Connection | None = None
@@ -187,7 +190,7 @@ class PullConsumer:
                     self._slave.close()
                 self._slave = None
             if found is not None and self._slave is None:
-                self._slave = Connection(found, self._timeout, tls=self._conn.tls)
+                self._slave = Connection(found, self._timeout, tls=self._conn.tls, credentials=self._credentials)
         return self._slave.endpoint if self._slave is not None else None
 
     def queues(self, topic: str) -> list[MessageQueue]:
@@ -519,7 +522,9 @@ class PushConsumer:
         stream_credit_messages: int = DEFAULT_CREDIT_MESSAGES,
         stream_credit_bytes: int = DEFAULT_CREDIT_BYTES,
         tls: ClientTls | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
+        """``credentials`` sign every call (default: ``ROCKETSTORE_ACCESS_KEY`` / ``ROCKETSTORE_SECRET_KEY``)."""
         self.endpoints = split_endpoints(endpoints if isinstance(endpoints, str) else list(endpoints))
         self.group = group
         self.client_id = client_id or _client_id()
@@ -548,7 +553,8 @@ class PushConsumer:
         self._listener = listener
         self._subscriptions: dict[str, _Subscription] = {}
         self._tls = tls
-        self._conns = {e: Connection(e, timeout, tls=tls) for e in self.endpoints}
+        self._credentials = credentials
+        self._conns = {e: Connection(e, timeout, tls=tls, credentials=credentials) for e in self.endpoints}
         # Each gateway's slave (its status' slave_gateways, learned at every re-balance): where the pulls
         # of a queue go while the broker suggests the slave (suggestWhichBrokerId) or cannot be reached.
         self._slaves: dict[str, Connection] = {}
@@ -755,7 +761,8 @@ class PushConsumer:
                 self._slave_topics.pop(endpoint, None)
                 self._retired.append(self._slaves.pop(endpoint))  # its pulls in flight finish
             if found and endpoint not in self._slaves:
-                self._slaves[endpoint] = Connection(found, self._timeout, tls=self._tls)
+                self._slaves[endpoint] = Connection(found, self._timeout, tls=self._tls,
+                                                    credentials=self._credentials)
 
     def _rebalance(self) -> None:
         """Take this consumer's share of every subscribed topic's queues; drop the queues it lost."""

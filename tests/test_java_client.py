@@ -8,6 +8,9 @@ for the module (the credentials' test, a broker of its own)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -331,8 +334,13 @@ def secured_tls_only(tmp_path: Path) -> Iterator[TlsOnlyBroker]:
         _wait_for(lambda: cert.exists() or proc.proc is None or proc.proc.poll() is not None,
                   "the broker's self-signed certificate")
         proc.wait_serving()
+        # rocketstore user ... takes --ca as every command does
+        created = subprocess.run(
+            [sys.executable, "-m", "rocketstore", "user", "create", "-e", proc.endpoint, "--ca", str(cert),
+             "-u", ALICE.access_key, "-p", ALICE.secret_key], capture_output=True, text=True, timeout=60,
+            env={**os.environ, "ROCKETSTORE_ACCESS_KEY": ROOT.access_key, "ROCKETSTORE_SECRET_KEY": ROOT.secret_key})
+        assert created.returncode == 0, created.stderr
         with AuthAdmin(proc.endpoint, tls=tls, credentials=ROOT) as admin:
-            admin.create_user(ALICE.access_key, ALICE.secret_key)
             admin.create_acl("User:alice", ["Topic:Orders"], ["Pub", "Sub"])
             admin.create_acl("User:alice", ["Topic:Audit"], ["Sub"])
             admin.create_acl("User:alice", ["Group:billing"], ["Sub"])

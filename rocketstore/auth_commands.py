@@ -84,8 +84,9 @@ def add_auth_commands(commands: Any, add_endpoint: _Adder, add_json: _Adder, gua
 
 def _admin(args: argparse.Namespace) -> Any:
     from rocketstore.client import AuthAdmin
+    from rocketstore.commands import client_tls
 
-    return AuthAdmin(args.endpoint, timeout=args.rpc_timeout)
+    return AuthAdmin(args.endpoint, timeout=args.rpc_timeout, tls=client_tls(args))
 
 
 def _print_users(users: list[Any], as_json: bool) -> None:

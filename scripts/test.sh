@@ -2,10 +2,11 @@
 # Installs what the tests need and runs them: the one test command of the README and of CI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# Spark runs on a JVM, and Maven compiles the official Java client's test driver (tests/java): install
-# Debian's Java 17 JDK and Maven when the machine lacks them.
-if ! command -v javac >/dev/null 2>&1 || ! command -v mvn >/dev/null 2>&1; then
+# Spark runs on a JVM, Maven compiles the official Java client's test driver (tests/java) and npm installs the
+# official Node.js client (tests/nodejs): install Debian's Java 17 JDK, Maven, Node.js and npm when missing.
+if ! command -v javac >/dev/null 2>&1 || ! command -v mvn >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
     packages="openjdk-17-jdk-headless maven"
+    command -v npm >/dev/null 2>&1 || packages="$packages nodejs npm"
     if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq $packages >/dev/null
     else sudo apt-get update -qq && sudo apt-get install -y -qq $packages >/dev/null; fi
 fi
@@ -16,6 +17,7 @@ if ! command -v etcd >/dev/null 2>&1; then
 fi
 python3 -m pip install --quiet --disable-pip-version-check -e '.[test]'
 python3 tests/java_client.py  # builds tests/java unless its last build is of the same sources (jars kept in ~/.m2)
+python3 tests/nodejs_client.py  # npm ci in tests/nodejs (the official Node.js client) unless installed from this lock
 # Apache RocketMQ 5.3.3's jars and bench/peer's Java programs (tests/test_rocketmq_store_compat.py): Maven
 # builds them once into $ROCKETSTORE_PEER_DIR (default /tmp/rocketstore-peer); a fresh build is not redone.
 python3 bench/peer_bench.py --build-only

@@ -16,11 +16,12 @@ from collections.abc import Iterator, Sequence
 
 import grpc
 
-from rocketstore.client.errors import ClientError, error_for_code
-from rocketstore.client.signing import credentials_from_env, signed_channel
+from rocketstore.client.errors import ClientError, error_for_code, tls_hint
+from rocketstore.client.signing import Credentials, credentials_from_env, signed_channel
 from rocketstore.v1 import gateway_pb2 as pb
 from rocketstore.v1 import gateway_pb2_grpc as pb_grpc
 
+from .options import GatewayAccess
 from .planning import QueueInfo
 
 __all__ = ["ClientError", "batch_read_stub", "check_reachable", "commit_offsets", "consumer_progress", "error_for_code",
@@ -36,36 +37,48 @@ _OPTIONS = [
 _RESUME_ATTEMPTS = 5
 
 _lock = threading.Lock()
-_channels: dict[str, grpc.Channel] = {}
+_channels: dict[tuple[str, GatewayAccess], grpc.Channel] = {}
 _pid = os.getpid()
+_PLAINTEXT = GatewayAccess()
 
 
-def channel(endpoint: str) -> grpc.Channel:
+def channel(endpoint: str, access: GatewayAccess | None = None) -> grpc.Channel:
+    """The process's channel to ``endpoint`` reached as ``access`` says (plaintext, unsigned unless the
+    environment holds credentials, when None)."""
     global _pid
+    access = access or _PLAINTEXT
     with _lock:
         if os.getpid() != _pid:  # a forked worker: the parent's channels are not usable here
             _channels.clear()
             _pid = os.getpid()
-        ch = _channels.get(endpoint)
+        ch = _channels.get((endpoint, access))
         if ch is None:
-            # Signed with $ROCKETSTORE_ACCESS_KEY / $ROCKETSTORE_SECRET_KEY when the broker requires it.
-            ch = _channels[endpoint] = signed_channel(grpc.insecure_channel(endpoint, options=_OPTIONS),
-                                                      credentials_from_env())
+            if access.tls:  # the CA travels as PEM bytes, so it is given to grpc as such
+                raw = grpc.secure_channel(endpoint, grpc.ssl_channel_credentials(root_certificates=access.ca_pem),
+                                          options=_OPTIONS)
+            else:
+                raw = grpc.insecure_channel(endpoint, options=_OPTIONS)
+            credentials = Credentials(access.access_key, access.secret_key) if access.access_key and \
+                access.secret_key else credentials_from_env()
+            ch = _channels[(endpoint, access)] = signed_channel(raw, credentials)
         return ch
 
 
-def batch_read_stub(endpoint: str) -> pb_grpc.BatchReadStub:
-    return pb_grpc.BatchReadStub(channel(endpoint))
+def batch_read_stub(endpoint: str, access: GatewayAccess | None = None) -> pb_grpc.BatchReadStub:
+    return pb_grpc.BatchReadStub(channel(endpoint, access))
 
 
-def gateway_stub(endpoint: str) -> pb_grpc.GatewayStub:
-    return pb_grpc.GatewayStub(channel(endpoint))
+def gateway_stub(endpoint: str, access: GatewayAccess | None = None) -> pb_grpc.GatewayStub:
+    return pb_grpc.GatewayStub(channel(endpoint, access))
 
 
 def describe_error(e: grpc.RpcError, endpoint: str, doing: str, timeout_ms: int | None = None) -> ClientError:
     code: grpc.StatusCode = e.code()
     details: str = e.details() or ""
-    if code == grpc.StatusCode.UNAVAILABLE and ("connect" in details.lower() or "resolve" in details.lower()
+    if code == grpc.StatusCode.UNAVAILABLE and tls_hint(details):  # closed at once, or a failed handshake
+        msg = (f"the rocketstore gateway at {endpoint} could not be reached to {doing}: {details}. Check the options "
+               "'tls.enable' and 'tls.client.trustCertPath' against the gateway's tls.server.mode")
+    elif code == grpc.StatusCode.UNAVAILABLE and ("connect" in details.lower() or "resolve" in details.lower()
                                                 or "dns" in details.lower()):
         msg = (f"cannot reach the rocketstore gateway at {endpoint} to {doing} ({details}). Check the 'endpoint' "
                "option: it is the HOST:PORT of `rocketstore serve gateway` (8081 by default), and the gateway must "
@@ -84,13 +97,13 @@ def describe_error(e: grpc.RpcError, endpoint: str, doing: str, timeout_ms: int 
 
 
 def list_queues(endpoint: str, topics: Sequence[str], pattern: str | None, start_timestamp: int | None,
-                end_timestamp: int | None, timeout_ms: int) -> list[QueueInfo]:
+                end_timestamp: int | None, timeout_ms: int, access: GatewayAccess | None = None) -> list[QueueInfo]:
     """The queues to read, with their offsets (and offsets by time when the times are given)."""
     request = pb.ListQueuesRequest(topics=list(topics), topic_pattern=pattern or "",
                                    start_timestamp=start_timestamp or 0, end_timestamp=end_timestamp or 0)
     what = f"list the queues of {'topics matching ' + repr(pattern) if pattern else ', '.join(map(repr, topics))}"
     try:
-        response = batch_read_stub(endpoint).ListQueues(request, timeout=timeout_ms / 1000)
+        response = batch_read_stub(endpoint, access).ListQueues(request, timeout=timeout_ms / 1000)
     except grpc.RpcError as e:
         raise describe_error(e, endpoint, what, timeout_ms) from None
     out = []
@@ -107,10 +120,10 @@ def list_queues(endpoint: str, topics: Sequence[str], pattern: str | None, start
 
 
 def read_queue(endpoint: str, topic: str, queue_id: int, start: int, end: int, expression: str = "*",
-               batch_messages: int = 4096) -> Iterator[pb.RecordBatch]:
+               batch_messages: int = 4096, access: GatewayAccess | None = None) -> Iterator[pb.RecordBatch]:
     """The record batches of ``topic``/``queue_id`` in ``[start, end)``. A broken stream is resumed where it
     stopped (a few times, with back-off); a batch too large for one response is asked for in halves."""
-    stub = batch_read_stub(endpoint)
+    stub = batch_read_stub(endpoint, access)
     offset, failures = start, 0
     while offset < end:
         request = pb.BatchReadRequest(topic=topic, queue_id=queue_id, start_offset=offset, end_offset=end,
@@ -142,10 +155,11 @@ def read_queue(endpoint: str, topic: str, queue_id: int, start: int, end: int, e
             stream.cancel()
 
 
-def commit_offsets(endpoint: str, group: str, entries: Sequence[pb.OffsetEntry], timeout_ms: int) -> None:
+def commit_offsets(endpoint: str, group: str, entries: Sequence[pb.OffsetEntry], timeout_ms: int,
+                   access: GatewayAccess | None = None) -> None:
     """Commit a consumer group's offsets (CommitOffsets)."""
     try:
-        gateway_stub(endpoint).CommitOffsets(pb.CommitOffsetsRequest(consumer_group=group, offsets=entries),
+        gateway_stub(endpoint, access).CommitOffsets(pb.CommitOffsetsRequest(consumer_group=group, offsets=entries),
                                              timeout=timeout_ms / 1000)
     except grpc.RpcError as e:
         raise describe_error(e, endpoint, f"commit offsets of group {group!r}") from None
@@ -160,10 +174,10 @@ def send_result(future: grpc.Future[pb.SendResponse], endpoint: str, topic: str,
     return response
 
 
-def check_reachable(endpoint: str, timeout_ms: int) -> None:
+def check_reachable(endpoint: str, timeout_ms: int, access: GatewayAccess | None = None) -> None:
     """Fail early, with what to check, when the gateway does not answer (ListTopics)."""
     try:
-        gateway_stub(endpoint).ListTopics(pb.ListTopicsRequest(), timeout=timeout_ms / 1000)
+        gateway_stub(endpoint, access).ListTopics(pb.ListTopicsRequest(), timeout=timeout_ms / 1000)
     except grpc.RpcError as e:
         raise describe_error(e, endpoint, "list topics before writing", timeout_ms) from None
 

@@ -139,7 +139,7 @@ def _read(opts: ReadOptions, columns: Sequence[str], partition: InputPartition, 
         return
     schema = arrow_schema(columns)
     for response in client.read_queue(opts.endpoint, partition.topic, partition.queue_id, partition.start,
-                                      partition.end, expression, opts.batch_messages):
+                                      partition.end, expression, opts.batch_messages, opts.access):
         if response.records:
             batch = decode_records(response.records, columns, tag_set, schema)
             if batch.num_rows:
@@ -147,7 +147,8 @@ def _read(opts: ReadOptions, columns: Sequence[str], partition: InputPartition, 
 
 
 def _list_queues(opts: ReadOptions, start_ts: int | None = None, end_ts: int | None = None):  # type: ignore[no-untyped-def]
-    return client.list_queues(opts.endpoint, opts.topics, opts.topic_pattern, start_ts, end_ts, opts.timeout_ms)
+    return client.list_queues(opts.endpoint, opts.topics, opts.topic_pattern, start_ts, end_ts, opts.timeout_ms,
+                              opts.access)
 
 
 class RocketStoreReader(DataSourceReader):
@@ -245,7 +246,7 @@ class RocketStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
             return
         entries = [pb.OffsetEntry(topic=t, queue_id=int(q), offset=o) for t, qs in end.items() for q, o in qs.items()]
         try:
-            client.commit_offsets(self.opts.endpoint, group, entries, self.opts.timeout_ms)
+            client.commit_offsets(self.opts.endpoint, group, entries, self.opts.timeout_ms, self.opts.access)
         except client.ClientError as e:
             # The offsets Spark checkpoints are what the query resumes from; the group's are for monitoring.
             _log.warning("%s", e)
@@ -299,7 +300,7 @@ class _Sender:
 
     def __init__(self, opts: WriteOptions) -> None:
         self.opts = opts
-        self.stub = client.gateway_stub(opts.endpoint)
+        self.stub = client.gateway_stub(opts.endpoint, opts.access)
         self.pending: dict[tuple[str, int | None], tuple[list[Any], int]] = {}
         self.in_flight: dict[tuple[str, int | None], object] = {}
         self.summary = SendSummary(0, 0, 0)
@@ -441,11 +442,11 @@ class RocketStoreDataSource(DataSource):
         if overwrite:
             raise OptionError("a rocketstore topic cannot be overwritten, only appended to: use mode('append')")
         columns = _check_write_schema(schema, opts)
-        _check_reachable(opts.endpoint, opts.timeout_ms)
+        _check_reachable(opts.endpoint, opts.timeout_ms, opts.access)
         return RocketStoreWriter(opts, columns)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> RocketStoreStreamWriter:
         opts = parse_write_options(self.options)
         columns = _check_write_schema(schema, opts)
-        _check_reachable(opts.endpoint, opts.timeout_ms)
+        _check_reachable(opts.endpoint, opts.timeout_ms, opts.access)
         return RocketStoreStreamWriter(opts, columns)

@@ -91,7 +91,8 @@ def preflight(options: dict[str, str]) -> list[QueueInfo]:
     except OptionError as e:
         raise JobFailed(str(e), EXIT_USAGE) from None
     try:
-        return client.list_queues(opts.endpoint, opts.topics, opts.topic_pattern, None, None, opts.timeout_ms)
+        return client.list_queues(opts.endpoint, opts.topics, opts.topic_pattern, None, None, opts.timeout_ms,
+                                  opts.access)
     except client.ClientError as e:
         raise JobFailed(e.detail) from None
 

@@ -11,14 +11,15 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 
 from rocketstore.subscription import SubscriptionError, parse_expression
 
 from .planning import EARLIEST, LATEST, OffsetSpec, OptionError, parse_offsets
 
-__all__ = ["OptionError", "ReadOptions", "WriteOptions", "check_endpoint", "parse_read_options",
+__all__ = ["GatewayAccess", "OptionError", "ReadOptions", "WriteOptions", "check_endpoint", "parse_read_options",
            "parse_write_options"]
 
 DEFAULT_MAX_MESSAGES_PER_PARTITION = 100_000
@@ -29,16 +30,33 @@ DEFAULT_SEND_BATCH = 256
 DEFAULT_MAX_IN_FLIGHT = 4
 MAX_TOPIC_LENGTH = 127
 
+# How to reach the gateway, named as RocketMQ's clients name them (TlsSystemConfig's tls.enable and
+# tls.client.trustCertPath; SessionCredentials' accessKey and secretKey).
+_ACCESS_OPTIONS = ("tls.enable", "tls.client.trustCertPath", "accessKey", "secretKey")
 _READ_OPTIONS = (
     "endpoint", "topic", "topics", "topicPattern", "startingOffsets", "endingOffsets", "startingTimestamp",
     "endingTimestamp", "tags", "maxMessagesPerPartition", "minPartitions", "batchMessages", "timeoutMs",
-    "maxOffsetsPerTrigger", "failOnDataLoss", "consumerGroup",
+    "maxOffsetsPerTrigger", "failOnDataLoss", "consumerGroup", *_ACCESS_OPTIONS,
 )
-_WRITE_OPTIONS = ("endpoint", "topic", "batchSize", "maxInFlight", "producerGroup", "timeoutMs")
+_WRITE_OPTIONS = ("endpoint", "topic", "batchSize", "maxInFlight", "producerGroup", "timeoutMs", *_ACCESS_OPTIONS)
 # Options Spark itself handles for streaming queries; they reach the data source too.
 _SPARKS_OWN = frozenset({"checkpointlocation", "queryname"})
 _STREAM_ONLY = ("maxOffsetsPerTrigger", "failOnDataLoss", "consumerGroup")
 _TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")  # RocketMQ's TopicValidator
+
+
+@dataclass(frozen=True)
+class GatewayAccess:
+    """How every connection of a read or write reaches the gateway, the same on the driver and on the executors
+    (it travels with the options): over TLS or in plaintext, the CA the gateway's certificate must be signed by
+    (its PEM, read on the driver, so executors need no copy of the file; None: the system's roots), and the
+    credentials calls are signed with (None: each process's ``ROCKETSTORE_ACCESS_KEY`` /
+    ``ROCKETSTORE_SECRET_KEY``, as the project's clients do)."""
+
+    tls: bool = False
+    ca_pem: bytes | None = field(default=None, repr=False)
+    access_key: str | None = None
+    secret_key: str | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -61,6 +79,7 @@ class ReadOptions:
     max_offsets_per_trigger: int | None
     fail_on_data_loss: bool
     consumer_group: str | None
+    access: GatewayAccess = GatewayAccess()
 
     @property
     def topics_text(self) -> str:
@@ -75,6 +94,7 @@ class WriteOptions:
     max_in_flight: int
     producer_group: str
     timeout_ms: int
+    access: GatewayAccess = GatewayAccess()
 
 
 def _lookup(options: Mapping[str, str], known: tuple[str, ...], what: str) -> dict[str, str]:
@@ -131,6 +151,32 @@ def _bool(opts: dict[str, str], name: str, default: bool) -> bool:
     if text.strip().lower() in ("true", "false"):
         return text.strip().lower() == "true"
     raise OptionError(f"option {name!r} is {text!r}: expected true or false")
+
+
+def _access(opts: dict[str, str]) -> GatewayAccess:
+    ca_path = opts.get("tls.client.trustCertPath", "").strip() or None
+    tls = _bool(opts, "tls.enable", ca_path is not None)
+    if ca_path is not None and not tls:
+        raise OptionError("option 'tls.client.trustCertPath' is set while 'tls.enable' is false: remove one (the "
+                          "CA is only used over TLS)")
+    ca_pem = None
+    if ca_path is not None:
+        try:
+            ca_pem = Path(ca_path).read_bytes()
+        except OSError as e:
+            raise OptionError(f"option 'tls.client.trustCertPath' is {ca_path!r}, which cannot be read: "
+                              f"{e.strerror or e}") from None
+        if b"-----BEGIN CERTIFICATE-----" not in ca_pem:
+            raise OptionError(f"option 'tls.client.trustCertPath' is {ca_path!r}, which holds no PEM certificate "
+                              "(-----BEGIN CERTIFICATE-----); give the gateway's CA, e.g. "
+                              "<store>/config/tls/rocketstore.crt for its self-signed one")
+    access_key = opts.get("accessKey", "").strip() or None
+    secret_key = opts.get("secretKey") or None
+    if (access_key is None) != (secret_key is None):
+        given, missing = ("accessKey", "secretKey") if access_key else ("secretKey", "accessKey")
+        raise OptionError(f"option {given!r} is set without {missing!r}: give both (or neither, to sign with "
+                          "ROCKETSTORE_ACCESS_KEY / ROCKETSTORE_SECRET_KEY of each Spark process)")
+    return GatewayAccess(tls=tls, ca_pem=ca_pem, access_key=access_key, secret_key=secret_key)
 
 
 def parse_timestamp(text: str, name: str) -> int:
@@ -232,7 +278,7 @@ def parse_read_options(options: Mapping[str, str], streaming: bool | None = Fals
         tag_set=None if subscription.all else frozenset(subscription.tags),
         max_messages_per_partition=max_per_partition, min_partitions=min_partitions, batch_messages=batch,
         timeout_ms=timeout, max_offsets_per_trigger=max_per_trigger,
-        fail_on_data_loss=_bool(opts, "failOnDataLoss", True), consumer_group=group)
+        fail_on_data_loss=_bool(opts, "failOnDataLoss", True), consumer_group=group, access=_access(opts))
 
 
 def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
@@ -247,4 +293,5 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     timeout = _int(opts, "timeoutMs", DEFAULT_TIMEOUT_MS, 1)
     assert batch is not None and in_flight is not None and timeout is not None
     return WriteOptions(endpoint=endpoint, topic=topic, batch_size=batch, max_in_flight=in_flight,
-                        producer_group=opts.get("producerGroup", "").strip(), timeout_ms=timeout)
+                        producer_group=opts.get("producerGroup", "").strip(), timeout_ms=timeout,
+                        access=_access(opts))

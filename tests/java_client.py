@@ -54,6 +54,14 @@ def build() -> str:
     return f"{TARGET / 'classes'}:{CLASSPATH_FILE.read_text().strip()}"
 
 
+class JavaClientError(AssertionError):
+    """A command the driver failed: ``causes`` are its exception and that exception's causes."""
+
+    def __init__(self, op: str, trace: str, causes: list[str], log_tail: str) -> None:
+        super().__init__(f"the Java client failed {op}:\n{trace}\n{log_tail}")
+        self.causes = causes
+
+
 class JavaClient:
     """One running driver JVM; ``call(op, **args)`` sends a command and returns its result."""
 
@@ -91,8 +99,16 @@ class JavaClient:
             raise AssertionError(f"the Java client exited ({self.proc.poll()}) during {op}\n{self.log_tail()}")
         answer = json.loads(line)
         if not answer["ok"]:
-            raise AssertionError(f"the Java client failed {op}:\n{answer['error']}\n{self.log_tail()}")
+            raise JavaClientError(op, answer["error"], answer["causes"], self.log_tail())
         return answer["result"]
+
+    def refused(self, op: str, timeout: float = ANSWER_TIMEOUT, **args: Any) -> list[str]:
+        """Run a command that must fail; returns its exception and each cause, as "SimpleClassName: message"."""
+        try:
+            result = self.call(op, timeout, **args)
+        except JavaClientError as e:
+            return e.causes
+        raise AssertionError(f"the Java client did {op} (answered {result!r}), which should have failed")
 
     def log_tail(self, lines: int = 40) -> str:
         out = self.log_path.read_text(errors="replace").splitlines()[-lines:]

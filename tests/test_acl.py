@@ -10,6 +10,8 @@ import hmac
 import os
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable
 
 import grpc
@@ -17,7 +19,20 @@ import pytest
 
 from rocketstore.auth.model import Acl, Action, Decision, PolicyEntry, Resource
 from rocketstore.auth.signature import Credentials, SignatureError, parse_authorization, sign, signed_metadata
-from rocketstore.client import Admin, AuthAdmin, Message, Producer
+from rocketstore.client import (
+    Admin,
+    AuthAdmin,
+    ConsumeFromWhere,
+    ConsumeStatus,
+    LocalTransactionState,
+    Message,
+    Producer,
+    PullConsumer,
+    PushConsumer,
+    ReceivedMessage,
+    TransactionListener,
+    TransactionMQProducer,
+)
 from rocketstore.client.errors import ClientError
 from rocketstore.v1 import gateway_pb2 as pb
 from rocketstore.v1 import gateway_pb2_grpc
@@ -231,6 +246,61 @@ def test_project_client_and_cli_with_credentials(secured: Broker, monkeypatch: p
     assert done.returncode == 0, done.stderr
     done = cli("topic", "delete", "-t", "Orders", "--access-key", "bob", "--secret-key", "bob-secret")
     assert done.returncode == 1 and "no permission" in done.stderr
+
+
+def test_project_consumers_and_transaction_producer_with_credentials(secured: Broker) -> None:
+    endpoint = _endpoint(secured)
+    with AuthAdmin(endpoint, credentials=ROOT) as admin:
+        admin.create_acl("User:alice", ["Group:orders-tx"], ["Pub"])  # v1 ends a transaction by its group
+
+    class Commit(TransactionListener):
+        def execute_local_transaction(self, message: Message, arg: object) -> LocalTransactionState:
+            return LocalTransactionState.COMMIT_MESSAGE
+
+        def check_local_transaction(self, message: ReceivedMessage) -> LocalTransactionState:
+            return LocalTransactionState.COMMIT_MESSAGE
+
+    with TransactionMQProducer(endpoint, "orders-tx", Commit(), credentials=ALICE) as tx:
+        sent = tx.send_message_in_transaction(Message("Orders", b"paid"))
+    assert sent.local_transaction_state is LocalTransactionState.COMMIT_MESSAGE
+
+    # Pulled and committed as alice in her group; another group of hers she has no rule for is refused.
+    with PullConsumer(endpoint, "billing", credentials=ALICE) as puller:
+        found = []
+        deadline = time.monotonic() + 30  # before the broker first checks (transactionCheckInterval, 60 s)
+        while not found and time.monotonic() < deadline:
+            found = [(q, m) for q in puller.queues("Orders") for m in puller.pull(q, 0, poll_timeout=1).messages]
+        assert [m.body for _, m in found] == [b"paid"] and found[0][1].msg_id == sent.msg_id
+        puller.commit({found[0][0]: found[0][1].queue_offset + 1})
+        assert puller.committed("Orders")[found[0][0].queue_id] == found[0][1].queue_offset + 1
+    with PullConsumer(endpoint, "payroll", credentials=ALICE) as puller, pytest.raises(ClientError) as caught:
+        puller.pull(("Orders", 0), 0)
+    assert caught.value.code == grpc.StatusCode.PERMISSION_DENIED
+    assert "User:alice has no permission to Sub on Group:payroll" in str(caught.value)
+    with PullConsumer(endpoint, "billing") as anonymous, pytest.raises(ClientError) as caught:
+        anonymous.pull(("Orders", 0), 0)
+    assert caught.value.code == grpc.StatusCode.UNAUTHENTICATED
+
+    # The push consumer (heartbeats, re-balances, the consume stream, commits) signs every call.
+    got: list[bytes] = []
+    consumed = threading.Event()
+
+    def listener(messages: list[ReceivedMessage], context: object) -> ConsumeStatus:
+        got.extend(m.body for m in messages)
+        consumed.set()
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    with AuthAdmin(endpoint, credentials=ROOT) as admin:
+        admin.create_acl("User:alice", ["Group:billing-push"], ["Sub"])
+    pusher = PushConsumer(endpoint, "billing-push", listener, credentials=ALICE,
+                          consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+    pusher.subscribe("Orders")
+    pusher.start()
+    try:
+        assert consumed.wait(30), "the push consumer received nothing"
+    finally:
+        pusher.shutdown()
+    assert got == [b"paid"]
 
 
 # --- internal topics, with ACL off ----------------------------------------------------------------

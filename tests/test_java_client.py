@@ -1,24 +1,35 @@
 """The official RocketMQ 5 Java client (``rocketmq-client-java``, ``tests/java``) against a real broker: its
 Producer (normal, FIFO, delay, transactions with their checker), SimpleConsumer (receive, ack,
 changeInvisibleDuration) and PushConsumer (tag filter, redelivery after FAILURE, attempts, the group's retry
-policy, the dead-letter queue, FIFO on an orderly group). One JVM serves the whole session (``java_client``);
-each test has topics and groups of its own on one broker for the module."""
+policy, the dead-letter queue, FIFO on an orderly group); its default configuration (TLS, which a permissive port
+takes) and its credentials over a TLS-only port with authentication and authorization on, allowed and denied per
+rule. One JVM serves the whole session (``java_client``); each test has topics and groups of its own on one broker
+for the module (the credentials' test, a broker of its own)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import DEFAULT_BROKER_SETTINGS, RPC_TIMEOUT, Broker
 from java_client import JavaClient
+from test_acl import ALICE, AUTH, ROOT
 from test_push_consumer_retry import cli, dead_count
+from test_tls import TlsOnlyBroker
 
+from rocketstore.client import Admin, AuthAdmin, ClientTls, PullConsumer
+from rocketstore.tls import SELF_SIGNED_DIR
 from rocketstore.v1 import gateway_pb2 as pb
 
 # Where the Java clients connect and whether they speak TLS: the broker's gateway port (RocketMQ 5's v2
-# protocol), in plaintext. The client's default is TLS, so it is told enableSsl(false).
+# protocol), in plaintext. The client's default is TLS, so it is told enableSsl(false) (the tests of its
+# defaults, TLS and credentials say otherwise).
 USE_TLS = False
 
 
@@ -294,6 +305,89 @@ def test_fifo_push_consumer_on_an_orderly_group_consumes_each_message_group_in_o
     assert not any(d["overlap"] for d in deliveries), "two messages of one message group consumed at once"
     assert all(d["attempt"] == 1 for d in deliveries)
     assert settings["fifo"] is True
+
+
+# --- the client's defaults, TLS and credentials ------------------------------------------------------------
+def test_the_default_configuration_dials_tls_and_a_permissive_port_takes_it(
+        broker: Broker, java_client: JavaClient) -> None:
+    topic = _topic(broker, "JavaDefaultTls", "NORMAL")
+    assert broker.gateway is not None
+    defaults = {"endpoint": broker.gateway.endpoint}  # no enableSsl(...): the client's default, TLS
+    receipts = java_client.call("send", **defaults, topic=topic, messages=[{"body": "tls-1"}, {"body": "tls-2"}])
+    java_client.call("simple_open", **defaults, name="simple-tls", group="java-default-tls",
+                     subscriptions={topic: "*"}, await_s=2)
+    got = _receive_all(java_client, "simple-tls", 2)
+    java_client.call("close", name="simple-tls")
+    assert sorted((m["message_id"], m["body"]) for m in got) == \
+        sorted(zip([r["message_id"] for r in receipts], ["tls-1", "tls-2"], strict=True))
+
+
+@pytest.fixture
+def secured_tls_only(tmp_path: Path) -> Iterator[TlsOnlyBroker]:
+    """A broker whose port takes TLS only (its self-signed certificate), with authentication and authorization
+    on: alice may send to and receive from Orders in group billing, and only receive from Audit."""
+    cert = tmp_path / "store" / SELF_SIGNED_DIR / "rocketstore.crt"
+    tls = ClientTls(ca=str(cert))
+    proc = TlsOnlyBroker(tmp_path / "store", {**SETTINGS, **AUTH, "tls.server.mode": "enforcing"}, tmp_path, tls)
+    proc.launch()
+    try:
+        _wait_for(lambda: cert.exists() or proc.proc is None or proc.proc.poll() is not None,
+                  "the broker's self-signed certificate")
+        proc.wait_serving()
+        # rocketstore user ... takes --ca as every command does
+        created = subprocess.run(
+            [sys.executable, "-m", "rocketstore", "user", "create", "-e", proc.endpoint, "--ca", str(cert),
+             "-u", ALICE.access_key, "-p", ALICE.secret_key], capture_output=True, text=True, timeout=60,
+            env={**os.environ, "ROCKETSTORE_ACCESS_KEY": ROOT.access_key, "ROCKETSTORE_SECRET_KEY": ROOT.secret_key})
+        assert created.returncode == 0, created.stderr
+        with AuthAdmin(proc.endpoint, tls=tls, credentials=ROOT) as admin:
+            admin.create_acl("User:alice", ["Topic:Orders"], ["Pub", "Sub"])
+            admin.create_acl("User:alice", ["Topic:Audit"], ["Sub"])
+            admin.create_acl("User:alice", ["Group:billing"], ["Sub"])
+        with Admin(proc.endpoint, tls=tls, credentials=ROOT) as admin:
+            for topic in ("Orders", "Audit"):
+                admin.create_topic(topic, read_queue_nums=QUEUES, write_queue_nums=QUEUES)
+        yield proc
+    finally:
+        assert proc.close() in (None, 0), proc.log_tail()
+
+
+def test_credentials_over_tls_are_allowed_and_denied_per_rule(
+        secured_tls_only: TlsOnlyBroker, java_client: JavaClient) -> None:
+    alice = {"endpoint": secured_tls_only.endpoint, "ak": ALICE.access_key, "sk": ALICE.secret_key}  # TLS: default
+    (receipt,) = java_client.call("send", **alice, topic="Orders", messages=[{"body": "paid"}])
+    java_client.call("simple_open", **alice, name="simple-alice", group="billing", subscriptions={"Orders": "*"},
+                     await_s=2)
+    (got,) = _receive_all(java_client, "simple-alice", 1)
+    java_client.call("close", name="simple-alice")
+    assert (got["message_id"], got["body"]) == (receipt["message_id"], "paid")
+
+    # A call signed wrongly or not at all is refused (the route lookup of the producer's start): the client raises
+    # its UnauthorizedException (the gateway's UNAUTHORIZED, 40100) with the gateway's reason.
+    for args, why in (({**alice, "sk": "not-her-secret"}, "check signature failed"),
+                      ({"endpoint": secured_tls_only.endpoint}, "not signed")):
+        causes = java_client.refused("send", **args, topic="Orders", messages=[{"body": "forged"}])
+        assert any(c.startswith("UnauthorizedException") and why in c for c in causes), (why, causes)
+    # Settings refused by alice's rules (a producer's topics need Pub, a consumer's group Sub), as RocketMQ's proxy
+    # checks them: the client cannot start (IllegalStateException) and logs the refusal, the last command of its
+    # Telemetry stream.
+    client_log = java_client.client_log_dir / "rocketmq-client.log"
+    for op, args, why in (
+            ("send", {"topic": "Audit", "messages": [{"body": "forged"}]},
+             "User:alice has no permission to Pub on Topic:Audit"),
+            ("simple_open", {"name": "simple-payroll", "group": "payroll", "subscriptions": {"Orders": "*"},
+                             "await_s": 2}, "User:alice has no permission to Sub on Group:payroll")):
+        seen = len(client_log.read_text(errors="replace"))
+        causes = java_client.refused(op, **alice, **args)
+        assert causes[0].startswith("IllegalStateException"), causes
+        _wait_for(lambda why=why, seen=seen: why in client_log.read_text(errors="replace")[seen:],
+                  f"the client to log {why!r}")
+    # Plaintext (enableSsl(false)) is refused by a port that takes TLS only.
+    causes = java_client.refused("send", **alice, ssl=False, topic="Orders", messages=[{"body": "x"}])
+    assert not any("UnauthorizedException" in c for c in causes), causes
+    with PullConsumer(secured_tls_only.endpoint, "billing", tls=ClientTls(ca=secured_tls_only.client.ca),
+                      credentials=ROOT) as reader:
+        assert [m.body for q in reader.queues("Orders") for m in reader.pull(q, 0).messages] == [b"paid"]
 
 
 def test_unknown_driver_commands_are_refused(java_client: JavaClient) -> None:

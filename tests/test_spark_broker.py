@@ -2,7 +2,8 @@
 processes (``rocketstore serve ...``) on loopback, with small CommitLog and ConsumeQueue files so reads cross
 file ends. Messages go in through Gateway.Send and come back through Spark: each exactly once with every
 column right, within offset and time bounds, through a streaming query that is stopped and restarted, after
-a round trip through the writer, and through the jobs as spark-submit and the command line run them."""
+a round trip through the writer, and through the jobs as spark-submit and the command line run them; and from a
+gateway that takes TLS only and requires credentials, given in the options."""
 
 from __future__ import annotations
 
@@ -24,8 +25,12 @@ from pyspark.sql import functions as F
 from rocketstore.spark import archive, register
 from rocketstore.spark.datasource import SCHEMA, RocketStoreReader
 from rocketstore.spark.options import parse_read_options
+from test_acl import ALICE, AUTH, ROOT
+from test_tls import TlsOnlyBroker
 
+from rocketstore.client import Admin, AuthAdmin, ClientTls, Message, Producer
 from rocketstore.message_id import decode_message_id
+from rocketstore.tls import SELF_SIGNED_DIR
 from rocketstore.v1 import gateway_pb2 as pb
 
 TOPIC = "SparkRead"
@@ -338,3 +343,56 @@ def test_queue_reads_go_on_after_a_cancelled_stream(endpoint: str, produced: dic
         next(stream)
     total = sum(len(b.queue_offsets) for b in client.read_queue(endpoint, TOPIC, 0, 0, 1 << 40))
     assert total == sum(1 for e in produced.values() if e["queueId"] == 0)
+
+
+def test_reads_over_tls_with_credentials_from_the_options(spark: SparkSession, tmp_path: Path) -> None:
+    """A gateway that takes TLS only and requires credentials: the CA and the keys travel in the options to every
+    task; without them, or with a user whose rules do not allow the topic, nothing is read."""
+    cert = tmp_path / "store" / SELF_SIGNED_DIR / "rocketstore.crt"
+    tls = ClientTls(ca=str(cert))
+    proc = TlsOnlyBroker(tmp_path / "store", {**DEFAULT_BROKER_SETTINGS, **AUTH, "tls.server.mode": "enforcing"},
+                         tmp_path, tls)
+    proc.launch()
+    try:
+        deadline = time.monotonic() + 60
+        while not cert.exists() and proc.proc is not None and proc.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc.wait_serving()
+        with AuthAdmin(proc.endpoint, tls=tls, credentials=ROOT) as admin:
+            admin.create_user(ALICE.access_key, ALICE.secret_key)
+            admin.create_acl("User:alice", ["Topic:Secure"], ["Sub"])
+        with Admin(proc.endpoint, tls=tls, credentials=ROOT) as admin:
+            for topic in ("Secure", "Other"):
+                admin.create_topic(topic, read_queue_nums=2, write_queue_nums=2)
+        with Producer(proc.endpoint, tls=tls, credentials=ROOT) as producer:
+            sent = {producer.send(Message("Secure", f"secret {i}".encode())).msg_id for i in range(40)}
+            producer.send(Message("Other", b"not hers"))
+
+        secure = {"endpoint": proc.endpoint, "tls.client.trustCertPath": str(cert),
+                  "accessKey": ALICE.access_key, "secretKey": ALICE.secret_key, "minPartitions": "4"}
+        deadline = time.monotonic() + 30
+        rows: list[dict] = []
+        while len(rows) < len(sent) and time.monotonic() < deadline:  # the dispatcher runs behind the sends
+            rows = _rows(spark.read.format("rocketstore").options(topic="Secure", **secure).load()
+                         .select("uniqKey", "body"))
+        assert sorted(r["uniqKey"] for r in rows) == sorted(sent)
+        assert {r["body"] for r in rows} == {f"secret {i}".encode() for i in range(40)}
+
+        refused = [
+            ({**secure, "topic": "Other"}, "User:alice has no permission to Sub on Topic:Other"),
+            ({**secure, "topic": "Secure", "secretKey": "guess"}, "check signature failed"),
+            ({"endpoint": proc.endpoint, "topic": "Secure", "tls.client.trustCertPath": str(cert)}, "not signed"),
+            ({**secure, "topic": "Secure", "tls.enable": "false", "tls.client.trustCertPath": ""},
+             "Check the options 'tls.enable' and 'tls.client.trustCertPath'"),
+        ]
+        env_keys = {k: os.environ.pop(k) for k in ("ROCKETSTORE_ACCESS_KEY", "ROCKETSTORE_SECRET_KEY")
+                    if k in os.environ}
+        try:
+            for options, message in refused:
+                with pytest.raises(Exception) as e:
+                    spark.read.format("rocketstore").options(**options).load().collect()
+                assert message in str(e.value), (options, str(e.value)[-2000:])
+        finally:
+            os.environ.update(env_keys)
+    finally:
+        assert proc.close() in (None, 0), proc.log_tail()

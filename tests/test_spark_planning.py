@@ -4,7 +4,9 @@ slices, pushed filters, micro-batch rate limits."""
 from __future__ import annotations
 
 import random
+import re
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from pyspark.sql.datasource import (
@@ -17,7 +19,13 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
     StringStartsWith,
 )
-from rocketstore.spark.options import OptionError, parse_read_options, parse_timestamp, parse_write_options
+from rocketstore.spark.options import (
+    GatewayAccess,
+    OptionError,
+    parse_read_options,
+    parse_timestamp,
+    parse_write_options,
+)
 from rocketstore.spark.planning import (
     PlanError,
     Pushed,
@@ -118,6 +126,31 @@ def test_write_options() -> None:
 
 # --- offsets and ranges ------------------------------------------------------------------------
 QUEUES = [QueueInfo("T", 0, 0, 100), QueueInfo("T", 1, 10, 50), QueueInfo("T", 2, 0, 0), QueueInfo("U", 0, 5, 8)]
+
+
+def test_tls_and_credentials_options(tmp_path: Path) -> None:
+    ca = tmp_path / "ca.crt"
+    ca.write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+    access = opts(**{"tls.client.trustCertPath": str(ca), "accessKey": "alice", "secretKey": "s3cret"}).access
+    # The CA implies TLS and travels as its PEM; the secret key never shows in a printed plan.
+    assert (access.tls, access.ca_pem, access.access_key, access.secret_key) == (True, ca.read_bytes(), "alice",
+                                                                                 "s3cret")
+    assert "s3cret" not in repr(access) and "BEGIN" not in repr(access)
+    assert parse_write_options({"endpoint": "h:1", "TLS.ENABLE": "true"}).access.tls
+    assert opts().access == GatewayAccess()  # plaintext, keys from each process's environment
+    for options, message in [
+        ({"accessKey": "alice"}, "option 'accessKey' is set without 'secretKey'"),
+        ({"secretKey": "s3cret"}, "option 'secretKey' is set without 'accessKey'"),
+        ({"tls.client.trustCertPath": str(tmp_path / "none.crt")}, "none.crt', which cannot be read"),
+        ({"tls.client.trustCertPath": str(tmp_path)}, "which cannot be read"),
+        ({"tls.client.trustCertPath": str(ca), "tls.enable": "false"}, "while 'tls.enable' is false"),
+        ({"tls.enable": "yes"}, "option 'tls.enable' is 'yes': expected true or false"),
+    ]:
+        with pytest.raises(OptionError, match=re.escape(message)):
+            opts(**options)
+    (tmp_path / "key.pem").write_text("-----BEGIN PRIVATE KEY-----\n")
+    with pytest.raises(OptionError, match="holds no PEM certificate"):
+        opts(**{"tls.client.trustCertPath": str(tmp_path / "key.pem")})
 
 
 def test_parse_offsets_markers() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rocketstore.tls import ClientTls
 from rocketstore.v1 import auth_pb2 as pb
 from rocketstore.v1 import auth_pb2_grpc
 
@@ -18,9 +19,10 @@ class AuthAdmin:
     """Every method raises the ClientError of the gateway's status (NotFoundError for an unknown user,
     PermissionDeniedError for a caller that is not a super user, ...)."""
 
-    def __init__(self, endpoint: str, *, timeout: float = DEFAULT_TIMEOUT,
+    def __init__(self, endpoint: str, *, timeout: float = DEFAULT_TIMEOUT, tls: ClientTls | None = None,
                  credentials: Credentials | None = None) -> None:
-        self._conn = Connection(split_endpoints(endpoint)[0], timeout, send_stream=False, credentials=credentials)
+        self._conn = Connection(split_endpoints(endpoint)[0], timeout, send_stream=False, tls=tls,
+                                credentials=credentials)
         self._stub = auth_pb2_grpc.AuthAdminStub(self._conn.channel)
 
     def __enter__(self) -> AuthAdmin:

@@ -68,6 +68,7 @@ from .connection import DEFAULT_TIMEOUT, Connection, split_endpoints
 from .consume_stream import DEFAULT_CREDIT_BYTES, DEFAULT_CREDIT_MESSAGES, ConsumeStream, StreamQueue
 from .errors import ClientError, InvalidArgumentError, NotFoundError, UnavailableError, from_rpc_error
 from .messages import MessageQueue, PullResult, PullStatus, ReceivedMessage, decode_records
+from .signing import Credentials
 
 __all__ = [
     "ConsumeContext",
@@ -155,11 +156,13 @@ class PullConsumer:
     keep, and ``commit`` stores them for the group on the broker."""
 
     def __init__(self, endpoint: str, group: str, *, timeout: float = DEFAULT_TIMEOUT,
-                 tls: ClientTls | None = None) -> None:
+                 tls: ClientTls | None = None, credentials: Credentials | None = None) -> None:
+        """``credentials`` sign every call (default: ``ROCKETSTORE_ACCESS_KEY`` / ``ROCKETSTORE_SECRET_KEY``)."""
         self.endpoint = split_endpoints(endpoint)[0]
         self.group = group
         self._timeout = timeout
-        self._conn = Connection(self.endpoint, timeout, tls=tls)
+        self._credentials = credentials
+        self._conn = Connection(self.endpoint, timeout, tls=tls, credentials=credentials)
         # Reads from the slave (RocketMQ's suggestWhichBrokerId): the slave's gateway, learned from the
         # master's status, and the queues whose pulls go there until it sends them back.
         self._slave: Connection | None = None
@@ -188,7 +191,7 @@ class PullConsumer:
                     self._slave.close()
                 self._slave = None
             if found is not None and self._slave is None:
-                self._slave = Connection(found, self._timeout, tls=self._conn.tls)
+                self._slave = Connection(found, self._timeout, tls=self._conn.tls, credentials=self._credentials)
         return self._slave.endpoint if self._slave is not None else None
 
     def queues(self, topic: str) -> list[MessageQueue]:
@@ -524,7 +527,9 @@ class PushConsumer:
         stream_credit_bytes: int = DEFAULT_CREDIT_BYTES,
         tls: ClientTls | None = None,
         route_refresh_interval: float = 30.0,
+        credentials: Credentials | None = None,
     ) -> None:
+        """``credentials`` sign every call (default: ``ROCKETSTORE_ACCESS_KEY`` / ``ROCKETSTORE_SECRET_KEY``)."""
         self.endpoints = split_endpoints(endpoints if isinstance(endpoints, str) else list(endpoints))
         self.group = group
         self.client_id = client_id or _client_id()
@@ -553,7 +558,8 @@ class PushConsumer:
         self._listener = listener
         self._subscriptions: dict[str, _Subscription] = {}
         self._tls = tls
-        self._conns = {e: Connection(e, timeout, tls=tls) for e in self.endpoints}
+        self._credentials = credentials
+        self._conns = {e: Connection(e, timeout, tls=tls, credentials=credentials) for e in self.endpoints}
         self._conns_lock = threading.Lock()
         self._cluster = ClusterRoutes(self.endpoints, self._conn, refresh_interval=route_refresh_interval,
                                       timeout=min(timeout, 5.0))
@@ -748,7 +754,8 @@ class PushConsumer:
             with self._conns_lock:
                 conn = self._conns.get(endpoint)
                 if conn is None:
-                    conn = self._conns[endpoint] = Connection(endpoint, self._timeout, tls=self._tls)
+                    conn = self._conns[endpoint] = Connection(endpoint, self._timeout, tls=self._tls,
+                                                              credentials=self._credentials)
         return conn
 
     def _gateways(self) -> list[str]:
@@ -806,7 +813,8 @@ class PushConsumer:
                 self._slave_topics.pop(endpoint, None)
                 self._retired.append(self._slaves.pop(endpoint))  # its pulls in flight finish
             if found and endpoint not in self._slaves:
-                self._slaves[endpoint] = Connection(found, self._timeout, tls=self._tls)
+                self._slaves[endpoint] = Connection(found, self._timeout, tls=self._tls,
+                                                    credentials=self._credentials)
 
     def _rebalance(self) -> None:
         """Take this consumer's share of every subscribed topic's queues; drop the queues it lost."""

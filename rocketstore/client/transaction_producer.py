@@ -38,6 +38,7 @@ from rocketstore.v1 import gateway_pb2 as pb
 from .connection import Connection, split_endpoints
 from .errors import ClientError, from_rpc_error
 from .messages import Message, ReceivedMessage, SendResult, SendStatus
+from .signing import Credentials
 
 __all__ = ["LocalTransactionState", "TransactionListener", "TransactionMQProducer", "TransactionSendResult"]
 
@@ -82,13 +83,15 @@ class TransactionSendResult:
 
 class TransactionMQProducer:
     def __init__(self, endpoints: str | Sequence[str], group: str, listener: TransactionListener, *,
-                 send_timeout: float = 3.0, check_threads: int = 4, tls: ClientTls | None = None) -> None:
+                 send_timeout: float = 3.0, check_threads: int = 4, tls: ClientTls | None = None,
+                 credentials: Credentials | None = None) -> None:
+        """``credentials`` sign every call (default: ``ROCKETSTORE_ACCESS_KEY`` / ``ROCKETSTORE_SECRET_KEY``)."""
         self.endpoints = split_endpoints(endpoints if isinstance(endpoints, str) else list(endpoints))
         self.group = group
         self.listener = listener
         self.send_timeout = send_timeout
         self.client_id = f"{group}@{uuid.uuid4().hex[:12]}"
-        self._connections = [Connection(e, tls=tls) for e in self.endpoints]
+        self._connections = [Connection(e, tls=tls, credentials=credentials) for e in self.endpoints]
         self._next = 0
         self._checks = ThreadPoolExecutor(max_workers=check_threads, thread_name_prefix="transaction-check")
         self._streams: list[Any] = []  # the open TransactionChecks calls (iterators that can be cancelled)

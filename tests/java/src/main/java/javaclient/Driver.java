@@ -23,7 +23,9 @@ import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import org.apache.rocketmq.client.apis.ClientConfiguration;
+import org.apache.rocketmq.client.apis.ClientConfigurationBuilder;
 import org.apache.rocketmq.client.apis.ClientServiceProvider;
+import org.apache.rocketmq.client.apis.StaticSessionCredentialsProvider;
 import org.apache.rocketmq.client.apis.consumer.ConsumeResult;
 import org.apache.rocketmq.client.apis.consumer.FilterExpression;
 import org.apache.rocketmq.client.apis.consumer.FilterExpressionType;
@@ -42,7 +44,8 @@ import org.apache.rocketmq.client.java.retry.RetryPolicy;
 
 /**
  * Runs the official RocketMQ 5 Java client for tests/test_java_client.py: one JSON command per line on stdin,
- * one JSON answer per line on stdout ({"ok": true, "result": ...} or {"ok": false, "error": "..."}).
+ * one JSON answer per line on stdout ({"ok": true, "result": ...} or {"ok": false, "error": "the stack trace",
+ * "causes": ["SimpleClassName: message" of the exception and of each of its causes]}).
  * The client's own chatter goes to stderr, so stdout carries answers only.
  *
  * <p>Clients that outlive a command (consumers, a transactional producer waiting for its checks) are kept
@@ -78,6 +81,11 @@ public final class Driver {
                 e.printStackTrace(new PrintWriter(trace));
                 answer.addProperty("ok", false);
                 answer.addProperty("error", trace.toString());
+                JsonArray causes = new JsonArray();
+                for (Throwable c = e; c != null; c = c.getCause()) {
+                    causes.add(c.getClass().getSimpleName() + ": " + c.getMessage());
+                }
+                answer.add("causes", causes);
             }
             answers.println(GSON.toJson(answer));
         }
@@ -109,13 +117,22 @@ public final class Driver {
         }
     }
 
-    /** The one place a client learns where the broker is and whether to speak TLS. */
+    /**
+     * The one place a client learns where the broker is, whether to speak TLS ("ssl"; absent: the client's
+     * default, TLS) and whose credentials to sign its calls with ("ak", "sk"; absent: none).
+     */
     private static ClientConfiguration configuration(JsonObject cmd) {
-        return ClientConfiguration.newBuilder()
+        ClientConfigurationBuilder builder = ClientConfiguration.newBuilder()
             .setEndpoints(cmd.get("endpoint").getAsString())
-            .enableSsl(cmd.get("ssl").getAsBoolean())
-            .setRequestTimeout(Duration.ofSeconds(10))
-            .build();
+            .setRequestTimeout(Duration.ofSeconds(10));
+        if (cmd.has("ssl")) {
+            builder.enableSsl(cmd.get("ssl").getAsBoolean());
+        }
+        if (cmd.has("ak")) {
+            builder.setCredentialProvider(
+                new StaticSessionCredentialsProvider(cmd.get("ak").getAsString(), cmd.get("sk").getAsString()));
+        }
+        return builder.build();
     }
 
     // --- producing ---------------------------------------------------------------------------------
@@ -152,7 +169,7 @@ public final class Driver {
         return o;
     }
 
-    /** {endpoint, ssl, topic, messages: [{body, tag?, keys?, group?, delay_ms?, properties?}]}: sent in order. */
+    /** {endpoint, ssl?, ak?, sk?, topic, messages: [{body, tag?, keys?, group?, delay_ms?, properties?}]}: sent in order. */
     private static JsonElement send(JsonObject cmd) throws Exception {
         String topic = cmd.get("topic").getAsString();
         JsonArray receipts = new JsonArray();

@@ -29,7 +29,7 @@ from rocketstore.services.gateway.access_interceptor import _Guarded
 
 from rocketstore.auth.model import Action, PolicyEntry, Resource, User
 from rocketstore.auth.signature import Credentials, signed_metadata
-from rocketstore.settings import Settings
+from rocketstore.config.settings import Settings
 from rocketstore.v2 import definition_pb2 as d
 from rocketstore.v2 import service_pb2 as s
 

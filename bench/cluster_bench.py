@@ -29,10 +29,10 @@ import threading
 import time
 from pathlib import Path
 
+from rocketstore.cli.cluster_launcher import EtcdServer
+from rocketstore.cli.launcher import Launcher, free_port, services_of
 from rocketstore.client import Admin, ConsumeStatus, Message, Producer, PushConsumer
 from rocketstore.client.errors import ClientError
-from rocketstore.cluster_launcher import EtcdServer
-from rocketstore.launcher import Launcher, free_port, services_of
 
 SMALL = [("mapedFileSizeCommitLog", str(64 * 1024 * 1024)), ("mapedFileSizeConsumeQueue", str(300_000 * 20))]
 TOPIC = "ClusterBench"

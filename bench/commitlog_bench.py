@@ -10,7 +10,7 @@ Scenarios (``--scenario`` takes names or group names, comma separated; default `
 
   reference  bare-min       the machine figures' "encode a 1 KiB record": properties, crc32 and one
                             precompiled struct.pack_into into a warm mmap; no validation, no objects
-             bare           rocketstore.codec.encode_unplaced (validate, properties, crc32, pack) + the
+             bare           rocketstore.storage.codec.encode_unplaced (validate, properties, crc32, pack) + the
                             copy and place into a preallocated mmap whose pages are already touched
              bare-fresh     the same into a freshly preallocated (posix_fallocate) file: every 4 KiB
                             page faults once
@@ -76,13 +76,13 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
-from rocketstore.codec import encode_unplaced, place
-from rocketstore.demo import free_port, wait_serving
-from rocketstore.formats import MIN_RECORD_LENGTH
-from rocketstore.internal_auth import process_secret, share_secret, with_secret
+from rocketstore.cli.demo import free_port, wait_serving
 from rocketstore.log import configure_logging
-from rocketstore.message import Message
-from rocketstore.message_id import UniqKeyGenerator
+from rocketstore.rpc.internal_auth import process_secret, share_secret, with_secret
+from rocketstore.storage.codec import encode_unplaced, place
+from rocketstore.storage.formats import MIN_RECORD_LENGTH
+from rocketstore.storage.message import Message
+from rocketstore.storage.message_id import UniqKeyGenerator
 
 BODY_SIZE = 1024
 TOPIC = "BenchTopic"
@@ -402,7 +402,7 @@ def run_new_file(args: argparse.Namespace, workdir: str) -> Result:
     does: preallocate, zero-fill, prefault, warm): the wait of an appender that needs a new file,
     the time until the file after it is ready too, and how long another Python thread (an appender)
     is kept from running meanwhile (a spinning thread records its gaps)."""
-    from rocketstore.mapped_file_queue import AllocateMappedFileService
+    from rocketstore.storage.mapped_file_queue import AllocateMappedFileService
 
     res = Result("new-file", SCENARIOS["new-file"])
     root = os.path.join(workdir, "new-file")
@@ -508,7 +508,7 @@ def run_disk(args: argparse.Namespace, workdir: str) -> Result:
 def open_store(root: str, flush: str, file_size: int, extra: dict[str, str] | None = None):  # noqa: ANN201
     from rocketstore.services.commitlog.store import CommitLogStore
 
-    from rocketstore.settings import load_settings
+    from rocketstore.config.settings import load_settings
 
     overrides = {"storePathRootDir": root, "flushDiskType": flush, "mapedFileSizeCommitLog": str(file_size)}
     overrides.update(extra or {})
@@ -519,7 +519,7 @@ def open_store(root: str, flush: str, file_size: int, extra: dict[str, str] | No
 
 def run_inprocess(args: argparse.Namespace, pool: list[Message], name: str, workdir: str,
                   flush: str, threads: int, batch: int) -> Result:
-    from rocketstore.statuses import PutMessageStatus
+    from rocketstore.storage.statuses import PutMessageStatus
 
     ok_status = PutMessageStatus.PUT_OK
     root = tempfile.mkdtemp(prefix=f"{name}-", dir=workdir)
@@ -579,7 +579,7 @@ def run_inprocess_aio(args: argparse.Namespace, pool: list[Message], name: str, 
     appends one message and awaits its group commit; latency is per put, as for threads."""
     import asyncio
 
-    from rocketstore.statuses import PutMessageStatus
+    from rocketstore.storage.statuses import PutMessageStatus
 
     ok_status = PutMessageStatus.PUT_OK
     root = tempfile.mkdtemp(prefix=f"{name}-", dir=workdir)
@@ -671,7 +671,7 @@ class ServiceProcess:
         self.root = root
         # The install this interpreter runs (its venv's script), not whichever `rocketstore` PATH finds first.
         exe = shutil.which("rocketstore", path=os.path.dirname(sys.executable)) or shutil.which("rocketstore")
-        cmd = [exe] if exe else [sys.executable, "-m", "rocketstore.cli"]
+        cmd = [exe] if exe else [sys.executable, "-m", "rocketstore.cli.main"]
         cmd += ["serve", "commitlog", "--data-dir", root, "--host", "127.0.0.1", "--port", str(self.port),
                 "--set", f"flushDiskType={flush}", "--set", f"mapedFileSizeCommitLog={file_size}",
                 "--log-level", "warning"]

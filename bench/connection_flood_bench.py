@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 import grpc
 
-from rocketstore.launcher import free_port
+from rocketstore.cli.launcher import free_port
 from rocketstore.v1 import gateway_pb2 as pb
 from rocketstore.v1 import gateway_pb2_grpc as pb_grpc
 

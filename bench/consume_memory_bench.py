@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Sequence
 
 import grpc.aio
 
-from rocketstore.launcher import free_port
+from rocketstore.cli.launcher import free_port
 from rocketstore.v1 import gateway_pb2 as pb
 from rocketstore.v1 import gateway_pb2_grpc as pb_grpc
 

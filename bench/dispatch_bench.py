@@ -62,8 +62,8 @@ from commitlog_bench import (  # noqa: E402 - the sibling script, for the messag
     source_revision,
 )
 
-from rocketstore.demo import free_port, wait_serving  # noqa: E402
-from rocketstore.internal_auth import process_secret, share_secret, with_secret  # noqa: E402
+from rocketstore.cli.demo import free_port, wait_serving  # noqa: E402
+from rocketstore.rpc.internal_auth import process_secret, share_secret, with_secret  # noqa: E402
 from rocketstore.v1 import commitlog_pb2 as cl_pb  # noqa: E402
 from rocketstore.v1 import commitlog_pb2_grpc as cl_grpc  # noqa: E402
 from rocketstore.v1 import index_pb2 as ix_pb  # noqa: E402

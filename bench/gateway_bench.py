@@ -41,9 +41,9 @@ import time
 import grpc
 import grpc.aio
 
+from rocketstore.cli.demo import free_port, wait_serving
 from rocketstore.client import Message, Producer
-from rocketstore.codec import decode_message
-from rocketstore.demo import free_port, wait_serving
+from rocketstore.storage.codec import decode_message
 from rocketstore.v1 import gateway_pb2 as pb
 from rocketstore.v1 import gateway_pb2_grpc as pb_grpc
 

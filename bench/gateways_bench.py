@@ -27,8 +27,8 @@ import time
 
 import grpc
 
-from rocketstore.demo import free_port
-from rocketstore.internal_auth import default_secret_path, read_secret, with_secret
+from rocketstore.cli.demo import free_port
+from rocketstore.rpc.internal_auth import default_secret_path, read_secret, with_secret
 from rocketstore.v1 import gateway_pb2 as pb
 from rocketstore.v1 import gateway_pb2_grpc as pb_grpc
 

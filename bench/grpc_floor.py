@@ -47,7 +47,7 @@ from concurrent import futures
 
 import grpc
 
-from rocketstore.formats import (
+from rocketstore.storage.formats import (
     MESSAGE_MAGIC_CODE,
     PROPERTIESLEN_LENGTH,
     RECORD_V4_FIXED,
@@ -169,8 +169,8 @@ assert _HEAD.size == RECORD_V4_FIXED.size  # the codec's layout, ints for addres
 
 
 def _records(count: int) -> bytes:
-    from rocketstore.codec import encode_message
-    from rocketstore.message import Message
+    from rocketstore.storage.codec import encode_message
+    from rocketstore.storage.message import Message
 
     out = bytearray()
     for i in range(count):

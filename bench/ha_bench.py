@@ -53,7 +53,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from commitlog_bench import _kv, _size, machine, make_messages, percentile, run_workload, source_revision  # noqa: E402
 from dispatch_bench import Service  # noqa: E402
 
-from rocketstore.internal_auth import process_secret, share_secret, with_secret  # noqa: E402
+from rocketstore.rpc.internal_auth import process_secret, share_secret, with_secret  # noqa: E402
 from rocketstore.v1 import commitlog_pb2 as cl_pb  # noqa: E402
 from rocketstore.v1 import commitlog_pb2_grpc as cl_grpc  # noqa: E402
 

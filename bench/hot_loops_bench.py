@@ -64,8 +64,8 @@ def measure(count: int, repeat: int, prop_crc: bool = False) -> dict[str, float]
     from rocketstore.services.index.index_file import IndexService, index_key_hash
     from rocketstore.services.index.store import IndexStore
 
-    from rocketstore.message_id import UniqKeyGenerator
-    from rocketstore.settings import load_settings
+    from rocketstore.config.settings import load_settings
+    from rocketstore.storage.message_id import UniqKeyGenerator
     from rocketstore.v1 import commitlog_pb2 as cl_pb
     from rocketstore.v1 import index_pb2 as ix_pb
 
@@ -115,7 +115,7 @@ def measure(count: int, repeat: int, prop_crc: bool = False) -> dict[str, float]
 
 def _one_pass(cl, batches, results, state, work, DispatchDecoder, ConsumeQueueStore,  # noqa: ANN001, N803
               IndexService, index_key_hash, IndexStore, ix_pb) -> None:  # noqa: ANN001, N803
-    from rocketstore.settings import load_settings
+    from rocketstore.config.settings import load_settings
 
     # encode + place: into the CommitLog, as a put does
     # One batch after the other, as a put does (the records of a batch are freed before the next one).
@@ -233,7 +233,7 @@ def _record_chunks(data: bytes, start: int, n: int) -> list[tuple[int, bytes]]:
 
 def implementation() -> str:
     try:
-        from rocketstore import _speedups  # type: ignore[attr-defined]
+        from rocketstore.storage import _speedups  # type: ignore[attr-defined]
     except ImportError:
         return "python"
     return "compiled" if _speedups.enabled() else "python"

@@ -1,5 +1,5 @@
 """The floor of ``peer_bench.py``: RocketMQ 5's ``MessagingService`` served by the gateway's own gRPC server
-machinery (``rocketstore.aio_server.AioGrpcServer``: grpc.aio, the gateway's options and interceptors) that
+machinery (``rocketstore.rpc.aio_server.AioGrpcServer``: grpc.aio, the gateway's options and interceptors) that
 stores nothing. What the official clients reach against it is the most any broker behind this front end can
 give them on this machine.
 
@@ -23,7 +23,7 @@ from typing import Any
 from google.protobuf.timestamp_pb2 import Timestamp
 from rocketstore.services.gateway.v2.client_settings import merged
 
-from rocketstore.aio_server import AioGrpcServer, serve_until_signal
+from rocketstore.rpc.aio_server import AioGrpcServer, serve_until_signal
 from rocketstore.v2 import definition_pb2 as d
 from rocketstore.v2 import service_pb2 as s
 from rocketstore.v2 import service_pb2_grpc as s_grpc

@@ -50,8 +50,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 from gateway_bench import Broker, percentile  # noqa: E402
 from rmq5_venv import client_python  # noqa: E402
 
+from rocketstore.cli.demo import free_port  # noqa: E402
 from rocketstore.client import Message, Producer  # noqa: E402
-from rocketstore.demo import free_port  # noqa: E402
 from rocketstore.v1 import gateway_pb2 as pb  # noqa: E402
 from rocketstore.v2 import definition_pb2 as d  # noqa: E402
 from rocketstore.v2 import service_pb2 as s  # noqa: E402

@@ -44,8 +44,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import grpc  # noqa: E402
 
+from rocketstore.cli.launcher import Launcher  # noqa: E402
 from rocketstore.client import Message, Producer  # noqa: E402
-from rocketstore.launcher import Launcher  # noqa: E402
 from rocketstore.v1 import gateway_pb2 as pb  # noqa: E402
 from rocketstore.v1 import gateway_pb2_grpc as pb_grpc  # noqa: E402
 
@@ -312,7 +312,7 @@ def main() -> None:
     args = parser.parse_args()
     settings = [tuple(kv.split("=", 1)) for kv in args.set]
     phases = args.phases.split(",")
-    from rocketstore.settings import snap_timer_precision
+    from rocketstore.config.settings import snap_timer_precision
 
     precision = snap_timer_precision(int(dict(settings).get("timerPrecisionMs", 1000)))
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, load {load()}")

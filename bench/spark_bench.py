@@ -140,7 +140,7 @@ def main() -> int:
     tmp = None
     endpoint = args.endpoint
     if endpoint is None:
-        from rocketstore.launcher import Launcher
+        from rocketstore.cli.launcher import Launcher
 
         tmp = tempfile.TemporaryDirectory(prefix="rocketstore-spark-bench-")
         launcher = Launcher(args.data_dir or tmp.name, port=0, out=io.StringIO())

@@ -28,7 +28,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 
-from rocketstore.launcher import free_port
+from rocketstore.cli.launcher import free_port
 
 SERVICES = ("commitlog", "index", "dispatcher", "gateway")
 

@@ -33,11 +33,12 @@ import time
 
 import grpc
 
-from rocketstore import _speedups, tls_demux
-from rocketstore.channel import open_channel
-from rocketstore.demo import free_port
-from rocketstore.health_client import wait_serving
-from rocketstore.tls import ClientTls
+from rocketstore.cli.demo import free_port
+from rocketstore.rpc import tls_demux
+from rocketstore.rpc.channel import open_channel
+from rocketstore.rpc.health_client import wait_serving
+from rocketstore.rpc.tls import ClientTls
+from rocketstore.storage import _speedups
 from rocketstore.v1 import gateway_pb2 as pb
 from rocketstore.v1 import gateway_pb2_grpc as pb_grpc
 

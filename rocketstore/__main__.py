@@ -1,5 +1,5 @@
 """``python -m rocketstore`` is the ``rocketstore`` command."""
 
-from rocketstore.cli import main
+from rocketstore.cli.main import main
 
 raise SystemExit(main())

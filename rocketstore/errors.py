@@ -33,7 +33,7 @@ catching ``grpc.RpcError``::
           ├── FailedPrecondition    FAILED_PRECONDITION
           └── Internal              INTERNAL
 
-The same classes travel the other way: a servicer (``rocketstore.servicing``) answers a
+The same classes travel the other way: a servicer (``rocketstore.rpc.servicing``) answers a
 ``BrokerError`` raised by its handler with ``code`` and ``message``. ``error_for(code, message)``
 builds the most specific class for a status name. This module does not import grpc: the storage
 code may raise these errors without knowing the wire.
@@ -169,7 +169,7 @@ _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 def disk_full(exc: BaseException) -> BrokerError | None:
     """A write that failed for want of space, as the specific refusal a client can act on: RESOURCE_EXHAUSTED
-    with a reason that begins "disk full:" (``rocketstore.statuses.DISK_FULL_REASON_PREFIX``); None for any
+    with a reason that begins "disk full:" (``rocketstore.storage.statuses.DISK_FULL_REASON_PREFIX``); None for any
     other failure."""
     if not isinstance(exc, OSError) or exc.errno not in _NO_SPACE:
         return None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rocketstore.message import java_string_hash
+from rocketstore.storage.message import java_string_hash
 
 __all__ = ["SUB_ALL", "Subscription", "SubscriptionError", "parse_expression"]
 

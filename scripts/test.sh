@@ -23,6 +23,7 @@ python3 tests/nodejs_client.py  # npm ci in tests/nodejs (the official Node.js c
 python3 bench/peer_bench.py --build-only
 python3 -m rocketstore.protogen --check
 ruff check .
+python3 scripts/lint_imports.py
 python3 -m mypy
 if [ "$#" -gt 0 ]; then  # a chosen subset: once, in the mode of ROCKETSTORE_TEST_MODE (default: local)
     ROCKETSTORE_TEST_MODE="${ROCKETSTORE_TEST_MODE:-local}" exec python3 -m pytest -q "$@"

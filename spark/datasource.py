@@ -47,7 +47,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from rocketstore.message import SYSTEM_PROPERTY_NAMES
+from rocketstore.storage.message import SYSTEM_PROPERTY_NAMES
 from rocketstore.v1 import gateway_pb2 as pb
 
 from . import client

@@ -5,7 +5,7 @@ objects costs several microseconds a record; here only the walk over the TOTALSI
 loop. Every fixed-width field is gathered for all records at once with numpy (the field positions of a
 record depend only on its SYSFLAG's IPv6 bits), bodies are copied with one ``join`` over memoryview
 slices, and the properties text is split into a map with numpy searches over the separator bytes. The
-result is the same as ``rocketstore.codec.decode_message`` record by record (the tests check that).
+result is the same as ``rocketstore.storage.codec.decode_message`` record by record (the tests check that).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rocketstore.codec import PROPERTY_CRC32
-from rocketstore.formats import (
+from rocketstore.storage.codec import PROPERTY_CRC32
+from rocketstore.storage.formats import (
     BODYLEN_LENGTH,
     HOST_PORT_LENGTH,
     HOST_V4_LENGTH,
@@ -39,8 +39,8 @@ from rocketstore.formats import (
     RECONSUMETIMES_TO_BODYLEN,
     TOPICLEN_LENGTH,
 )
-from rocketstore.message import BORNHOST_V6_FLAG, STOREHOSTADDRESS_V6_FLAG, format_host
-from rocketstore.message_id import create_message_id
+from rocketstore.storage.message import BORNHOST_V6_FLAG, STOREHOSTADDRESS_V6_FLAG, format_host
+from rocketstore.storage.message_id import create_message_id
 
 __all__ = ["COLUMNS", "RecordLayoutError", "arrow_schema", "decode_records", "empty_batch", "record_positions"]
 

@@ -2,7 +2,7 @@
 
 ``FakeGateway`` serves ``rocketstore.v1.BatchRead`` (ListQueues, ReadQueue) and the part of
 ``rocketstore.v1.Gateway`` the data source and the jobs use (Send, ListTopics, GetTopicStats, CommitOffsets,
-QueryOffsets, GetConsumerProgress, ListGroups) over records encoded with ``rocketstore.codec`` exactly as the
+QueryOffsets, GetConsumerProgress, ListGroups) over records encoded with ``rocketstore.storage.codec`` exactly as the
 CommitLog stores them. It follows the real gateway's rules where the data source depends on them: NOT_FOUND
 for an unknown topic, clamped read ranges, tag filtering by tags hash code, offsets by store time.
 
@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from rocketstore.codec import encode_message
-from rocketstore.message import Message, tags_code
-from rocketstore.message_id import UniqKeyGenerator
+from rocketstore.storage.codec import encode_message
+from rocketstore.storage.message import Message, tags_code
+from rocketstore.storage.message_id import UniqKeyGenerator
 from rocketstore.subscription import SubscriptionError, parse_expression
 from rocketstore.v1 import gateway_pb2 as pb
 from rocketstore.v1 import gateway_pb2_grpc as pb_grpc

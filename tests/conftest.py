@@ -44,8 +44,8 @@ from rocketstore.services.index.client import IndexClient
 from storage_helpers import StoreFactory
 
 from rocketstore.errors import DeadlineExceeded
-from rocketstore.health_client import wait_serving
-from rocketstore.internal_auth import process_secret, share_secret, with_secret
+from rocketstore.rpc.health_client import wait_serving
+from rocketstore.rpc.internal_auth import process_secret, share_secret, with_secret
 from rocketstore.v1 import commitlog_pb2_grpc, gateway_pb2_grpc, index_pb2_grpc
 
 COMMITLOG_SERVICE = "rocketstore.v1.CommitLog"
@@ -658,14 +658,14 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 # --- the hot loops: pure Python and compiled ---------------------------------------------------
 def _hot_loop_implementations() -> list[str]:
-    from rocketstore import _speedups
+    from rocketstore.storage import _speedups
 
     return ["python", "compiled"] if _speedups.compiled is not None else ["python"]
 
 
 @pytest.fixture(params=_hot_loop_implementations())
 def hot_loops(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Runs a test once with each implementation of the hot loops (``rocketstore._speedups``): the
+    """Runs a test once with each implementation of the hot loops (``rocketstore.storage._speedups``): the
     pure-Python code and, when it is built (and ROCKETSTORE_NO_EXTENSIONS is not set), the compiled one.
     Test modules that cover these loops use it for every test (``pytestmark``)."""
     from hot_loops_helpers import use_hot_loops

@@ -18,7 +18,7 @@ from rocketstore.services.ha.servicer import HAServicer
 from rocketstore.services.ha.slave import HASlave
 from storage_helpers import StoreFactory
 
-from rocketstore.server import GrpcServer
+from rocketstore.rpc.server import GrpcServer
 from rocketstore.v1 import commitlog_pb2_grpc, ha_pb2_grpc
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 from conftest import DEFAULT_BROKER_SETTINGS, RPC_TIMEOUT, Broker, PartOfBroker, ServiceProcess
 from rocketstore.services.ha.client import HAClient, HAStatus
 
-from rocketstore.codec import decode_message
-from rocketstore.message import MessageExt
+from rocketstore.storage.codec import decode_message
+from rocketstore.storage.message import MessageExt
 from rocketstore.v1 import commitlog_pb2 as cl_pb
 from rocketstore.v1 import index_pb2 as ix_pb
 

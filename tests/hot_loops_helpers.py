@@ -6,7 +6,7 @@ import pytest
 from rocketstore.services.dispatcher import decode
 from rocketstore.services.index import index_file
 
-from rocketstore import _speedups, codec
+from rocketstore.storage import _speedups, codec
 
 
 def implementations(kind: str) -> dict[tuple[object, str], object]:

@@ -19,9 +19,9 @@ from pathlib import Path
 from rocketstore.services.commitlog.group_commit import GroupCommitService
 from rocketstore.services.commitlog.store import CommitLogStore
 
-from rocketstore.codec import BLANK, check_record, decode_message
-from rocketstore.message import Message
-from rocketstore.settings import Settings, load_settings
+from rocketstore.config.settings import Settings, load_settings
+from rocketstore.storage.codec import BLANK, check_record, decode_message
+from rocketstore.storage.message import Message
 
 FILE_SIZE = 64 * 1024
 # 91 fixed bytes of a V1 record with IPv4 hosts (reference section 1).

@@ -20,15 +20,15 @@ from storage_helpers import (
     walk_file,
 )
 
-from rocketstore.formats import BLANK_MAGIC_CODE
-from rocketstore.message import (
+from rocketstore.storage.formats import BLANK_MAGIC_CODE
+from rocketstore.storage.message import (
     STOREHOSTADDRESS_V6_FLAG,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
 )
-from rocketstore.message_id import decode_message_id
-from rocketstore.statuses import PutMessageStatus
+from rocketstore.storage.message_id import decode_message_id
+from rocketstore.storage.statuses import PutMessageStatus
 
 # Every test runs with the pure-Python hot loops and with the compiled ones (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("hot_loops")

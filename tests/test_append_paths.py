@@ -13,8 +13,8 @@ from rocketstore.services.commitlog import group_commit
 from rocketstore.services.commitlog.group_commit import GroupCommitRequest, GroupCommitService
 from storage_helpers import msg, read_back, stuck_group_commit
 
-from rocketstore.mapped_file import MappedFile
-from rocketstore.statuses import PutMessageStatus
+from rocketstore.storage.mapped_file import MappedFile
+from rocketstore.storage.statuses import PutMessageStatus
 
 # Every test runs with the pure-Python hot loops and with the compiled ones (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("hot_loops")

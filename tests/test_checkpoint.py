@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from storage_helpers import StoreFactory, msg
 
-from rocketstore.checkpoint import StoreCheckpoint
+from rocketstore.storage.checkpoint import StoreCheckpoint
 
 
 def test_timestamps_survive_a_reopen(tmp_path: Path) -> None:

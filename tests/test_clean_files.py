@@ -10,7 +10,7 @@ import pytest
 from rocketstore.services.commitlog.commitlog import OffsetNotAvailable
 from storage_helpers import FILE_SIZE, age_files, commitlog_files, msg, wait_until
 
-from rocketstore.statuses import PutMessageStatus
+from rocketstore.storage.statuses import PutMessageStatus
 
 FILES = 6  # files written by ``fill``; the last one is being written
 

@@ -23,8 +23,8 @@ from storage_helpers import mounted_tmpfs
 from test_dispatch_crash import wait_caught_up, wait_for
 from test_index_faults import pull_all
 
-from rocketstore.codec import decode_message
-from rocketstore.offsets_file import load_consumer_offsets
+from rocketstore.config.offsets_file import load_consumer_offsets
+from rocketstore.storage.codec import decode_message
 from rocketstore.v1 import commitlog_pb2 as cl_pb
 from rocketstore.v1 import gateway_pb2 as pb
 from rocketstore.v1 import index_pb2 as ix_pb

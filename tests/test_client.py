@@ -44,8 +44,8 @@ from rocketstore.client import (
 from rocketstore.client.consumer import _ProcessQueue
 from rocketstore.client.errors import from_rpc_error
 from rocketstore.client.selector import java_hash_code
-from rocketstore.codec import decode_message, encode_message
-from rocketstore.message import Message as StoreMessage
+from rocketstore.storage.codec import decode_message, encode_message
+from rocketstore.storage.message import Message as StoreMessage
 from rocketstore.v1 import gateway_pb2 as pb
 from rocketstore.v1 import gateway_pb2_grpc
 

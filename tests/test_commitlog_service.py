@@ -19,10 +19,10 @@ import pytest
 from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from rocketstore.codec import decode_message
-from rocketstore.formats import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
-from rocketstore.message_id import create_message_id
-from rocketstore.statuses import PutMessageStatus
+from rocketstore.storage.codec import decode_message
+from rocketstore.storage.formats import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
+from rocketstore.storage.message_id import create_message_id
+from rocketstore.storage.statuses import PutMessageStatus
 from rocketstore.v1 import commitlog_pb2 as pb
 
 RPC_TIMEOUT = 20.0

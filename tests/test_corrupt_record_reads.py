@@ -10,7 +10,7 @@ import urllib.request
 
 from conftest import RPC_TIMEOUT, SMALL_COMMITLOG_FILE, free_port
 
-from rocketstore.codec import check_record, decode_message
+from rocketstore.storage.codec import check_record, decode_message
 from rocketstore.v1 import commitlog_pb2 as cl_pb
 from rocketstore.v1 import gateway_pb2 as pb
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import grpc
 import pytest
 
-from rocketstore.codec import decode_message
+from rocketstore.storage.codec import decode_message
 from rocketstore.v1 import commitlog_pb2 as pb
 
 RPC_TIMEOUT = 20.0

@@ -13,8 +13,8 @@ import grpc
 import pytest
 from conftest import RPC_TIMEOUT, Broker
 
-from rocketstore.codec import decode_message
-from rocketstore.message import MessageExt
+from rocketstore.storage.codec import decode_message
+from rocketstore.storage.message import MessageExt
 from rocketstore.v1 import gateway_pb2 as pb
 
 LEVELS = {"messageDelayLevel": "1s 2s 3s"}

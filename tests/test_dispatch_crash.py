@@ -5,7 +5,7 @@ and every acknowledged message is there. Also SYNC_FLUSH visibility (ReputMessag
 transaction records, delayed messages' tags codes and the dispatch lag reported by GetStats.
 
 The truth a queue is compared with is the CommitLog itself, walked record by record with ReadRaw
-and decoded by rocketstore.codec (not by the dispatcher's decoder).
+and decoded by rocketstore.storage.codec (not by the dispatcher's decoder).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from conftest import RPC_TIMEOUT, Broker
 from rocketstore.services.commitlog.client import CommitLogClient, Offsets
 from rocketstore.services.dispatcher import dispatcher as dispatcher_module
 
-from rocketstore.codec import BLANK, check_record, decode_message
 from rocketstore.errors import BrokerError
-from rocketstore.message import (
+from rocketstore.storage.codec import BLANK, check_record, decode_message
+from rocketstore.storage.message import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,

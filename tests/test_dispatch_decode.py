@@ -19,16 +19,16 @@ from rocketstore.services.dispatcher.decode import (
 )
 from storage_helpers import StoreFactory, msg, read_log
 
-from rocketstore.codec import encode_message
-from rocketstore.formats import BLANK_MAGIC_CODE
-from rocketstore.message import (
+from rocketstore.config.settings import parse_delay_levels
+from rocketstore.storage.codec import encode_message
+from rocketstore.storage.formats import BLANK_MAGIC_CODE
+from rocketstore.storage.message import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     Message,
     java_string_hash,
 )
-from rocketstore.settings import parse_delay_levels
 
 # Every test runs with the pure-Python hot loops and with the compiled ones (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("hot_loops")

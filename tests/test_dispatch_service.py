@@ -9,8 +9,8 @@ import grpc
 import pytest
 from conftest import RPC_TIMEOUT, Broker
 
-from rocketstore.codec import decode_message
-from rocketstore.message import java_string_hash
+from rocketstore.storage.codec import decode_message
+from rocketstore.storage.message import java_string_hash
 from rocketstore.v1 import commitlog_pb2 as cl_pb
 from rocketstore.v1 import index_pb2 as ix_pb
 

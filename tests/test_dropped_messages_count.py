@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from rocketstore.services.commitlog.dropped_messages import count_file_messages
 
-from rocketstore.codec import encode_message
-from rocketstore.message import TRANSACTION_PREPARED_TYPE, Message
+from rocketstore.storage.codec import encode_message
+from rocketstore.storage.message import TRANSACTION_PREPARED_TYPE, Message
 
 
 def test_messages_are_counted_by_topic_and_queue_whatever_their_hosts() -> None:

@@ -2,7 +2,7 @@
 
 The dispatcher (``DispatchDecoder``), the Spark decoder, the client's ``decode_records``, the codec's
 ``read_record_info`` and ``check_record`` and the CommitLog's and the index's position lookups each read the
-V1 record (reference section 1) their own fast way, from the layout ``rocketstore.codec`` names once. Here
+V1 record (reference section 1) their own fast way, from the layout ``rocketstore.storage.codec`` names once. Here
 they run on the same records as ``decode_message``, which walks the record field after field: random
 bodies (empty ones too), topics, properties, IPv4 and IPv6 born and store hosts, transaction and other
 SYSFLAG bits, several records in a row and an END_OF_FILE blank between them, with and without the
@@ -24,7 +24,8 @@ from rocketstore.services.dispatcher.decode import DispatchDecoder
 from rocketstore.spark.decode import COLUMNS, decode_records
 
 from rocketstore.client.messages import decode_records as client_decode_records
-from rocketstore.codec import (
+from rocketstore.config.settings import parse_delay_levels
+from rocketstore.storage.codec import (
     BLANK,
     check_record,
     decode_message,
@@ -33,14 +34,14 @@ from rocketstore.codec import (
     record_length,
     store_timestamp_position,
 )
-from rocketstore.formats import (
+from rocketstore.storage.formats import (
     BLANK_MAGIC_CODE,
     MIN_RECORD_LENGTH,
     POS_BODY,
     POS_BODYLEN,
     POS_STORETIMESTAMP,
 )
-from rocketstore.message import (
+from rocketstore.storage.message import (
     COMPRESSED_FLAG,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_PREPARED_TYPE,
@@ -49,8 +50,7 @@ from rocketstore.message import (
     java_string_hash,
     string_to_properties,
 )
-from rocketstore.message_id import create_message_id
-from rocketstore.settings import parse_delay_levels
+from rocketstore.storage.message_id import create_message_id
 
 # Every test runs with the pure-Python hot loops and with the compiled ones (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("hot_loops")

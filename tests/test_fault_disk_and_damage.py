@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from storage_helpers import fill_disk, mounted_tmpfs
 
-from rocketstore.codec import decode_message
-from rocketstore.statuses import PutMessageStatus, is_disk_full
+from rocketstore.storage.codec import decode_message
+from rocketstore.storage.statuses import PutMessageStatus, is_disk_full
 from rocketstore.v1 import commitlog_pb2 as pb
 
 RPC_TIMEOUT = 20.0

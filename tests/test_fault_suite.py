@@ -45,17 +45,17 @@ from rocketstore.spark.decode import RecordLayoutError, decode_records
 from storage_helpers import fill_disk, mounted_tmpfs
 from test_dispatch_crash import QUEUES, Acked, Load, verify, wait_caught_up, wait_for
 
-from rocketstore.codec import (
+from rocketstore.errors import DeadlineExceeded
+from rocketstore.rpc.health_client import wait_serving
+from rocketstore.rpc.internal_auth import process_secret, with_secret
+from rocketstore.storage.codec import (
     check_record,
     decode_message,
     encode_message,
     host_flags,
 )
-from rocketstore.errors import DeadlineExceeded
-from rocketstore.formats import BODYLEN_LENGTH, BODYLEN_POSITIONS, POS_SYSFLAG
-from rocketstore.health_client import wait_serving
-from rocketstore.internal_auth import process_secret, with_secret
-from rocketstore.message import Message, MessageExt
+from rocketstore.storage.formats import BODYLEN_LENGTH, BODYLEN_POSITIONS, POS_SYSFLAG
+from rocketstore.storage.message import Message, MessageExt
 from rocketstore.v1 import commitlog_pb2 as cl_pb
 from rocketstore.v1 import gateway_pb2 as gw_pb
 from rocketstore.v1 import ha_pb2 as ha_pb

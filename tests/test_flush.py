@@ -12,8 +12,8 @@ from rocketstore.services.commitlog.flush import FlushRealTimeService
 from rocketstore.services.commitlog.group_commit import GroupCommitRequest, GroupCommitService
 from storage_helpers import FILE_SIZE, msg, read_back, read_log, stuck_group_commit, wait_until
 
-from rocketstore.codec import decode_message
-from rocketstore.statuses import PutMessageStatus
+from rocketstore.storage.codec import decode_message
+from rocketstore.storage.statuses import PutMessageStatus
 
 # --- SYNC_FLUSH ------------------------------------------------------------------------------
 

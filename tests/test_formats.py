@@ -1,5 +1,5 @@
-"""One home for every on-disk format (``rocketstore/formats.py``): the compiled twin of the hot loops
-(``rocketstore/_hotloops.c``) spells the same positions as C constants, and each must equal the Python one,
+"""One home for every on-disk format (``rocketstore/storage/formats.py``): the compiled twin of the hot loops
+(``rocketstore/storage/_hotloops.c``) spells the same positions as C constants, and each must equal the Python one,
 so a change of the layout in one place and not the other fails here rather than corrupting a store."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rocketstore import codec, formats, message
+from rocketstore.storage import codec, formats, message
 
 C_SOURCE = Path(formats.__file__).with_name("_hotloops.c")
 _DEFINE = re.compile(r"^#define (\w+) (.+?)\s*(?:/\*.*)?$", re.M)

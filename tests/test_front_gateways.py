@@ -26,8 +26,8 @@ import grpc
 import pytest
 
 from rocketstore.client import ConsumeStatus, Message, Producer, PullConsumer, PushConsumer
-from rocketstore.health_client import wait_serving
-from rocketstore.internal_auth import call_metadata, process_secret, read_secret, with_secret
+from rocketstore.rpc.health_client import wait_serving
+from rocketstore.rpc.internal_auth import call_metadata, process_secret, read_secret, with_secret
 from rocketstore.v1 import gateway_pb2 as pb
 from rocketstore.v1 import gateway_pb2_grpc as pb_grpc
 from tests.rmq5_venv import run_client
@@ -468,7 +468,7 @@ def test_the_client_address_a_front_passes_on_is_honoured_from_peers_only(peer: 
     ("cluster", False, 16, 1), ("local", True, 16, 1),
 ])
 def test_up_runs_a_gateway_per_two_cores_unless_told(mode: str, with_slave: bool, cores: int, expected: int) -> None:
-    from rocketstore.commands import default_gateways
+    from rocketstore.cli.commands import default_gateways
 
     assert default_gateways(mode, with_slave, cores) == expected
 

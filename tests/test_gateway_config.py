@@ -31,8 +31,8 @@ from rocketstore.services.gateway.topics import (
 )
 from structlog.testing import capture_logs
 
-from rocketstore.config_file import ConfigFileError, load_json, persist_json, to_json
-from rocketstore.settings import Settings
+from rocketstore.config.config_file import ConfigFileError, load_json, persist_json, to_json
+from rocketstore.config.settings import Settings
 
 TOPIC_FIELDS = ["order", "perm", "readQueueNums", "topicFilterType", "topicName", "topicSysFlag", "writeQueueNums"]
 

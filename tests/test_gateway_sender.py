@@ -11,8 +11,8 @@ import pytest
 from rocketstore.services.gateway.errors import GatewayError
 from rocketstore.services.gateway.sender import EncodedSend, SendBatcher, TagsCache, encode_send
 
-from rocketstore.message import string_to_properties
-from rocketstore.message_id import UniqKeyGenerator
+from rocketstore.storage.message import string_to_properties
+from rocketstore.storage.message_id import UniqKeyGenerator
 from rocketstore.v1 import commitlog_pb2 as cl_pb
 from rocketstore.v1 import gateway_pb2 as pb
 
@@ -268,7 +268,7 @@ def test_a_closed_batcher_refuses_sends() -> None:
 def test_a_full_disk_is_resource_exhausted_and_a_store_going_away_unavailable() -> None:
     from rocketstore.services.gateway.send_processor import _check_stored
 
-    from rocketstore.statuses import DISK_FULL_REASON_PREFIX, PutMessageStatus
+    from rocketstore.storage.statuses import DISK_FULL_REASON_PREFIX, PutMessageStatus
 
     refused = int(PutMessageStatus.SERVICE_NOT_AVAILABLE)
     with pytest.raises(GatewayError) as full:

@@ -13,7 +13,7 @@ import grpc
 import pytest
 from conftest import RPC_TIMEOUT, Broker
 
-from rocketstore.codec import decode_message
+from rocketstore.storage.codec import decode_message
 from rocketstore.v1 import gateway_pb2 as pb
 
 BODY = b"x" * 1024

@@ -4,7 +4,7 @@ GetMessageStatus, next_begin_offset, the batch limits in memory and on disk, tag
 suggestPullingFromSlave and a slave's nextOffsetCorrection. The CommitLog is a fake ``fetch`` (a
 dict of records; a missing record reads as removed).
 
-The last part runs the IndexStore in process: CommitLog bytes encoded by rocketstore.codec, decoded
+The last part runs the IndexStore in process: CommitLog bytes encoded by rocketstore.storage.codec, decoded
 by the dispatcher's decoder, applied as dispatch batches, read back with getMessage and key queries,
 including a crash copy of the store and a resend of everything already applied.
 """
@@ -23,8 +23,9 @@ from rocketstore.services.index.get_message import Limits, get_message
 from rocketstore.services.index.store import DispatchGap, IndexStore
 from storage_helpers import crash_copy, wait_until
 
-from rocketstore.codec import decode_message, encode_message
-from rocketstore.message import (
+from rocketstore.config.settings import load_settings
+from rocketstore.storage.codec import decode_message, encode_message
+from rocketstore.storage.message import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
     TRANSACTION_PREPARED_TYPE,
@@ -32,8 +33,7 @@ from rocketstore.message import (
     Message,
     java_string_hash,
 )
-from rocketstore.settings import load_settings
-from rocketstore.statuses import GetMessageStatus as S
+from rocketstore.storage.statuses import GetMessageStatus as S
 from rocketstore.subscription import ALL, parse_expression
 from rocketstore.v1 import index_pb2 as ix_pb
 
@@ -364,7 +364,7 @@ STORE_TS = 1_700_000_000_000
 
 
 class EncodedLog:
-    """A CommitLog as bytes in memory: records encoded by rocketstore.codec, offsets assigned as the
+    """A CommitLog as bytes in memory: records encoded by rocketstore.storage.codec, offsets assigned as the
     CommitLog service assigns them (prepared and rolled-back records get queue offset 0)."""
 
     def __init__(self) -> None:

@@ -12,7 +12,7 @@ import time
 from rocketstore.services.commitlog.replica import ReplicaTracker
 from storage_helpers import msg, read_back
 
-from rocketstore.statuses import PutMessageStatus
+from rocketstore.storage.statuses import PutMessageStatus
 
 
 def _ack_when(store, predicate, acked, connection="c1") -> threading.Thread:

@@ -18,8 +18,8 @@ from rocketstore.services.ha.client import HAClient
 from rocketstore.services.ha.slave import HASlave
 from storage_helpers import FILE_SIZE, msg, read_log, sized_msg
 
-from rocketstore.server import GrpcServer
-from rocketstore.statuses import PutMessageStatus
+from rocketstore.rpc.server import GrpcServer
+from rocketstore.storage.statuses import PutMessageStatus
 from rocketstore.v1 import ha_pb2, ha_pb2_grpc
 
 

@@ -20,10 +20,10 @@ from rocketstore.services.dispatcher import decode
 from rocketstore.services.dispatcher.decode import DispatchDecoder
 from rocketstore.services.index import index_file
 
-from rocketstore import _speedups, codec, formats
-from rocketstore.codec import MessageRefused, encode_message, write_blank
-from rocketstore.formats import END_FILE_MIN_BLANK_LENGTH
-from rocketstore.message import Message, java_string_hash, parse_host
+from rocketstore.storage import _speedups, codec, formats
+from rocketstore.storage.codec import MessageRefused, encode_message, write_blank
+from rocketstore.storage.formats import END_FILE_MIN_BLANK_LENGTH
+from rocketstore.storage.message import Message, java_string_hash, parse_host
 from rocketstore.v1 import commitlog_pb2 as cl_pb
 
 
@@ -32,7 +32,7 @@ def _compiled_module():  # noqa: ANN202
     if _speedups.compiled is not None:
         return _speedups.compiled
     try:
-        from rocketstore import _hotloops  # type: ignore[attr-defined]
+        from rocketstore.storage import _hotloops  # type: ignore[attr-defined]
     except ImportError:
         return None
     return _hotloops
@@ -107,7 +107,7 @@ def _commitlog_encode(kind: str, msgs: list, v6: bool, file_size: int, tmp_path_
     """What CommitLog.encode makes of a batch: the records and every message's status and reason."""
     from rocketstore.services.commitlog.commitlog import CommitLog
 
-    from rocketstore.settings import load_settings
+    from rocketstore.config.settings import load_settings
 
     root = tmp_path_factory.mktemp("encode")
     log = CommitLog(load_settings(None, {"storePathRootDir": str(root), "maxMessageSize": "4096",
@@ -327,13 +327,13 @@ def test_known_java_hashes() -> None:
 def test_the_install_builds_the_compiled_loops_where_a_compiler_is() -> None:
     cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
     if shutil.which(cc) is not None:
-        assert compiled is not None, "pip install -e . builds rocketstore._hotloops with the machine's compiler"
+        assert compiled is not None, "pip install -e . builds rocketstore.storage._hotloops with the machine's compiler"
     else:
         assert _speedups.compiled is None
 
 
 def test_no_extensions_forces_the_python_loops() -> None:
-    code = ("from rocketstore import _speedups, codec; from rocketstore.services.dispatcher import decode; "
+    code = ("from rocketstore.storage import _speedups, codec; from rocketstore.services.dispatcher import decode; "
             "print(_speedups.enabled(), codec.encode_records is codec.encode_records_py, "
             "decode.walk_records is decode.walk_records_py)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,

@@ -28,8 +28,8 @@ from rocketstore.services.dispatcher.decode import DispatchDecoder
 from storage_helpers import fill_disk, mounted_tmpfs
 from test_dispatch_crash import commitlog_offsets, index_stats, verify, wait_caught_up, wait_for
 
-from rocketstore.codec import decode_message, encode_message
-from rocketstore.message import Message
+from rocketstore.storage.codec import decode_message, encode_message
+from rocketstore.storage.message import Message
 from rocketstore.v1 import commitlog_pb2 as cl_pb
 from rocketstore.v1 import gateway_pb2 as gw_pb
 from rocketstore.v1 import index_pb2 as ix_pb

@@ -21,8 +21,8 @@ from rocketstore.services.index.index_file import (
     index_key_hash,
 )
 
-from rocketstore.checkpoint import StoreCheckpoint
-from rocketstore.message import (
+from rocketstore.storage.checkpoint import StoreCheckpoint
+from rocketstore.storage.message import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,

@@ -1,4 +1,4 @@
-"""Local mode's in-process channels (``rocketstore.inprocess``): the services' own typed clients, handed an
+"""Local mode's in-process channels (``rocketstore.rpc.inprocess``): the services' own typed clients, handed an
 in-process channel, reach the servicer's handlers with the same results and the same errors as over the network.
 
 These run the real CommitLog servicer over a real store in the test's process; the whole local-mode broker
@@ -19,7 +19,7 @@ from rocketstore.services.commitlog.servicer import CommitLogServicer
 from storage_helpers import StoreFactory
 
 from rocketstore.errors import BrokerError, DeadlineExceeded, InvalidArgument, Unavailable
-from rocketstore.inprocess import InProcessRpcError, InProcessServer, aio_channel_to, channel_to
+from rocketstore.rpc.inprocess import InProcessRpcError, InProcessServer, aio_channel_to, channel_to
 from rocketstore.v1 import commitlog_pb2 as pb
 from rocketstore.v1 import commitlog_pb2_grpc as pb_grpc
 

@@ -19,7 +19,7 @@ from ha_processes import HABroker, messages, wait_for
 from rocketstore.services.index.client import IndexClient
 
 from rocketstore.errors import Unauthenticated
-from rocketstore.internal_auth import METADATA_KEY, process_secret, read_secret, with_secret
+from rocketstore.rpc.internal_auth import METADATA_KEY, process_secret, read_secret, with_secret
 from rocketstore.v1 import commitlog_pb2 as cl_pb
 from rocketstore.v1 import commitlog_pb2_grpc as cl_grpc
 from rocketstore.v1 import ha_pb2 as ha_pb

@@ -12,7 +12,7 @@ import grpc
 import pytest
 from conftest import RPC_TIMEOUT
 
-from rocketstore.internal_auth import METADATA_KEY
+from rocketstore.rpc.internal_auth import METADATA_KEY
 from rocketstore.v1 import commitlog_pb2 as cl_pb
 from rocketstore.v1 import commitlog_pb2_grpc as cl_grpc
 from rocketstore.v1 import index_pb2 as ix_pb

@@ -24,7 +24,7 @@ from test_push_consumer_retry import cli, dead_count
 from test_tls import TlsOnlyBroker
 
 from rocketstore.client import Admin, AuthAdmin, ClientTls, PullConsumer
-from rocketstore.tls import SELF_SIGNED_DIR
+from rocketstore.rpc.tls import SELF_SIGNED_DIR
 from rocketstore.v1 import gateway_pb2 as pb
 
 # Where the Java clients connect and whether they speak TLS: the broker's gateway port (RocketMQ 5's v2

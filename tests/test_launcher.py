@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from rocketstore.health_client import HealthClient
-from rocketstore.launcher import SERVICE_ORDER, ManagedService, services_of
+from rocketstore.cli.launcher import SERVICE_ORDER, ManagedService, services_of
+from rocketstore.rpc.health_client import HealthClient
 
 START_TIMEOUT = 240.0  # seconds for `rocketstore up` to print "ready" (4 services, a loaded CI machine)
 STOP_TIMEOUT = 60.0  # seconds for it to exit after SIGTERM / SIGINT
@@ -351,7 +351,7 @@ def test_the_default_ha_port_is_no_other_services_default_port() -> None:
     from rocketstore.services.index.main import DEFAULT_PORT as INDEX
     from rocketstore.services.schedule.main import DEFAULT_PORT as SCHEDULE
 
-    from rocketstore.settings import Settings
+    from rocketstore.config.settings import Settings
 
     defaults = Settings()
     others = {"commitlog": defaults.listen_port, "index": INDEX, "dispatcher": DISPATCHER, "schedule": SCHEDULE,
@@ -361,7 +361,7 @@ def test_the_default_ha_port_is_no_other_services_default_port() -> None:
 
 
 def test_the_ha_port_is_ha_listen_port_and_moves_only_when_left_at_its_default(tmp_path: Path) -> None:
-    from rocketstore.launcher import ha_port
+    from rocketstore.cli.launcher import ha_port
 
     config = tmp_path / "broker.properties"
     config.write_text("haListenPort=20912\n")
@@ -408,7 +408,7 @@ def test_the_default_ha_port_taken_moves_the_ha_service(tmp_path: Path) -> None:
 
 
 def test_restart_backoff_doubles_while_a_service_keeps_dying(tmp_path: Path) -> None:
-    from rocketstore.launcher import Launcher
+    from rocketstore.cli.launcher import Launcher
 
     launcher = Launcher(str(tmp_path / "store"), None, free_port(), out=io.StringIO(), backoff_initial=0.05,
                         backoff_max=0.2, start_timeout=10)
@@ -436,7 +436,7 @@ def test_restart_backoff_doubles_while_a_service_keeps_dying(tmp_path: Path) -> 
 
 
 def test_a_picked_port_taken_meanwhile_is_replaced(tmp_path: Path) -> None:
-    from rocketstore.launcher import Launcher
+    from rocketstore.cli.launcher import Launcher
 
     out = io.StringIO()
     launcher = Launcher(str(tmp_path / "store"), None, free_port(), out=out,
@@ -456,8 +456,8 @@ def test_a_picked_port_taken_meanwhile_is_replaced(tmp_path: Path) -> None:
 
 
 def test_internal_services_listen_on_loopback_and_only_the_gateway_on_host(tmp_path: Path) -> None:
-    from rocketstore.cli import build_parser
-    from rocketstore.launcher import Launcher
+    from rocketstore.cli.launcher import Launcher
+    from rocketstore.cli.main import build_parser
 
     launcher = Launcher(str(tmp_path / "store"), None, free_port(), host="0.0.0.0", out=io.StringIO())
     hosts = {name: svc.command[svc.command.index("--host") + 1] for name, svc in launcher.services.items()}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from rocketstore.malloc_tuning import keep_freed_buffers
+from rocketstore.rpc.malloc_tuning import keep_freed_buffers
 
 
 def test_the_thresholds_apply_on_glibc(monkeypatch: pytest.MonkeyPatch) -> None:

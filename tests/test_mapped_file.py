@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from storage_helpers import wait_until
 
-from rocketstore.mapped_file import OS_PAGE_SIZE, ZERO_FILL_LEAD, MappedFile, offset_to_file_name
-from rocketstore.mapped_file_queue import AllocateMappedFileService, MappedFileQueue, TransientStorePool
+from rocketstore.storage.mapped_file import OS_PAGE_SIZE, ZERO_FILL_LEAD, MappedFile, offset_to_file_name
+from rocketstore.storage.mapped_file_queue import AllocateMappedFileService, MappedFileQueue, TransientStorePool
 
 SIZE = 1024  # small files for queue tests; page-sensitive tests use 64 KiB
 
@@ -457,7 +457,7 @@ def test_warm_file_touches_every_page_and_stays_usable(tmp_path: Path) -> None:
 def test_store_with_warm_mapped_files_appends_and_recovers(tmp_path: Path) -> None:
     from storage_helpers import StoreFactory, msg
 
-    from rocketstore.statuses import PutMessageStatus
+    from rocketstore.storage.statuses import PutMessageStatus
 
     factory = StoreFactory(tmp_path)
     try:

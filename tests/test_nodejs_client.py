@@ -13,7 +13,7 @@ from nodejs_client import run_client
 from test_acl import ALICE, AUTH, ROOT
 
 from rocketstore.client import Admin, AuthAdmin
-from rocketstore.tls import SELF_SIGNED_DIR
+from rocketstore.rpc.tls import SELF_SIGNED_DIR
 
 UNAUTHORIZED = 40100  # apache.rocketmq.v2.Code
 

@@ -16,8 +16,8 @@ from rocketstore.services.gateway.pop_records import (
 )
 from rocketstore.services.gateway.v2.receipt_handle import ReceiptHandle
 
-from rocketstore.codec import decode_message, encode_message
-from rocketstore.message import Message, string_to_properties
+from rocketstore.storage.codec import decode_message, encode_message
+from rocketstore.storage.message import Message, string_to_properties
 
 
 def _ck(start: int, n: int, pop_time: int = 1000, invisible: int = 500, order: bool = False,

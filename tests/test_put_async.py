@@ -9,8 +9,8 @@ import time
 
 from storage_helpers import msg
 
-from rocketstore.codec import decode_message
-from rocketstore.statuses import PutMessageStatus
+from rocketstore.storage.codec import decode_message
+from rocketstore.storage.statuses import PutMessageStatus
 
 
 def test_many_async_appenders_are_answered_by_shared_flushes(stores) -> None:

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from storage_helpers import FILE_SIZE, commitlog_dir, msg, read_log, sized_msg, snapshot_files
 
-from rocketstore.codec import decode_message
-from rocketstore.statuses import PutMessageStatus
+from rocketstore.storage.codec import decode_message
+from rocketstore.storage.statuses import PutMessageStatus
 
 
 def seed(store, n: int = 5) -> list:

@@ -10,7 +10,7 @@ import zlib
 
 import pytest
 
-from rocketstore.codec import (
+from rocketstore.storage.codec import (
     BLANK,
     INVALID,
     MessageRefused,
@@ -21,8 +21,8 @@ from rocketstore.codec import (
     record_length,
     write_blank,
 )
-from rocketstore.formats import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
-from rocketstore.message import (
+from rocketstore.storage.formats import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
+from rocketstore.storage.message import (
     BORNHOST_V6_FLAG,
     STOREHOSTADDRESS_V6_FLAG,
     TRANSACTION_COMMIT_TYPE,
@@ -33,8 +33,8 @@ from rocketstore.message import (
     string_to_properties,
     tags_code,
 )
-from rocketstore.message_id import UniqKeyGenerator, create_message_id, decode_message_id
-from rocketstore.statuses import PutMessageStatus
+from rocketstore.storage.message_id import UniqKeyGenerator, create_message_id, decode_message_id
+from rocketstore.storage.statuses import PutMessageStatus
 from rocketstore.v1 import commitlog_pb2 as cl_pb
 
 HEX32 = re.compile(r"[0-9A-F]{32}")

@@ -22,9 +22,9 @@ from storage_helpers import (
     read_log,
 )
 
-from rocketstore.checkpoint import StoreCheckpoint
-from rocketstore.codec import encode_message
-from rocketstore.statuses import PutMessageStatus
+from rocketstore.storage.checkpoint import StoreCheckpoint
+from rocketstore.storage.codec import encode_message
+from rocketstore.storage.statuses import PutMessageStatus
 
 SNAPSHOT = Path("config") / "commitlogQueueOffsets.json"
 
@@ -50,7 +50,7 @@ def file_of(root: Path, offset: int) -> Path:
 
 
 def assert_intact(store, stored) -> None:
-    from rocketstore.codec import decode_message
+    from rocketstore.storage.codec import decode_message
 
     datas = store.read_records([(r.wrote_offset, r.wrote_bytes) for _, r in stored])
     for (m, r), data in zip(stored, datas, strict=True):

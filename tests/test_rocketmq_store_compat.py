@@ -24,7 +24,7 @@ import pytest
 from rocketstore.client import Admin
 from rocketstore.client.consumer import PullConsumer
 from rocketstore.client.messages import ReceivedMessage
-from rocketstore.config_file import parse_json
+from rocketstore.config.config_file import parse_json
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
@@ -307,7 +307,7 @@ def test_rocketmq_timer_files_are_read(tmp_path: Path) -> None:
 
 
 def test_rocksdb_layouts_are_refused_by_name(tmp_path: Path) -> None:
-    from rocketstore.rocketmq_layout import unusable_rocketmq_files
+    from rocketstore.storage.rocketmq_layout import unusable_rocketmq_files
 
     root = tmp_path / "store"
     (root / "consumequeue" / "LOG").mkdir(parents=True)  # a topic named LOG is a folder: fine

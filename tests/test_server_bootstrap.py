@@ -19,8 +19,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from rocketstore.channel import MAX_MESSAGE_BYTES
-from rocketstore.server import (
+from rocketstore.rpc.channel import MAX_MESSAGE_BYTES
+from rocketstore.rpc.server import (
     GrpcServer,
     run_until_signal,
     set_metrics_host,
@@ -121,7 +121,7 @@ CHILD = textwrap.dedent(
     """
     import sys
     from rocketstore.log import configure_logging
-    from rocketstore.server import GrpcServer, run_until_signal
+    from rocketstore.rpc.server import GrpcServer, run_until_signal
 
     configure_logging(json=True, service="bootstrap-test")
     server = GrpcServer("127.0.0.1", 0, max_workers=2)
@@ -171,7 +171,7 @@ def test_run_until_signal_stops_server_then_calls_on_stop(signum: signal.Signals
     events = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
     stopping = [e for e in events if e["event"] == "stopping on signal"]
     assert stopping and stopping[0]["signal"] == signal.Signals(signum).name
-    assert stopping[0]["service"] == "bootstrap-test" and stopping[0]["logger"] == "rocketstore.server"
+    assert stopping[0]["service"] == "bootstrap-test" and stopping[0]["logger"] == "rocketstore.rpc.server"
 
 
 def test_run_until_signal_restores_previous_handlers() -> None:

@@ -1,4 +1,4 @@
-"""One error contract for every servicer (``rocketstore.servicing``): a refusal raised by a handler is
+"""One error contract for every servicer (``rocketstore.rpc.servicing``): a refusal raised by a handler is
 answered with its status, anything unexpected is logged with the method and the request's topic and
 offsets and answered INTERNAL naming the method, for sync and grpc.aio handlers, unary and streaming;
 and a request that cannot be decoded is answered INVALID_ARGUMENT by every service."""
@@ -18,8 +18,8 @@ from rocketstore.services.index.client import IndexClient
 from structlog.testing import capture_logs
 
 from rocketstore.errors import BrokerError, NotFound, Unavailable
-from rocketstore.internal_auth import process_secret, with_secret
-from rocketstore.servicing import AioDecodeRequests, DecodeRequests, rpc_errors
+from rocketstore.rpc.internal_auth import process_secret, with_secret
+from rocketstore.rpc.servicing import AioDecodeRequests, DecodeRequests, rpc_errors
 from rocketstore.v1 import index_pb2 as pb
 from rocketstore.v1 import index_pb2_grpc as pb_grpc
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from rocketstore.settings import (
+from rocketstore.config.settings import (
     KEYS,
     BrokerRole,
     FlushDiskType,

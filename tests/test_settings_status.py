@@ -15,9 +15,9 @@ import pytest
 from conftest import CommitLogProcess
 from structlog.testing import capture_logs
 
-from rocketstore import settings as settings_module
-from rocketstore import settings_doc
-from rocketstore.settings import KEYS, SERVICES, KeyStatus, Settings, describe, load_settings, lookup_key
+from rocketstore.config import settings as settings_module
+from rocketstore.config import settings_doc
+from rocketstore.config.settings import KEYS, SERVICES, KeyStatus, Settings, describe, load_settings, lookup_key
 
 ROOT = Path(__file__).resolve().parent.parent
 NO_ENV: dict[str, str] = {}
@@ -170,10 +170,10 @@ def test_docs_settings_md_is_fresh() -> None:
 
 
 def test_the_static_view_of_settings_is_fresh() -> None:
-    """rocketstore/settings_fields.py, what mypy knows of Settings: every key's attribute with its type."""
+    """rocketstore/config/settings_fields.py, what mypy knows of Settings: every key's attribute with its type."""
     problem = settings_doc.check_fields()
     assert problem is None, problem
-    from rocketstore.settings_fields import SettingsFields
+    from rocketstore.config.settings_fields import SettingsFields
 
     assert list(SettingsFields.__annotations__) == [key.attr for key in KEYS]
 
@@ -200,4 +200,4 @@ def test_check_reports_a_stale_or_missing_doc(tmp_path: Path, capsys: pytest.Cap
     path.write_text(path.read_text().replace("| honoured", "| ignored", 1))
     assert "stale" in str(settings_doc.check(path))
     assert settings_doc.main(["--check", "--output", str(path)]) == 1
-    assert "python -m rocketstore.settings_doc" in capsys.readouterr().err
+    assert "python -m rocketstore.config.settings_doc" in capsys.readouterr().err

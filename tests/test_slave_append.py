@@ -13,7 +13,7 @@ import pytest
 from rocketstore.services.commitlog.store import NotThisRole, OffsetMismatch
 from storage_helpers import FILE_SIZE, msg, read_log, sized_msg
 
-from rocketstore.statuses import PutMessageStatus
+from rocketstore.storage.statuses import PutMessageStatus
 
 SLAVE = {"brokerRole": "SLAVE", "brokerId": 1, "haMasterAddress": "10.0.0.7:10912"}
 

@@ -29,8 +29,8 @@ from test_acl import ALICE, AUTH, ROOT
 from test_tls import TlsOnlyBroker
 
 from rocketstore.client import Admin, AuthAdmin, ClientTls, Message, Producer
-from rocketstore.message_id import decode_message_id
-from rocketstore.tls import SELF_SIGNED_DIR
+from rocketstore.rpc.tls import SELF_SIGNED_DIR
+from rocketstore.storage.message_id import decode_message_id
 from rocketstore.v1 import gateway_pb2 as pb
 
 TOPIC = "SparkRead"

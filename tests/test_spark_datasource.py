@@ -21,8 +21,8 @@ from rocketstore.spark.options import parse_read_options
 from rocketstore.spark.testing import FakeGateway
 
 from rocketstore.client.errors import OutOfRangeError
-from rocketstore.codec import decode_message
-from rocketstore.message import Message
+from rocketstore.storage.codec import decode_message
+from rocketstore.storage.message import Message
 from rocketstore.v1 import gateway_pb2 as pb
 
 T0 = 1_700_002_000_000  # 2023-11-14T22:46:40Z

@@ -9,8 +9,8 @@ import pyarrow as pa
 import pytest
 from rocketstore.spark.decode import COLUMNS, RecordLayoutError, arrow_schema, decode_records
 
-from rocketstore.codec import decode_message, encode_message
-from rocketstore.message import Message
+from rocketstore.storage.codec import decode_message, encode_message
+from rocketstore.storage.message import Message
 
 
 def _records(n: int, seed: int = 1) -> list[bytes]:

@@ -15,7 +15,7 @@ import pytest
 from conftest import RPC_TIMEOUT, Broker
 from test_delay_levels import delivered, wait_for
 
-from rocketstore.codec import decode_message
+from rocketstore.storage.codec import decode_message
 from rocketstore.v1 import gateway_pb2 as pb
 
 TIMER_TOPIC = "rmq_sys_wheel_timer"
@@ -140,8 +140,8 @@ def test_a_slot_read_before_it_is_due_delivers_what_reached_it_later_once(tmp_pa
     from rocketstore.services.schedule import timer_service
     from rocketstore.services.schedule.timer_wheel import TimerUnit
 
-    from rocketstore.codec import encode_message
-    from rocketstore.message import Message
+    from rocketstore.storage.codec import encode_message
+    from rocketstore.storage.message import Message
 
     commitlog = _RecordingCommitLog()
     service = timer_service.TimerMessageService(commitlog, None, str(tmp_path), 1000)  # type: ignore[arg-type]
@@ -175,8 +175,8 @@ def test_a_recall_marker_that_reaches_a_slot_after_it_was_read_ahead_still_cance
     from rocketstore.services.schedule import timer_service
     from rocketstore.services.schedule.timer_wheel import MAGIC_DELETE, TimerUnit
 
-    from rocketstore.codec import encode_message
-    from rocketstore.message import Message
+    from rocketstore.storage.codec import encode_message
+    from rocketstore.storage.message import Message
 
     commitlog = _RecordingCommitLog()
     service = timer_service.TimerMessageService(commitlog, None, str(tmp_path), 1000)  # type: ignore[arg-type]
@@ -207,8 +207,8 @@ def test_messages_of_one_slot_are_put_each_at_its_own_time_earliest_first(
     from rocketstore.services.schedule import timer_service
     from rocketstore.services.schedule.timer_wheel import TimerUnit
 
-    from rocketstore.codec import encode_message
-    from rocketstore.message import Message
+    from rocketstore.storage.codec import encode_message
+    from rocketstore.storage.message import Message
 
     clock = [0]
     monkeypatch.setattr(timer_service, "_now_ms", lambda: clock[0])

@@ -22,11 +22,12 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from rmq5_venv import run_client
 
-from rocketstore import _speedups, tls_demux
 from rocketstore.client import ClientTls, Message, Producer
 from rocketstore.client.errors import ClientError
-from rocketstore.health_client import wait_serving
-from rocketstore.tls import SELF_SIGNED_DIR
+from rocketstore.rpc import tls_demux
+from rocketstore.rpc.health_client import wait_serving
+from rocketstore.rpc.tls import SELF_SIGNED_DIR
+from rocketstore.storage import _speedups
 
 TOPIC = "TlsTopic"
 

@@ -12,7 +12,7 @@ from conftest import CLUSTER_SECRET_FILE, Broker
 from test_launcher import clean_environ, rocketstore_exe
 from test_transactions import consume_all, wait_until
 
-from rocketstore.internal_auth import ensure_secret
+from rocketstore.rpc.internal_auth import ensure_secret
 
 TIMEOUT = 60.0
 

@@ -20,8 +20,8 @@ from rocketstore.client import (
     TransactionListener,
     TransactionMQProducer,
 )
-from rocketstore.codec import decode_message
-from rocketstore.message import TRANSACTION_COMMIT_TYPE, MessageExt, transaction_type
+from rocketstore.storage.codec import decode_message
+from rocketstore.storage.message import TRANSACTION_COMMIT_TYPE, MessageExt, transaction_type
 from rocketstore.v1 import gateway_pb2 as pb
 
 WAIT = 20.0
@@ -232,7 +232,7 @@ def test_commit_stored_without_its_op_before_a_crash_is_not_applied_twice(gatewa
     CommitLog, the op message is not. After the restart the check's COMMIT writes only the op."""
     from rocketstore.services.commitlog.client import CommitLogClient
 
-    from rocketstore.message import properties_to_string
+    from rocketstore.storage.message import properties_to_string
     from rocketstore.v1 import commitlog_pb2 as cl_pb
 
     endpoint = _endpoint(gateway)
@@ -427,7 +427,7 @@ def test_half_message_older_than_file_reserved_time_is_neither_checked_nor_moved
     from rocketstore.services.gateway.transaction_check import TransactionCheckService
     from rocketstore.services.gateway.transaction_table import HalfMessage
 
-    from rocketstore.settings import load_settings
+    from rocketstore.config.settings import load_settings
     from rocketstore.v1 import commitlog_pb2 as cl_pb
 
     settings = load_settings(None, {"storePathRootDir": str(tmp_path), "fileReservedTime": "1",

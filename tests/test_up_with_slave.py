@@ -16,7 +16,7 @@ import grpc
 import pytest
 from test_launcher import UP_SETTINGS, clean_environ, free_port, rocketstore_exe
 
-from rocketstore.internal_auth import ensure_secret, read_secret, with_secret
+from rocketstore.rpc.internal_auth import ensure_secret, read_secret, with_secret
 from rocketstore.v1 import commitlog_pb2 as cl_pb
 from rocketstore.v1 import commitlog_pb2_grpc as cl_grpc
 

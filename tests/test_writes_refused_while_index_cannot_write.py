@@ -16,7 +16,7 @@ from storage_helpers import fill_disk
 from test_dispatch_crash import pull_all, wait_caught_up, wait_for
 from test_index_faults import small_disk  # noqa: F401 - the tmpfs fixture
 
-from rocketstore.statuses import PutMessageStatus, is_disk_full
+from rocketstore.storage.statuses import PutMessageStatus, is_disk_full
 from rocketstore.v1 import commitlog_pb2 as cl_pb
 from rocketstore.v1 import gateway_pb2 as gw_pb
 

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from rocketstore.config_file import file_stamp, load_json, persist_json
+from rocketstore.config.config_file import file_stamp, load_json, persist_json
 from rocketstore.log import get_logger
 
 from .model import Acl, AclError, PolicyEntry, User, UserStatus, UserType, subject_of

@@ -12,7 +12,7 @@
     consumer.shutdown()
 """
 
-from rocketstore.tls import ClientTls
+from rocketstore.rpc.tls import ClientTls
 
 from .admin import Admin
 from .auth_admin import AuthAdmin

@@ -15,7 +15,7 @@ import grpc
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 
-from rocketstore.tls import ClientTls
+from rocketstore.rpc.tls import ClientTls
 from rocketstore.v1 import gateway_pb2 as pb
 
 from .connection import DEFAULT_TIMEOUT, Connection, split_endpoints

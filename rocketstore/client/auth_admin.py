@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rocketstore.tls import ClientTls
+from rocketstore.rpc.tls import ClientTls
 from rocketstore.v1 import auth_pb2 as pb
 from rocketstore.v1 import auth_pb2_grpc
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rocketstore.tls import ClientTls
+from rocketstore.rpc.tls import ClientTls
 from rocketstore.v1 import gateway_pb2 as pb
 
 from .admin import Admin

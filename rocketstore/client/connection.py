@@ -8,8 +8,8 @@ from typing import TypeVar
 import grpc
 from google.protobuf.message import Message
 
-from rocketstore.channel import open_channel
-from rocketstore.tls import ClientTls
+from rocketstore.rpc.channel import open_channel
+from rocketstore.rpc.tls import ClientTls
 from rocketstore.v1 import gateway_pb2 as pb
 from rocketstore.v1 import gateway_pb2_grpc
 

@@ -58,9 +58,9 @@ from itertools import islice
 import grpc
 
 from rocketstore.log import get_logger
-from rocketstore.message import PROPERTY_RETRY_TOPIC
+from rocketstore.rpc.tls import ClientTls
+from rocketstore.storage.message import PROPERTY_RETRY_TOPIC
 from rocketstore.subscription import parse_expression
-from rocketstore.tls import ClientTls
 from rocketstore.v1 import gateway_pb2 as pb
 
 from .cluster_routes import ClusterRoutes

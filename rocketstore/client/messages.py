@@ -3,7 +3,7 @@
 ``decode_records`` turns the raw CommitLog records of ``Pull(raw_records=True)`` (and BatchRead) into
 ReceivedMessage objects without going through protobuf: the common case (IPv4 born and store hosts) is
 one ``struct.unpack_from`` per record, hosts and msgId prefixes are cached, and anything else (IPv6
-hosts) goes through ``rocketstore.codec.decode_message``.
+hosts) goes through ``rocketstore.storage.codec.decode_message``.
 """
 
 from __future__ import annotations
@@ -14,15 +14,15 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from rocketstore.codec import PROPERTY_CRC32, decode_message
-from rocketstore.formats import (
+from rocketstore.storage.codec import PROPERTY_CRC32, decode_message
+from rocketstore.storage.formats import (
     MESSAGE_MAGIC_CODE,
     MIN_RECORD_LENGTH,
     PROPERTIESLEN_LENGTH,
     RECORD_V4_FIXED,
     TOPICLEN_LENGTH,
 )
-from rocketstore.message import (
+from rocketstore.storage.message import (
     BORNHOST_V6_FLAG,
     PROPERTY_KEYS,
     PROPERTY_TAGS,

@@ -35,8 +35,8 @@ from typing import TypeVar
 import grpc
 
 from rocketstore.log import get_logger
-from rocketstore.message_id import UniqKeyGenerator
-from rocketstore.tls import ClientTls
+from rocketstore.rpc.tls import ClientTls
+from rocketstore.storage.message_id import UniqKeyGenerator
 from rocketstore.v1 import gateway_pb2 as pb
 
 from .cluster_routes import ClusterRoutes, GroupQueues

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Sequence
 from typing import Protocol
 
-from rocketstore.message import java_string_hash
+from rocketstore.storage.message import java_string_hash
 
 from .messages import Message, MessageQueue
 

@@ -25,7 +25,7 @@ from concurrent.futures import Future
 
 import grpc
 
-from rocketstore.channel import MAX_MESSAGE_BYTES
+from rocketstore.rpc.channel import MAX_MESSAGE_BYTES
 from rocketstore.v1 import gateway_pb2 as pb
 
 from .errors import ClientError, DeadlineExceededError, from_rpc_error, from_status

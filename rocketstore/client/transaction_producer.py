@@ -32,7 +32,7 @@ from typing import Any
 import grpc
 
 from rocketstore.log import get_logger
-from rocketstore.tls import ClientTls
+from rocketstore.rpc.tls import ClientTls
 from rocketstore.v1 import gateway_pb2 as pb
 
 from .connection import Connection, split_endpoints

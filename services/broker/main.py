@@ -5,7 +5,7 @@ processors directly; in cluster mode it is its own process and reaches brokers o
 is local mode for rocketstore: the CommitLog, the index, the dispatcher (a thread walking the CommitLog,
 as ReputMessageService), the schedule service, the ha service and the gateway share one process and one
 data directory, and every call between them goes through the services' own typed clients over
-``rocketstore.inprocess`` channels — the same contracts, servicers and error statuses as in cluster mode,
+``rocketstore.rpc.inprocess`` channels — the same contracts, servicers and error statuses as in cluster mode,
 without serialization or a network hop on a message's path.
 
 What listens:
@@ -59,21 +59,21 @@ from rocketstore.services.schedule.delay_offsets import DelayOffsetTable
 from rocketstore.services.schedule.schedule_service import ScheduleMessageService
 from rocketstore.services.schedule.timer_service import TimerMessageService
 
-from rocketstore.aio_server import AioGrpcServer, serve_until_signal
-from rocketstore.codec import RECORD_SIZE_SLACK
-from rocketstore.connection_guard import ConnectionGuard
+from rocketstore.config.settings import BrokerRole, FlushDiskType, snap_timer_precision
 from rocketstore.errors import BrokerError
-from rocketstore.inprocess import InProcessServer, aio_channel_to, channel_to
-from rocketstore.internal_auth import AioRequireSecret, RequireSecret, configure
 from rocketstore.log import configure_logging, get_logger
-from rocketstore.malloc_tuning import keep_freed_buffers
-from rocketstore.server import GrpcServer, start_metrics_server
-from rocketstore.settings import BrokerRole, FlushDiskType, snap_timer_precision
+from rocketstore.rpc.aio_server import AioGrpcServer, serve_until_signal
+from rocketstore.rpc.connection_guard import ConnectionGuard
+from rocketstore.rpc.inprocess import InProcessServer, aio_channel_to, channel_to
+from rocketstore.rpc.internal_auth import AioRequireSecret, RequireSecret, configure
+from rocketstore.rpc.malloc_tuning import keep_freed_buffers
+from rocketstore.rpc.server import GrpcServer, start_metrics_server
+from rocketstore.storage.codec import RECORD_SIZE_SLACK
 from rocketstore.v1 import commitlog_pb2_grpc, ha_pb2_grpc, index_pb2_grpc
 
 if TYPE_CHECKING:
-    from rocketstore.settings import Settings
-    from rocketstore.tls import ServerTls
+    from rocketstore.config.settings import Settings
+    from rocketstore.rpc.tls import ServerTls
 
 __all__ = ["INPROCESS", "serve"]
 

@@ -29,11 +29,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from rocketstore.config.settings import BrokerRole, Settings
 from rocketstore.log import get_logger
-from rocketstore.mapped_file import MappedFile
-from rocketstore.mapped_file_queue import MappedFileQueue
-from rocketstore.settings import BrokerRole, Settings
-from rocketstore.statuses import DISK_FULL_REASON_PREFIX
+from rocketstore.storage.mapped_file import MappedFile
+from rocketstore.storage.mapped_file_queue import MappedFileQueue
+from rocketstore.storage.statuses import DISK_FULL_REASON_PREFIX
 
 from .dropped_messages import DroppedMessages, FileMessages, count_file_messages, unconsumed
 

@@ -5,7 +5,7 @@ Plain values in and out (offsets, byte ranges, ``Offsets``), with two exceptions
 because they are columnar and copying them would cost the hot path: appends answer the
 ``AppendColumns`` (or ``AppendBatchResponse``) of the service, as it sent them.
 
-Deadlines and retries are decided here, once (``rocketstore.rpc_client``): reads, offsets and stats
+Deadlines and retries are decided here, once (``rocketstore.rpc.rpc_client``): reads, offsets and stats
 are retried on UNAVAILABLE within their deadline; appends, flushes and deletions are never retried
 blindly. Every failure is a ``rocketstore.errors.BrokerError`` naming "the commitlog service".
 """
@@ -20,10 +20,10 @@ from dataclasses import dataclass
 import grpc
 import grpc.aio
 
-from rocketstore.channel import open_aio_channel, open_channel
 from rocketstore.errors import DeadlineExceeded, Unavailable
-from rocketstore.internal_auth import process_secret
-from rocketstore.rpc_client import AsyncStream, Caller, Stream, translate
+from rocketstore.rpc.channel import open_aio_channel, open_channel
+from rocketstore.rpc.internal_auth import process_secret
+from rocketstore.rpc.rpc_client import AsyncStream, Caller, Stream, translate
 from rocketstore.v1 import commitlog_pb2 as pb
 from rocketstore.v1 import commitlog_pb2_grpc as pb_grpc
 

@@ -14,29 +14,29 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import overload
 
-from rocketstore import codec
-from rocketstore.codec import (
+from rocketstore.config.settings import BrokerRole, FlushDiskType, Settings
+from rocketstore.log import get_logger
+from rocketstore.storage import codec
+from rocketstore.storage.codec import (
     EncodedRecord,
     MessageRefused,
     encode_unplaced,
     write_blank,
 )
-from rocketstore.formats import (
+from rocketstore.storage.formats import (
     END_FILE_MIN_BLANK_LENGTH,
     MESSAGE_MAGIC_CODE,
     MIN_RECORD_LENGTH,
     RECORD_PREFIX,
 )
-from rocketstore.log import get_logger
-from rocketstore.mapped_file import MappedFile
-from rocketstore.mapped_file_queue import AllocateMappedFileService, MappedFileQueue, TransientStorePool
-from rocketstore.message import (
+from rocketstore.storage.mapped_file import MappedFile
+from rocketstore.storage.mapped_file_queue import AllocateMappedFileService, MappedFileQueue, TransientStorePool
+from rocketstore.storage.message import (
     Message,
     parse_host,
 )
-from rocketstore.message_id import message_id_prefix
-from rocketstore.settings import BrokerRole, FlushDiskType, Settings
-from rocketstore.statuses import PutMessageStatus
+from rocketstore.storage.message_id import message_id_prefix
+from rocketstore.storage.statuses import PutMessageStatus
 
 log = get_logger(__name__)
 

@@ -23,7 +23,9 @@ import threading
 import time
 from collections.abc import Mapping
 
-from rocketstore.formats import (
+from rocketstore.config.offsets_file import ConsumerOffsets, load_consumer_offsets
+from rocketstore.log import get_logger
+from rocketstore.storage.formats import (
     BLANK_MAGIC_CODE,
     BODYLEN_LENGTH,
     BODYLEN_POSITIONS,
@@ -32,9 +34,7 @@ from rocketstore.formats import (
     MIN_RECORD_LENGTH,
     TOPICLEN_LENGTH,
 )
-from rocketstore.log import get_logger
-from rocketstore.message import TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE
-from rocketstore.offsets_file import ConsumerOffsets, load_consumer_offsets
+from rocketstore.storage.message import TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE
 
 __all__ = ["DroppedMessages", "FileMessages", "count_file_messages"]
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from rocketstore.codec import RECORD_SIZE_SLACK
-from rocketstore.internal_auth import RequireSecret, configure
 from rocketstore.log import configure_logging, get_logger
-from rocketstore.malloc_tuning import keep_freed_buffers
-from rocketstore.server import GrpcServer, metric_value, run_until_signal, start_metrics_server
+from rocketstore.rpc.internal_auth import RequireSecret, configure
+from rocketstore.rpc.malloc_tuning import keep_freed_buffers
+from rocketstore.rpc.server import GrpcServer, metric_value, run_until_signal, start_metrics_server
+from rocketstore.storage.codec import RECORD_SIZE_SLACK
 from rocketstore.v1 import commitlog_pb2_grpc
 
 from .servicer import SERVICE_NAME, CommitLogServicer
@@ -25,7 +25,7 @@ from .store import CommitLogStore, StoreStartError
 if TYPE_CHECKING:
     from prometheus_client.core import Metric
 
-    from rocketstore.settings import Settings
+    from rocketstore.config.settings import Settings
 
     from .store import PutResult
 
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m rocketstore.services.commitlog.main [options]``: ``rocketstore serve commitlog``."""
     import sys
 
-    from rocketstore import cli
+    from rocketstore.cli import main as cli
 
     return cli.main(["serve", SERVICE, *(sys.argv[1:] if argv is None else argv)])
 

@@ -20,14 +20,14 @@ import struct
 import zlib
 from dataclasses import dataclass, field
 
-from rocketstore.codec import (
+from rocketstore.storage.codec import (
     CRC32_RESERVED_LEN,
     MAX_TOPIC_LENGTH,
     check_record,
     record_spans,
     stored_record_crc,
 )
-from rocketstore.formats import (
+from rocketstore.storage.formats import (
     BLANK_MAGIC_CODE,
     MESSAGE_MAGIC_CODE,
     MIN_RECORD_LENGTH,

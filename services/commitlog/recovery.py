@@ -15,16 +15,16 @@ import os
 
 from rocketstore.services.commitlog.commitlog import CommitLog
 
-from rocketstore.checkpoint import StoreCheckpoint
-from rocketstore.codec import (
+from rocketstore.log import get_logger
+from rocketstore.storage.checkpoint import StoreCheckpoint
+from rocketstore.storage.codec import (
     BLANK,
     INVALID,
     check_record,
     read_record_info,
 )
-from rocketstore.log import get_logger
-from rocketstore.mapped_file import MappedFile
-from rocketstore.message import TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE
+from rocketstore.storage.mapped_file import MappedFile
+from rocketstore.storage.message import TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE
 
 log = get_logger(__name__)
 

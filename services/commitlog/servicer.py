@@ -18,7 +18,7 @@ Errors (always with a detail that says what was wrong):
 * UNAVAILABLE: the service is stopping or the store is shut down;
 * INTERNAL: anything unexpected (logged with its traceback).
 
-Handlers raise ``rocketstore.errors`` refusals; ``rocketstore.servicing.rpc_errors`` turns them (and
+Handlers raise ``rocketstore.errors`` refusals; ``rocketstore.rpc.servicing.rpc_errors`` turns them (and
 anything unexpected) into statuses.
 """
 
@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, cast
 
 import grpc
 
-from rocketstore.codec import RECORD_SIZE_SLACK
 from rocketstore.errors import (
     BrokerError,
     FailedPrecondition,
@@ -41,7 +40,8 @@ from rocketstore.errors import (
     Unavailable,
 )
 from rocketstore.log import get_logger
-from rocketstore.servicing import rpc_errors, until_stream_ends
+from rocketstore.rpc.servicing import rpc_errors, until_stream_ends
+from rocketstore.storage.codec import RECORD_SIZE_SLACK
 from rocketstore.v1 import commitlog_pb2 as pb
 from rocketstore.v1 import commitlog_pb2_grpc as pb_grpc
 

@@ -19,7 +19,8 @@ import time
 
 from rocketstore.services.commitlog.commitlog import CommitLog
 
-from rocketstore.formats import (
+from rocketstore.log import get_logger
+from rocketstore.storage.formats import (
     BLANK_MAGIC_CODE,
     BODYLEN_POSITIONS,
     HOST_FLAGS_SHIFT,
@@ -27,8 +28,7 @@ from rocketstore.formats import (
     MIN_RECORD_LENGTH,
     RECORD_PREFIX,
 )
-from rocketstore.log import get_logger
-from rocketstore.message import TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE
+from rocketstore.storage.message import TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE
 
 __all__ = ["OffsetMismatch", "SlaveAppender"]
 

@@ -22,13 +22,13 @@ from rocketstore.services.commitlog.read_checks import CorruptRange, find_corrup
 from rocketstore.services.commitlog.replica import ReplicaTracker, TransferRequest
 from rocketstore.services.commitlog.slave_append import OffsetMismatch, SlaveAppender
 
-from rocketstore.checkpoint import StoreCheckpoint
-from rocketstore.file_lock import FileLockHeld, lock_file, unlock_file
+from rocketstore.config.settings import BrokerRole, FlushDiskType, Settings
 from rocketstore.log import get_logger, lost_log_lines
-from rocketstore.message import Message, StorableMessage, wait_store_msg_ok
-from rocketstore.rocketmq_layout import unusable_rocketmq_files
-from rocketstore.settings import BrokerRole, FlushDiskType, Settings
-from rocketstore.statuses import PutMessageStatus
+from rocketstore.storage.checkpoint import StoreCheckpoint
+from rocketstore.storage.file_lock import FileLockHeld, lock_file, unlock_file
+from rocketstore.storage.message import Message, StorableMessage, wait_store_msg_ok
+from rocketstore.storage.rocketmq_layout import unusable_rocketmq_files
+from rocketstore.storage.statuses import PutMessageStatus
 
 __all__ = ["CommitLogStore", "CorruptRange", "NotThisRole", "OffsetMismatch", "OffsetNotAvailable", "PutResult",
            "PutResults", "StoreFull", "StoreStartError"]

@@ -12,9 +12,9 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-from rocketstore import _speedups
-from rocketstore.codec import check_record
-from rocketstore.formats import (
+from rocketstore.storage import _speedups
+from rocketstore.storage.codec import check_record
+from rocketstore.storage.formats import (
     BLANK_MAGIC_CODE,
     BODYLEN_LENGTH,
     BODYLEN_POSITIONS,
@@ -28,7 +28,7 @@ from rocketstore.formats import (
     STORETIMESTAMP_POSITIONS,
     TOPICLEN_LENGTH,
 )
-from rocketstore.message import java_string_hash, property_value
+from rocketstore.storage.message import java_string_hash, property_value
 
 __all__ = ["SCHEDULE_TOPIC", "CorruptRecord", "DispatchColumns", "DispatchDecoder", "tags_code_of"]
 
@@ -283,5 +283,5 @@ class DispatchDecoder:
         return pos
 
 
-# The compiled twin, when built (rocketstore._speedups); the pure-Python loop otherwise.
+# The compiled twin, when built (rocketstore.storage._speedups); the pure-Python loop otherwise.
 walk_records = _speedups.compiled.walk_records if _speedups.compiled is not None else walk_records_py

@@ -29,7 +29,7 @@ from rocketstore.services.index.client import IndexClient, Position
 
 from rocketstore.errors import BrokerError
 from rocketstore.log import get_logger
-from rocketstore.rpc_client import Stream
+from rocketstore.rpc.rpc_client import Stream
 from rocketstore.v1 import index_pb2 as ix_pb
 
 from .decode import CorruptRecord, DispatchColumns, DispatchDecoder
@@ -67,7 +67,7 @@ class Dispatcher:
                  chunk_bytes: int = CHUNK_BYTES,
                  channels: tuple[grpc.Channel, grpc.Channel] | None = None) -> None:
         """``channels`` (the CommitLog's, the index's): in-process channels in local mode, where the tail and
-        the dispatch run in this process (``rocketstore.inprocess``); None dials the endpoints."""
+        the dispatch run in this process (``rocketstore.rpc.inprocess``); None dials the endpoints."""
         self._commitlog_endpoint = commitlog_endpoint
         self._channels = channels
         self._index_endpoint = index_endpoint

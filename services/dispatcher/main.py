@@ -8,15 +8,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rocketstore.internal_auth import RequireSecret, configure
+from rocketstore.config.settings import FlushDiskType
 from rocketstore.log import configure_logging, get_logger
-from rocketstore.server import GrpcServer, run_until_signal, start_metrics_server
-from rocketstore.settings import FlushDiskType
+from rocketstore.rpc.internal_auth import RequireSecret, configure
+from rocketstore.rpc.server import GrpcServer, run_until_signal, start_metrics_server
 
 from .dispatcher import Dispatcher
 
 if TYPE_CHECKING:
-    from rocketstore.settings import Settings
+    from rocketstore.config.settings import Settings
 
 __all__ = ["DEFAULT_PORT", "serve"]
 

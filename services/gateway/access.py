@@ -35,8 +35,8 @@ from rocketstore.auth.signature import (
     parse_date_time,
     sign,
 )
+from rocketstore.config.settings import Settings
 from rocketstore.log import get_logger
-from rocketstore.settings import Settings
 
 from .topics import SYSTEM_TOPIC_PREFIX, is_not_allowed_send_topic
 

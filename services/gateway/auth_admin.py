@@ -23,7 +23,7 @@ from rocketstore.auth.model import (
     parse_actions,
     parse_source_ips,
 )
-from rocketstore.servicing import rpc_errors
+from rocketstore.rpc.servicing import rpc_errors
 from rocketstore.v1 import auth_pb2 as pb
 from rocketstore.v1 import auth_pb2_grpc as pb_grpc
 

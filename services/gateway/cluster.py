@@ -16,7 +16,7 @@ import uuid
 from rocketstore.cluster.membership import ClusterMembership
 from rocketstore.cluster.records import BrokerMember, QueueData, RouteEntry
 from rocketstore.cluster.registry import DuplicateBroker, EtcdRegistry
-from rocketstore.settings import Settings
+from rocketstore.config.settings import Settings
 from rocketstore.v1 import gateway_pb2 as pb
 
 from .errors import GatewayError

@@ -49,9 +49,9 @@ import ctypes
 import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+from rocketstore.config.settings import BrokerRole
 from rocketstore.errors import BrokerError
 from rocketstore.log import get_logger
-from rocketstore.settings import BrokerRole
 from rocketstore.subscription import Subscription
 from rocketstore.v1 import gateway_pb2 as pb
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
+from rocketstore.config.settings import BrokerRole
 from rocketstore.log import get_logger
-from rocketstore.settings import BrokerRole
 from rocketstore.v1 import gateway_pb2 as pb
 
 from .context import GatewayContext, parse_subscription

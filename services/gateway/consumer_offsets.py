@@ -18,9 +18,9 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from rocketstore.config_file import file_stamp, load_json, persist_json
+from rocketstore.config.config_file import file_stamp, load_json, persist_json
+from rocketstore.config.offsets_file import OFFSETS_FILE
 from rocketstore.log import get_logger
-from rocketstore.offsets_file import OFFSETS_FILE
 
 __all__ = ["OFFSETS_FILE", "TOPIC_GROUP_SEPARATOR", "ConsumerOffsetManager"]
 

@@ -12,7 +12,7 @@ from collections import deque
 from rocketstore.services.commitlog.client import AsyncCommitLogClient
 from rocketstore.services.index.client import AsyncIndexClient
 
-from rocketstore.settings import Settings
+from rocketstore.config.settings import Settings
 from rocketstore.subscription import Subscription, SubscriptionError, parse_expression
 
 from .consumer_offsets import ConsumerOffsetManager

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import zlib
 
-from rocketstore.codec import decode_message
-from rocketstore.message import (
+from rocketstore.storage.codec import decode_message
+from rocketstore.storage.message import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_MAX_RECONSUME_TIMES,
     PROPERTY_REAL_QUEUE_ID,

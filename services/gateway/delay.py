@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rocketstore.codec import MAX_PROPERTIES_LENGTH
-from rocketstore.message import PROPERTY_DELAY_TIME_LEVEL, PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC
+from rocketstore.storage.codec import MAX_PROPERTIES_LENGTH
+from rocketstore.storage.message import PROPERTY_DELAY_TIME_LEVEL, PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC
 from rocketstore.v1 import commitlog_pb2 as cl_pb
 from rocketstore.v1 import gateway_pb2 as pb
 

@@ -36,15 +36,15 @@ from google.protobuf.message import DecodeError
 from rocketstore.services.commitlog.client import AsyncCommitLogClient
 from rocketstore.services.ha.client import HAClient
 
-from rocketstore.aio_server import AioGrpcServer, serve_until_signal
-from rocketstore.channel import MAX_MESSAGE_BYTES
-from rocketstore.config_file import persist_text
+from rocketstore.config.config_file import persist_text
+from rocketstore.config.settings import Settings
 from rocketstore.errors import BrokerError
-from rocketstore.internal_auth import METADATA_KEY, operator_denial, process_secret, with_secret_aio
 from rocketstore.log import get_logger
-from rocketstore.server import start_metrics_server
-from rocketstore.servicing import rpc_errors
-from rocketstore.settings import Settings
+from rocketstore.rpc.aio_server import AioGrpcServer, serve_until_signal
+from rocketstore.rpc.channel import MAX_MESSAGE_BYTES
+from rocketstore.rpc.internal_auth import METADATA_KEY, operator_denial, process_secret, with_secret_aio
+from rocketstore.rpc.server import start_metrics_server
+from rocketstore.rpc.servicing import rpc_errors
 from rocketstore.v1 import gateway_pb2 as pb
 from rocketstore.v2 import service_pb2 as s
 

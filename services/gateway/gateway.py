@@ -29,10 +29,10 @@ import grpc.aio
 from rocketstore.services.commitlog.client import AsyncCommitLogClient
 from rocketstore.services.index.client import AsyncIndexClient
 
-from rocketstore.channel import MAX_MESSAGE_BYTES
 from rocketstore.cluster.membership import ClusterMembership
-from rocketstore.internal_auth import process_secret, with_secret_aio
-from rocketstore.settings import Settings
+from rocketstore.config.settings import Settings
+from rocketstore.rpc.channel import MAX_MESSAGE_BYTES
+from rocketstore.rpc.internal_auth import process_secret, with_secret_aio
 
 from .access import AccessControl
 from .admin_processor import AdminBrokerProcessor

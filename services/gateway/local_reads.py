@@ -26,8 +26,10 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from rocketstore import _speedups
-from rocketstore.formats import (
+from rocketstore.config.settings import Settings
+from rocketstore.log import get_logger
+from rocketstore.storage import _speedups
+from rocketstore.storage.formats import (
     BODYLEN_LENGTH,
     BODYLEN_POSITIONS,
     CQ_STORE_UNIT_SIZE,
@@ -38,9 +40,7 @@ from rocketstore.formats import (
     RECORD_HEAD_TO_PHYSICALOFFSET,
     TOPICLEN_LENGTH,
 )
-from rocketstore.formats import CQ_UNIT as FORMATS_CQ_UNIT
-from rocketstore.log import get_logger
-from rocketstore.settings import Settings
+from rocketstore.storage.formats import CQ_UNIT as FORMATS_CQ_UNIT
 from rocketstore.subscription import Subscription
 
 from .received import tags_of
@@ -56,7 +56,7 @@ _UNIT = FORMATS_CQ_UNIT
 # TOTALSIZE, MAGICCODE, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET, PHYSICALOFFSET: the head of every record
 _HEAD = RECORD_HEAD_TO_PHYSICALOFFSET
 _INT = struct.Struct(">i")
-# The dispatcher's compiled record walk (rocketstore/_hotloops.c), when built: the fields of a run of records
+# The dispatcher's compiled record walk (rocketstore/storage/_hotloops.c), when built: the fields of a run of records
 # in one call; without it, the loop below checks each record.
 _walk = _speedups.compiled.walk_records if _speedups.compiled is not None else None
 

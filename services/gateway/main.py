@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING
 
 import grpc.aio
 
-from rocketstore.aio_server import AioGrpcServer, AioRpcLatencyInterceptor, serve_until_signal
-from rocketstore.connection_guard import ConnectionGuard, descriptor_limit, open_descriptors, raise_descriptor_limit
 from rocketstore.errors import BrokerError
-from rocketstore.internal_auth import configure
 from rocketstore.log import configure_logging, get_logger
-from rocketstore.server import start_metrics_server
+from rocketstore.rpc.aio_server import AioGrpcServer, AioRpcLatencyInterceptor, serve_until_signal
+from rocketstore.rpc.connection_guard import ConnectionGuard, descriptor_limit, open_descriptors, raise_descriptor_limit
+from rocketstore.rpc.internal_auth import configure
+from rocketstore.rpc.server import start_metrics_server
 from rocketstore.v1 import auth_pb2_grpc, gateway_pb2_grpc
 from rocketstore.v2 import service_pb2_grpc as v2_grpc
 
@@ -35,8 +35,8 @@ from .tls_settings import server_tls
 from .v2.servicer import MESSAGING_SERVICE, MessagingServicer
 
 if TYPE_CHECKING:
-    from rocketstore.settings import Settings
-    from rocketstore.tls import ServerTls
+    from rocketstore.config.settings import Settings
+    from rocketstore.rpc.tls import ServerTls
 
 __all__ = ["DEFAULT_PORT", "serve"]
 

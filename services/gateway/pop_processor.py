@@ -26,11 +26,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rocketstore.codec import MAX_TOPIC_LENGTH, decode_message
+from rocketstore.config.settings import BrokerRole
 from rocketstore.errors import BrokerError
 from rocketstore.log import get_logger
-from rocketstore.message import PROPERTY_RETRY_TOPIC, MessageExt, properties_to_string
-from rocketstore.settings import BrokerRole
+from rocketstore.storage.codec import MAX_TOPIC_LENGTH, decode_message
+from rocketstore.storage.message import PROPERTY_RETRY_TOPIC, MessageExt, properties_to_string
 from rocketstore.subscription import Subscription
 from rocketstore.v1 import commitlog_pb2 as cl_pb
 from rocketstore.v1 import gateway_pb2 as pb

@@ -17,7 +17,7 @@ import json
 import time
 from typing import Any
 
-from rocketstore.message import properties_to_string
+from rocketstore.storage.message import properties_to_string
 from rocketstore.v1 import commitlog_pb2 as cl_pb
 
 __all__ = ["ACK_ACKED", "ACK_CHANGED", "ACK_DEAD", "ACK_REVIVED", "ACK_TAG", "CK_TAG", "REVIVE_GROUP", "Ack",

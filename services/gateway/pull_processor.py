@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import asyncio
 
-from rocketstore.codec import decode_message
+from rocketstore.config.settings import BrokerRole, Settings
 from rocketstore.log import get_logger
-from rocketstore.settings import BrokerRole, Settings
+from rocketstore.storage.codec import decode_message
 from rocketstore.subscription import Subscription
 from rocketstore.v1 import gateway_pb2 as pb
 from rocketstore.v1 import index_pb2 as ix_pb

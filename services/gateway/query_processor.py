@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from rocketstore.codec import decode_message
-from rocketstore.message_id import decode_message_id
+from rocketstore.storage.codec import decode_message
+from rocketstore.storage.message_id import decode_message_id
 from rocketstore.v1 import gateway_pb2 as pb
 from rocketstore.v1 import index_pb2 as ix_pb
 

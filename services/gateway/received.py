@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from rocketstore.codec import read_record_info
-from rocketstore.message import MessageExt, property_value
+from rocketstore.storage.codec import read_record_info
+from rocketstore.storage.message import MessageExt, property_value
 from rocketstore.v1 import gateway_pb2 as pb
 
 __all__ = ["received", "tags_of"]

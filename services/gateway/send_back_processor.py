@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import asyncio
 
-from rocketstore.codec import decode_message
-from rocketstore.message import (
+from rocketstore.storage.codec import decode_message
+from rocketstore.storage.message import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_MAX_RECONSUME_TIMES,
     PROPERTY_ORIGIN_MESSAGE_ID,

@@ -8,10 +8,10 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from rocketstore.config.settings import snap_timer_precision
 from rocketstore.log import get_logger
-from rocketstore.message_id import UniqKeyGenerator
-from rocketstore.settings import snap_timer_precision
-from rocketstore.statuses import PutMessageStatus, is_disk_full
+from rocketstore.storage.message_id import UniqKeyGenerator
+from rocketstore.storage.statuses import PutMessageStatus, is_disk_full
 from rocketstore.v1 import gateway_pb2 as pb
 
 from .context import SendContext

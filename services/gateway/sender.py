@@ -16,10 +16,10 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from rocketstore.codec import MAX_PROPERTIES_LENGTH
-from rocketstore.formats import END_FILE_MIN_BLANK_LENGTH, HOST_V6_EXTRA, MIN_RECORD_LENGTH
 from rocketstore.log import get_logger
-from rocketstore.message import (
+from rocketstore.storage.codec import MAX_PROPERTIES_LENGTH
+from rocketstore.storage.formats import END_FILE_MIN_BLANK_LENGTH, HOST_V6_EXTRA, MIN_RECORD_LENGTH
+from rocketstore.storage.message import (
     COMPRESSED_FLAG,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
@@ -27,7 +27,7 @@ from rocketstore.message import (
     SYSTEM_PROPERTY_NAMES,
     parse_host,
 )
-from rocketstore.message_id import UniqKeyGenerator
+from rocketstore.storage.message_id import UniqKeyGenerator
 from rocketstore.v1 import commitlog_pb2 as cl_pb
 from rocketstore.v1 import gateway_pb2 as pb
 

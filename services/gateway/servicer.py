@@ -1,5 +1,5 @@
 """``rocketstore.v1.Gateway`` and ``rocketstore.v1.BatchRead`` on grpc.aio over a ``Gateway``: each RPC
-calls its processor; failures become statuses through the shared mapping (``rocketstore.servicing``),
+calls its processor; failures become statuses through the shared mapping (``rocketstore.rpc.servicing``),
 after ``client_facing`` decided what a failure behind the gateway looks like to its client."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from typing import Any, TypeVar
 import grpc.aio
 
 from rocketstore.errors import BrokerError
-from rocketstore.internal_auth import denial, operator_denial, process_secret
 from rocketstore.log import get_logger
-from rocketstore.servicing import rpc_errors
-from rocketstore.tls_demux import original_peer
+from rocketstore.rpc.internal_auth import denial, operator_denial, process_secret
+from rocketstore.rpc.servicing import rpc_errors
+from rocketstore.rpc.tls_demux import original_peer
 from rocketstore.v1 import gateway_pb2 as pb
 from rocketstore.v1 import gateway_pb2_grpc as pb_grpc
 
@@ -55,7 +55,7 @@ CLIENT_HOST_HEADER = "x-rocketstore-client-host"
 def peer_host(context: _Context) -> str:
     """The client's "ip:port" as gRPC names it ("ipv4:1.2.3.4:5" / "ipv6:[::1]:5"). A front gateway forwarding
     its client's call names the client's address in CLIENT_HOST_HEADER: honoured only on a call that carries
-    the cluster secret (rocketstore.internal_auth), so no client, remote or local, chooses the born host stored
+    the cluster secret (rocketstore.rpc.internal_auth), so no client, remote or local, chooses the born host stored
     with its messages. A connection relayed by the port demultiplexer (tls.server.mode=permissive) is its
     client's."""
     forwarded = _forwarded_host(context)

@@ -23,7 +23,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from rocketstore.config_file import file_stamp, load_json, persist_json
+from rocketstore.config.config_file import file_stamp, load_json, persist_json
 from rocketstore.errors import disk_full
 from rocketstore.log import get_logger
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from rocketstore.codec import MAX_PROPERTIES_LENGTH
-from rocketstore.message import PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC
-from rocketstore.settings import Settings
+from rocketstore.config.settings import Settings
+from rocketstore.storage.codec import MAX_PROPERTIES_LENGTH
+from rocketstore.storage.message import PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC
 from rocketstore.v1 import commitlog_pb2 as cl_pb
 from rocketstore.v1 import gateway_pb2 as pb
 

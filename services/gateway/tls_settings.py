@@ -1,11 +1,11 @@
-"""The gateway's TLS from its settings (``tls.server.*``, RocketMQ proxy's names; see ``rocketstore.tls``)."""
+"""The gateway's TLS from its settings (``tls.server.*``, RocketMQ proxy's names; see ``rocketstore.rpc.tls``)."""
 
 from __future__ import annotations
 
 import os
 
-from rocketstore.settings import Settings, SettingsError
-from rocketstore.tls import (
+from rocketstore.config.settings import Settings, SettingsError
+from rocketstore.rpc.tls import (
     SELF_SIGNED_DIR,
     ClientAuth,
     ServerTls,

@@ -32,9 +32,9 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from rocketstore.config_file import file_stamp, load_json, persist_text, to_json
+from rocketstore.config.config_file import file_stamp, load_json, persist_text, to_json
+from rocketstore.config.settings import Settings
 from rocketstore.log import get_logger
-from rocketstore.settings import Settings
 
 __all__ = [
     "AUTO_CREATE_TOPIC_KEY_TOPIC",

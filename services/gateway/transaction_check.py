@@ -20,9 +20,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-from rocketstore.codec import decode_message
+from rocketstore.config.settings import BrokerRole
 from rocketstore.log import get_logger
-from rocketstore.settings import BrokerRole
+from rocketstore.storage.codec import decode_message
 from rocketstore.v1 import gateway_pb2 as pb
 
 from .producer_channels import ProducerChannels

@@ -24,9 +24,9 @@ import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from rocketstore.codec import decode_message
 from rocketstore.log import get_logger
-from rocketstore.message import (
+from rocketstore.storage.codec import decode_message
+from rocketstore.storage.message import (
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
@@ -39,7 +39,7 @@ from rocketstore.message import (
     string_to_properties,
     transaction_type,
 )
-from rocketstore.message_id import UniqKeyGenerator
+from rocketstore.storage.message_id import UniqKeyGenerator
 from rocketstore.v1 import commitlog_pb2 as cl_pb
 from rocketstore.v1 import gateway_pb2 as pb
 

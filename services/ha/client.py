@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import grpc
 
-from rocketstore.channel import open_channel
-from rocketstore.internal_auth import process_secret
-from rocketstore.rpc_client import Caller, Stream
+from rocketstore.rpc.channel import open_channel
+from rocketstore.rpc.internal_auth import process_secret
+from rocketstore.rpc.rpc_client import Caller, Stream
 from rocketstore.v1 import ha_pb2 as pb
 from rocketstore.v1 import ha_pb2_grpc as pb_grpc
 

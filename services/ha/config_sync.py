@@ -19,10 +19,10 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from rocketstore.config_file import parse_json, persist_json
+from rocketstore.config.config_file import parse_json, persist_json
+from rocketstore.config.offsets_file import OFFSETS_FILE
 from rocketstore.errors import BrokerError
 from rocketstore.log import get_logger
-from rocketstore.offsets_file import OFFSETS_FILE
 
 __all__ = ["SYNCED_FILES", "SYNC_INTERVAL_S", "ConfigSync", "FileContent", "merge_offsets", "read_config_files"]
 

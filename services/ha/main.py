@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING
 
 from rocketstore.services.commitlog.client import CommitLogClient
 
-from rocketstore.internal_auth import RequireSecret, configure
+from rocketstore.config.settings import BrokerRole
 from rocketstore.log import configure_logging, get_logger
-from rocketstore.malloc_tuning import keep_freed_buffers
-from rocketstore.server import GrpcServer, run_until_signal, start_metrics_server
-from rocketstore.settings import BrokerRole
+from rocketstore.rpc.internal_auth import RequireSecret, configure
+from rocketstore.rpc.malloc_tuning import keep_freed_buffers
+from rocketstore.rpc.server import GrpcServer, run_until_signal, start_metrics_server
 from rocketstore.v1 import ha_pb2_grpc
 
 from .client import HAClient
@@ -26,7 +26,7 @@ from .servicer import SERVICE_NAME, HAServicer
 from .slave import HASlave
 
 if TYPE_CHECKING:
-    from rocketstore.settings import Settings
+    from rocketstore.config.settings import Settings
 
 __all__ = ["serve"]
 

@@ -30,8 +30,8 @@ from typing import Protocol
 
 from rocketstore.services.commitlog.client import Offsets, RawRead, TailChunk
 
+from rocketstore.config.settings import Settings
 from rocketstore.log import get_logger
-from rocketstore.settings import Settings
 
 from .transfer import Diverged, check_divergence, check_first_report, chunks, crc32, start_offset
 

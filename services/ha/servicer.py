@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 
 import grpc
 
+from rocketstore.config.settings import Settings
 from rocketstore.errors import (
     BrokerError,
     DeadlineExceeded,
@@ -16,8 +17,7 @@ from rocketstore.errors import (
     Unavailable,
 )
 from rocketstore.log import get_logger
-from rocketstore.servicing import rpc_errors
-from rocketstore.settings import Settings
+from rocketstore.rpc.servicing import rpc_errors
 from rocketstore.v1 import ha_pb2 as pb
 from rocketstore.v1 import ha_pb2_grpc as pb_grpc
 

@@ -27,9 +27,9 @@ from typing import Protocol
 
 from rocketstore.services.commitlog.client import Offsets, RawRead
 
+from rocketstore.config.settings import Settings
 from rocketstore.errors import BrokerError, FailedPrecondition, OutOfRange
 from rocketstore.log import get_logger
-from rocketstore.settings import Settings
 
 from .client import SERVICE as HA_SERVICE
 from .client import Report

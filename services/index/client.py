@@ -6,7 +6,7 @@ stay the service's columnar protobuf messages, which the caller slices without a
 ``get_message`` answers ``GetMessageResponse``, ``query_by_key`` ``QueryByKeyResponse``, ``read_queue``
 yields ``ReadQueueBatch`` and ``dispatch`` takes ``DispatchBatch``.
 
-Deadlines and retries are decided here, once (``rocketstore.rpc_client``): reads and queries are
+Deadlines and retries are decided here, once (``rocketstore.rpc.rpc_client``): reads and queries are
 retried on UNAVAILABLE within their deadline; dispatch, truncation and topic deletion are never
 retried blindly. Every failure is a ``rocketstore.errors.BrokerError`` naming "the index service".
 """
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 import grpc
 import grpc.aio
 
-from rocketstore.channel import open_aio_channel, open_channel
-from rocketstore.internal_auth import process_secret
-from rocketstore.rpc_client import AsyncStream, Caller, Stream
+from rocketstore.rpc.channel import open_aio_channel, open_channel
+from rocketstore.rpc.internal_auth import process_secret
+from rocketstore.rpc.rpc_client import AsyncStream, Caller, Stream
 from rocketstore.v1 import index_pb2 as pb
 from rocketstore.v1 import index_pb2_grpc as pb_grpc
 

@@ -14,7 +14,7 @@ class RemoteCommitLog:
     """Batched record reads and the CommitLog's offsets; failures are ``rocketstore.errors.BrokerError``."""
 
     def __init__(self, endpoint: str, channel: grpc.Channel | None = None) -> None:
-        """``channel``: an in-process channel in local mode (``rocketstore.inprocess``)."""
+        """``channel``: an in-process channel in local mode (``rocketstore.rpc.inprocess``)."""
         self.endpoint = endpoint
         self.client = CommitLogClient(endpoint, channel=channel)
 

@@ -34,10 +34,10 @@ import struct
 import threading
 from collections.abc import Callable, Sequence
 
-from rocketstore.formats import CQ_BLANK_SIZE, CQ_BLANK_UNIT, CQ_STORE_UNIT_SIZE, CQ_UNIT, cq_units
 from rocketstore.log import get_logger
-from rocketstore.mapped_file import MappedFile
-from rocketstore.mapped_file_queue import MappedFileQueue
+from rocketstore.storage.formats import CQ_BLANK_SIZE, CQ_BLANK_UNIT, CQ_STORE_UNIT_SIZE, CQ_UNIT, cq_units
+from rocketstore.storage.mapped_file import MappedFile
+from rocketstore.storage.mapped_file_queue import MappedFileQueue
 
 __all__ = [
     "BLANK_UNIT",

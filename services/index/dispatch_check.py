@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import operator
 
-from rocketstore.codec import read_record_info
+from rocketstore.storage.codec import read_record_info
 
 __all__ = ["MAX_QUEUE_ID", "MAX_TOPIC_BYTES", "DispatchRefused", "check_batch", "placement_problem",
            "record_mismatch"]

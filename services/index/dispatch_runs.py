@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rocketstore.message import TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE, TRANSACTION_ROLLBACK_TYPE
+from rocketstore.storage.message import TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE, TRANSACTION_ROLLBACK_TYPE
 
 from .consume_queue import ConsumeQueueStore
 from .dispatch_check import MAX_QUEUE_ID, placement_problem

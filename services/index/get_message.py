@@ -24,7 +24,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from rocketstore.formats import (
+from rocketstore.log import get_logger
+from rocketstore.storage.formats import (
     BODYLEN_LENGTH,
     BODYLEN_POSITIONS,
     CQ_STORE_UNIT_SIZE,
@@ -36,9 +37,8 @@ from rocketstore.formats import (
     POS_TOTALSIZE,
     TOPICLEN_LENGTH,
 )
-from rocketstore.formats import CQ_UNIT as FORMATS_CQ_UNIT
-from rocketstore.log import get_logger
-from rocketstore.statuses import GetMessageStatus
+from rocketstore.storage.formats import CQ_UNIT as FORMATS_CQ_UNIT
+from rocketstore.storage.statuses import GetMessageStatus
 from rocketstore.subscription import Subscription
 
 __all__ = ["GetMessageResult", "Limits", "QueueView", "get_message", "total_physical_memory"]
@@ -98,7 +98,7 @@ class Limits:
 
     @classmethod
     def from_settings(cls, settings) -> Limits:  # type: ignore[no-untyped-def]
-        from rocketstore.settings import BrokerRole
+        from rocketstore.config.settings import BrokerRole
 
         return cls(settings.max_transfer_bytes_on_message_in_memory, settings.max_transfer_count_on_message_in_memory,
                    settings.max_transfer_bytes_on_message_in_disk, settings.max_transfer_count_on_message_in_disk,

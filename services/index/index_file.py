@@ -25,9 +25,10 @@ import threading
 import time
 from collections.abc import Sequence
 
-from rocketstore import _speedups
-from rocketstore.checkpoint import StoreCheckpoint
-from rocketstore.formats import (
+from rocketstore.log import get_logger
+from rocketstore.storage import _speedups
+from rocketstore.storage.checkpoint import StoreCheckpoint
+from rocketstore.storage.formats import (
     HASH_SLOT,
     HASH_SLOT_SIZE,
     INDEX_ENTRY,
@@ -36,9 +37,8 @@ from rocketstore.formats import (
     INDEX_SIZE,
     INVALID_INDEX,
 )
-from rocketstore.log import get_logger
-from rocketstore.mapped_file import MappedFile
-from rocketstore.message import TRANSACTION_ROLLBACK_TYPE, transaction_type
+from rocketstore.storage.mapped_file import MappedFile
+from rocketstore.storage.message import TRANSACTION_ROLLBACK_TYPE, transaction_type
 
 __all__ = [
     "HASH_SLOT_SIZE",
@@ -661,7 +661,7 @@ class IndexService:
             f.destroy()
 
 
-# The compiled twins, when built (rocketstore._speedups); the pure-Python code otherwise.
+# The compiled twins, when built (rocketstore.storage._speedups); the pure-Python code otherwise.
 if _speedups.compiled is not None:
     index_key_hash = _speedups.compiled.index_key_hash
     put_message_keys = _speedups.compiled.put_message_keys

@@ -10,9 +10,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from rocketstore.internal_auth import RequireSecret, configure
 from rocketstore.log import configure_logging, get_logger
-from rocketstore.server import GrpcServer, RpcLatencyInterceptor, metric_value, run_until_signal, start_metrics_server
+from rocketstore.rpc.internal_auth import RequireSecret, configure
+from rocketstore.rpc.server import (
+    GrpcServer,
+    RpcLatencyInterceptor,
+    metric_value,
+    run_until_signal,
+    start_metrics_server,
+)
 from rocketstore.v1 import index_pb2_grpc
 
 from .commitlog_client import RemoteCommitLog
@@ -20,7 +26,7 @@ from .servicer import SERVICE_NAME, IndexServicer
 from .store import IndexStore
 
 if TYPE_CHECKING:
-    from rocketstore.settings import Settings
+    from rocketstore.config.settings import Settings
 
 __all__ = ["DEFAULT_PORT", "serve"]
 

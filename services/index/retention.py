@@ -18,9 +18,9 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from rocketstore.config_file import parse_json
+from rocketstore.config.config_file import parse_json
+from rocketstore.config.offsets_file import OFFSETS_FILE, ConsumerOffsets, load_consumer_offsets
 from rocketstore.log import get_logger
-from rocketstore.offsets_file import OFFSETS_FILE, ConsumerOffsets, load_consumer_offsets
 
 from .consume_queue import ConsumeQueue, ConsumeQueueStore
 

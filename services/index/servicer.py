@@ -1,6 +1,6 @@
 """``rocketstore.v1.Index`` over an ``IndexStore``: checks requests, delegates, translates answers.
 
-Handlers raise ``rocketstore.errors`` refusals; ``rocketstore.servicing.rpc_errors`` turns them (and
+Handlers raise ``rocketstore.errors`` refusals; ``rocketstore.rpc.servicing.rpc_errors`` turns them (and
 anything unexpected) into statuses. A read the CommitLog service could not answer is UNAVAILABLE.
 """
 
@@ -21,7 +21,7 @@ from rocketstore.errors import (
     Unavailable,
 )
 from rocketstore.log import get_logger
-from rocketstore.servicing import rpc_errors
+from rocketstore.rpc.servicing import rpc_errors
 from rocketstore.subscription import Subscription, SubscriptionError, parse_expression
 from rocketstore.v1 import index_pb2 as pb
 from rocketstore.v1 import index_pb2_grpc as pb_grpc

@@ -36,19 +36,20 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from rocketstore.checkpoint import StoreCheckpoint
-from rocketstore.codec import RECORD_SIZE_SLACK, read_record_info, store_timestamp_position
-from rocketstore.config_file import ConfigFileError, load_json, persist_json
-from rocketstore.file_lock import FileLockHeld, lock_file, unlock_file
-from rocketstore.formats import (
+from rocketstore.config.config_file import ConfigFileError, load_json, persist_json
+from rocketstore.config.settings import FlushDiskType, Settings
+from rocketstore.log import get_logger, lost_log_lines
+from rocketstore.storage.checkpoint import StoreCheckpoint
+from rocketstore.storage.codec import RECORD_SIZE_SLACK, read_record_info, store_timestamp_position
+from rocketstore.storage.file_lock import FileLockHeld, lock_file, unlock_file
+from rocketstore.storage.formats import (
     BLANK_MAGIC_CODE,
     MESSAGE_MAGIC_CODE,
     MIN_RECORD_LENGTH,
     POS_SYSFLAG,
 )
-from rocketstore.formats import CQ_UNIT as _UNIT
-from rocketstore.log import get_logger, lost_log_lines
-from rocketstore.message import (
+from rocketstore.storage.formats import CQ_UNIT as _UNIT
+from rocketstore.storage.message import (
     KEY_SEPARATOR,
     PROPERTY_KEYS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
@@ -56,7 +57,6 @@ from rocketstore.message import (
     TRANSACTION_NOT_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
 )
-from rocketstore.settings import FlushDiskType, Settings
 from rocketstore.subscription import ALL, Subscription
 
 from .consume_queue import ConsumeQueue, ConsumeQueueStore
@@ -753,8 +753,8 @@ class IndexStore:
 
 
 def _has_key(record: bytes, topic: str, key: str) -> bool:
-    from rocketstore.codec import read_record_info
-    from rocketstore.message import string_to_properties
+    from rocketstore.storage.codec import read_record_info
+    from rocketstore.storage.message import string_to_properties
 
     info = read_record_info(record, 0)
     if info.topic != topic:

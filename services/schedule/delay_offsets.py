@@ -15,7 +15,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from rocketstore.config_file import load_json, persist_json
+from rocketstore.config.config_file import load_json, persist_json
 
 __all__ = ["DELAY_OFFSET_FILE", "DelayOffsetTable"]
 

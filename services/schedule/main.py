@@ -13,17 +13,17 @@ from typing import TYPE_CHECKING
 from rocketstore.services.commitlog.client import CommitLogClient
 from rocketstore.services.index.client import IndexClient
 
-from rocketstore.internal_auth import RequireSecret, configure
+from rocketstore.config.settings import BrokerRole, snap_timer_precision
 from rocketstore.log import configure_logging, get_logger
-from rocketstore.server import GrpcServer, run_until_signal, start_metrics_server
-from rocketstore.settings import BrokerRole, snap_timer_precision
+from rocketstore.rpc.internal_auth import RequireSecret, configure
+from rocketstore.rpc.server import GrpcServer, run_until_signal, start_metrics_server
 
 from .delay_offsets import DelayOffsetTable
 from .schedule_service import ScheduleMessageService
 from .timer_service import TimerMessageService
 
 if TYPE_CHECKING:
-    from rocketstore.settings import Settings
+    from rocketstore.config.settings import Settings
 
 __all__ = ["DEFAULT_PORT", "serve"]
 

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from rocketstore.services.commitlog.client import CommitLogClient
 from rocketstore.services.index.client import IndexClient
 
-from rocketstore.codec import decode_message
 from rocketstore.errors import BrokerError
 from rocketstore.log import get_logger
-from rocketstore.message import (
+from rocketstore.storage.codec import decode_message
+from rocketstore.storage.message import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
@@ -33,7 +33,7 @@ from rocketstore.message import (
     MessageExt,
     properties_to_string,
 )
-from rocketstore.statuses import PutMessageStatus
+from rocketstore.storage.statuses import PutMessageStatus
 from rocketstore.v1 import commitlog_pb2 as cl_pb
 from rocketstore.v1 import index_pb2 as index_pb
 

@@ -48,16 +48,16 @@ from dataclasses import dataclass, field
 from rocketstore.services.commitlog.client import CommitLogClient
 from rocketstore.services.index.client import IndexClient
 
-from rocketstore.codec import check_record, decode_message, read_record_info
 from rocketstore.errors import BrokerError
 from rocketstore.log import get_logger
-from rocketstore.message import (
+from rocketstore.storage.codec import check_record, decode_message, read_record_info
+from rocketstore.storage.message import (
     PROPERTY_REAL_TOPIC,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     MessageExt,
     string_to_properties,
 )
-from rocketstore.statuses import PutMessageStatus
+from rocketstore.storage.statuses import PutMessageStatus
 from rocketstore.v1 import commitlog_pb2 as cl_pb
 
 from . import rocketmq_timer

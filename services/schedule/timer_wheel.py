@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rocketstore.config_file import load_json, persist_json
+from rocketstore.config.config_file import load_json, persist_json
 
 __all__ = ["MAGIC_DELETE", "OLD_WHEEL_DIR", "TIMER_CHECK_FILE", "UNIT", "WHEEL_DIR", "TimerCheckpoint", "TimerUnit",
            "TimerWheel"]

@@ -13,8 +13,8 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from rocketstore.codec import decode_message
 from rocketstore.log import get_logger
+from rocketstore.storage.codec import decode_message
 from rocketstore.v1 import gateway_pb2 as pb
 from rocketstore.v2 import definition_pb2 as d
 from rocketstore.v2 import service_pb2 as s

@@ -13,8 +13,8 @@ from __future__ import annotations
 import itertools
 import time
 
+from rocketstore.config.settings import snap_timer_precision
 from rocketstore.errors import BrokerError
-from rocketstore.settings import snap_timer_precision
 from rocketstore.v1 import gateway_pb2 as v1
 from rocketstore.v2 import definition_pb2 as d
 from rocketstore.v2 import service_pb2 as s

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from google.protobuf.duration_pb2 import Duration
 
-from rocketstore.codec import decode_message
 from rocketstore.errors import BrokerError
+from rocketstore.storage.codec import decode_message
 from rocketstore.v1 import gateway_pb2 as pb
 from rocketstore.v2 import definition_pb2 as d
 from rocketstore.v2 import service_pb2 as s

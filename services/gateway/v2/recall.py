@@ -23,9 +23,9 @@ import binascii
 import time
 from dataclasses import dataclass
 
-from rocketstore.codec import decode_message
 from rocketstore.errors import BrokerError
-from rocketstore.message import (
+from rocketstore.storage.codec import decode_message
+from rocketstore.storage.message import (
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,

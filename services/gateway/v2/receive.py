@@ -13,7 +13,7 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from rocketstore.errors import BrokerError
-from rocketstore.message import COMPRESSED_FLAG, SYSTEM_PROPERTY_NAMES, MessageExt
+from rocketstore.storage.message import COMPRESSED_FLAG, SYSTEM_PROPERTY_NAMES, MessageExt
 from rocketstore.subscription import Subscription, SubscriptionError, parse_expression
 from rocketstore.v2 import definition_pb2 as d
 from rocketstore.v2 import service_pb2 as s

@@ -4,7 +4,7 @@ message group goes to (``SendMessageQueueSelector``: Guava's ``Hashing.consisten
 
 from __future__ import annotations
 
-from rocketstore.message import java_string_hash
+from rocketstore.storage.message import java_string_hash
 from rocketstore.v2 import definition_pb2 as d
 
 from ..topics import TopicConfig

@@ -16,7 +16,7 @@ import grpc.aio
 
 from rocketstore.errors import BrokerError
 from rocketstore.log import get_logger
-from rocketstore.message import parse_host
+from rocketstore.storage.message import parse_host
 from rocketstore.v2 import definition_pb2 as d
 from rocketstore.v2 import service_pb2 as s
 from rocketstore.v2 import service_pb2_grpc as s_grpc

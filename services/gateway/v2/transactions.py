@@ -22,7 +22,7 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from rocketstore.errors import BrokerError
-from rocketstore.message import PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, SYSTEM_PROPERTY_NAMES
+from rocketstore.storage.message import PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, SYSTEM_PROPERTY_NAMES
 from rocketstore.v1 import gateway_pb2 as v1
 from rocketstore.v2 import definition_pb2 as d
 from rocketstore.v2 import service_pb2 as s

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
-from rocketstore.message import SYSTEM_PROPERTY_NAMES
+from rocketstore.storage.message import SYSTEM_PROPERTY_NAMES
 from rocketstore.v2 import definition_pb2 as d
 
 from ..topics import SYSTEM_TOPIC_PREFIX, TopicConfigManager

@@ -1,0 +1,1 @@
+"""The configuration: the settings table, its generated views, and config files on disk."""

@@ -1,0 +1,1 @@
+"""The RPC plumbing: gRPC servers and their interceptors, in-process channels, internal clients' calls, TLS."""

@@ -1516,7 +1516,7 @@ class BatchReadServicer:
 
     def ReadQueue(self, request, context):
         """Every message of one queue between two offsets, thousands a response, as raw CommitLog
-        records (decode with rocketstore.codec, or any RocketMQ V1 decoder).
+        records (decode with rocketstore.storage.codec, or any RocketMQ V1 decoder).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -546,7 +546,7 @@ class BatchReadStub:
     """
     ReadQueue: _grpc.UnaryStreamMultiCallable[_gateway_pb2.BatchReadRequest, _gateway_pb2.RecordBatch]
     """Every message of one queue between two offsets, thousands a response, as raw CommitLog
-    records (decode with rocketstore.codec, or any RocketMQ V1 decoder).
+    records (decode with rocketstore.storage.codec, or any RocketMQ V1 decoder).
     """
 
 @_typing.type_check_only
@@ -558,7 +558,7 @@ class BatchReadAsyncStub(BatchReadStub):
     """
     ReadQueue: _aio.UnaryStreamMultiCallable[_gateway_pb2.BatchReadRequest, _gateway_pb2.RecordBatch]  # type: ignore[assignment]
     """Every message of one queue between two offsets, thousands a response, as raw CommitLog
-    records (decode with rocketstore.codec, or any RocketMQ V1 decoder).
+    records (decode with rocketstore.storage.codec, or any RocketMQ V1 decoder).
     """
 
 class BatchReadServicer(metaclass=_abc_1.ABCMeta):
@@ -579,7 +579,7 @@ class BatchReadServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_gateway_pb2.RecordBatch], _abc.AsyncIterator[_gateway_pb2.RecordBatch]]:
         """Every message of one queue between two offsets, thousands a response, as raw CommitLog
-        records (decode with rocketstore.codec, or any RocketMQ V1 decoder).
+        records (decode with rocketstore.storage.codec, or any RocketMQ V1 decoder).
         """
 
 def add_BatchReadServicer_to_server(servicer: BatchReadServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -468,7 +468,7 @@ def test_the_client_address_a_front_passes_on_is_honoured_from_peers_only(peer: 
     ("cluster", False, 16, 1), ("local", True, 16, 1),
 ])
 def test_up_runs_a_gateway_per_two_cores_unless_told(mode: str, with_slave: bool, cores: int, expected: int) -> None:
-    from rocketstore.cli.commands import default_gateways
+    from rocketstore.cli.broker_commands import default_gateways
 
     assert default_gateways(mode, with_slave, cores) == expected
 

@@ -20,7 +20,7 @@ from conftest import DEFAULT_BROKER_SETTINGS
 from ha_processes import HABroker, messages, wait_for
 from storage_helpers import fill_disk, mounted_tmpfs
 
-from rocketstore.cli.commands import replication_status
+from rocketstore.cli.broker_commands import replication_status
 from rocketstore.v1 import commitlog_pb2 as cl_pb
 
 COMMON = {**DEFAULT_BROKER_SETTINGS, "syncFlushTimeout": "2000", "haSendHeartbeatInterval": "500",

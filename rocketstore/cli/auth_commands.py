@@ -7,6 +7,8 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
+from rocketstore.cli.common import SubParsers, add_endpoint, add_json, client_tls, emit, guarded
+
 __all__ = ["add_auth_commands"]
 
 _Adder = Callable[[argparse.ArgumentParser], None]
@@ -17,7 +19,7 @@ def _csv(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
 
 
-def add_auth_commands(commands: Any, add_endpoint: _Adder, add_json: _Adder, guard: _Guard) -> None:
+def add_auth_commands(commands: SubParsers) -> None:
     user = commands.add_parser("user", help="users of a broker that requires authentication (access keys)")
     sub = user.add_subparsers(dest="user_command", metavar="ACTION", required=True)
     for name, helptext in (("create", "create a user (its username is its access key, its password its secret key)"),
@@ -32,21 +34,21 @@ def add_auth_commands(commands: Any, add_endpoint: _Adder, add_json: _Adder, gua
         if name == "update":
             p.add_argument("--user-status", "-s", choices=("enable", "disable"), default="")
         add_json(p)
-        p.set_defaults(handler=guard(f"user {name}", _run_user_change))
+        p.set_defaults(handler=guarded(f"user {name}", _run_user_change))
     p = sub.add_parser("delete", help="delete a user and its ACL")
     add_endpoint(p)
     p.add_argument("--username", "-u", required=True)
-    p.set_defaults(handler=guard("user delete", _run_user_delete))
+    p.set_defaults(handler=guarded("user delete", _run_user_delete))
     p = sub.add_parser("get", help="a user's type and status")
     add_endpoint(p)
     p.add_argument("--username", "-u", required=True)
     add_json(p)
-    p.set_defaults(handler=guard("user get", _run_user_list))
+    p.set_defaults(handler=guarded("user get", _run_user_list))
     p = sub.add_parser("list", help="every user")
     add_endpoint(p)
     p.add_argument("--filter", "-f", default="", help="usernames containing this")
     add_json(p)
-    p.set_defaults(handler=guard("user list", _run_user_list))
+    p.set_defaults(handler=guarded("user list", _run_user_list))
 
     acl = commands.add_parser("acl", help="ACL rules: which user may do what on which topic, group or cluster")
     sub = acl.add_subparsers(dest="acl_command", metavar="ACTION", required=True)
@@ -63,27 +65,26 @@ def add_auth_commands(commands: Any, add_endpoint: _Adder, add_json: _Adder, gua
                        help="comma-separated addresses or CIDR ranges the rules apply from (default: anywhere)")
         p.add_argument("--decision", "-d", choices=("Allow", "Deny"), default="Allow")
         add_json(p)
-        p.set_defaults(handler=guard(f"acl {name}", _run_acl_change))
+        p.set_defaults(handler=guarded(f"acl {name}", _run_acl_change))
     p = sub.add_parser("delete", help="delete a user's ACL, or its rules for some resources")
     add_endpoint(p)
     p.add_argument("--subject", "-s", required=True)
     p.add_argument("--resources", "-r", type=_csv, default=[])
-    p.set_defaults(handler=guard("acl delete", _run_acl_delete))
+    p.set_defaults(handler=guarded("acl delete", _run_acl_delete))
     p = sub.add_parser("get", help="a user's ACL")
     add_endpoint(p)
     p.add_argument("--subject", "-s", required=True)
     add_json(p)
-    p.set_defaults(handler=guard("acl get", _run_acl_list))
+    p.set_defaults(handler=guarded("acl get", _run_acl_list))
     p = sub.add_parser("list", help="every ACL")
     add_endpoint(p)
     p.add_argument("--subject-filter", default="", help="subjects containing this")
     p.add_argument("--resource-filter", default="", help="rules whose resource contains this")
     add_json(p)
-    p.set_defaults(handler=guard("acl list", _run_acl_list))
+    p.set_defaults(handler=guarded("acl list", _run_acl_list))
 
 
 def _admin(args: argparse.Namespace) -> Any:
-    from rocketstore.cli.commands import client_tls
     from rocketstore.client import AuthAdmin
 
     return AuthAdmin(args.endpoint, timeout=args.rpc_timeout, tls=client_tls(args))
@@ -94,7 +95,7 @@ def _print_users(users: list[Any], as_json: bool) -> None:
 
     for u in users:
         if as_json:
-            _emit(to_dict(u))
+            emit(to_dict(u))
         else:
             print(f"{u.username}  {u.user_type}  {u.user_status}")
 
@@ -104,18 +105,11 @@ def _print_acls(acls: list[Any], as_json: bool) -> None:
 
     for acl in acls:
         if as_json:
-            _emit(to_dict(acl))
+            emit(to_dict(acl))
             continue
         for e in acl.entries:
             ips = ",".join(e.source_ips) or "*"
             print(f"{acl.subject}  {e.resource}  {','.join(e.actions)}  {ips}  {e.decision}")
-
-
-def _emit(obj: object) -> None:
-    import json
-    import sys
-
-    sys.stdout.write(json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n")
 
 
 def _run_user_change(args: argparse.Namespace) -> int:

@@ -10,14 +10,14 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from rocketstore.cli.common import SubParsers, add_endpoint, add_json, client_tls, guarded
+
 __all__ = ["add_cluster_commands", "run_group_progress_on_cluster", "run_topic_create_on_groups"]
 
 _Handler = Callable[[argparse.Namespace], int]
 
 
-def add_cluster_commands(commands: Any, add_endpoint: Callable[[argparse.ArgumentParser], None],
-                         add_json: Callable[[argparse.ArgumentParser], None],
-                         guard: Callable[[str, _Handler], _Handler]) -> None:
+def add_cluster_commands(commands: SubParsers) -> None:
     cluster = commands.add_parser("cluster", help="a cluster of broker groups: its members (clusterList)")
     sub = cluster.add_subparsers(dest="cluster_command", metavar="ACTION", required=True)
     p = sub.add_parser("list", help="every member of the gateway's cluster: group, id, role, addresses, offsets",
@@ -26,11 +26,10 @@ def add_cluster_commands(commands: Any, add_endpoint: Callable[[argparse.Argumen
                                    "CommitLog max offset and put/get rates.")
     add_endpoint(p)
     add_json(p)
-    p.set_defaults(handler=guard("cluster list", _run_cluster_list))
+    p.set_defaults(handler=guarded("cluster list", _run_cluster_list))
 
 
 def _run_cluster_list(args: argparse.Namespace) -> int:
-    from rocketstore.cli.commands import client_tls
     from rocketstore.client.cluster_admin import cluster_status
 
     info, rows = cluster_status(args.endpoint, client_tls(args))
@@ -64,7 +63,6 @@ def _run_cluster_list(args: argparse.Namespace) -> int:
 def run_topic_create_on_groups(args: argparse.Namespace, read: int, write: int,
                                show: Callable[[Any, bool, str], None]) -> int:
     """``topic create --cluster NAME`` / ``--broker NAME``: the topic on every (or the named) group."""
-    from rocketstore.cli.commands import client_tls
     from rocketstore.client.cluster_admin import create_topic_on_groups
 
     created = create_topic_on_groups(args.endpoint, args.topic, cluster=args.cluster, broker=args.broker,
@@ -82,7 +80,6 @@ def run_group_progress_on_cluster(args: argparse.Namespace, emit: Callable[[obje
                                   table: Callable[[list[list[str]], list[str]], None],
                                   fmt_time: Callable[[int], str]) -> int:
     """``group progress --cluster``: the group's queues on every group's master, with the group's name."""
-    from rocketstore.cli.commands import client_tls
     from rocketstore.client import Admin
     from rocketstore.client.cluster_admin import masters_of
     from rocketstore.client.errors import NotFoundError

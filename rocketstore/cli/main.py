@@ -9,15 +9,20 @@
     rocketstore serve ha --commitlog HOST:PORT [--gateway HOST:PORT] [same options]
     rocketstore serve gateway --commitlog HOST:PORT (--index HOST:PORT | --owner HOST:PORT [--own-port N])
     rocketstore demo [--data-dir DIR] [--port N] [--count N] [--no-wait] [--set KEY=VALUE ...]  (= up --demo)
-    rocketstore up | send | consume | status | topic | group | query | bench   (rocketstore.cli.commands)
+    rocketstore up | status | doctor          (broker_commands.py)
+    rocketstore send | consume | query         (message_commands.py)
+    rocketstore topic … | group … | dlq …      (topic_commands.py, group_commands.py, retry_commands.py)
+    rocketstore bench produce|consume          (bench_commands.py)
+    rocketstore transaction … | user … | acl … | cluster …   (transaction_, auth_, cluster_commands.py)
 
 Settings come from defaults < ``--config`` (a RocketMQ-style broker.properties, or $ROCKETSTORE_CONFIG)
 < ``ROCKETSTORE_<KEY>`` environment variables < ``--set KEY=VALUE`` < ``--data-dir``. Keys use
 RocketMQ's names (``--set flushDiskType=SYNC_FLUSH``). A bad setting prints what is wrong and exits 2.
 
 Adding a service is one entry in ``SERVICES`` (its module must have ``serve(settings, host, port,
-metrics_port, log_level=...)``); other commands (up, send, consume, admin) are added with
-``_add_command``-style functions next to ``_add_serve``.
+metrics_port, log_level=...)``); a command of the client side goes in the module of what it acts on, with an
+``add_commands(commands)`` registered in ``build_parser``; what commands share (argument types, the endpoint
+and TLS options, output, the error guard) is in ``common.py``.
 """
 
 from __future__ import annotations
@@ -28,7 +33,9 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING
+
+from rocketstore.cli.common import SubParsers, endpoint_arg, key_value, port_arg
 
 if TYPE_CHECKING:
     from rocketstore.config.settings import Settings
@@ -39,8 +46,6 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2  # bad arguments or bad settings
 
-# What add_subparsers returns; argparse's class is generic only in its stubs, hence the quotes.
-SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
 @dataclass(frozen=True)
@@ -116,37 +121,13 @@ SERVICES: dict[str, ServiceEntry] = {
 }
 
 
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"port {value} is out of range 0..65535")
-    return value
-
-
-def _endpoint(text: str) -> str:
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected HOST:PORT, e.g. 127.0.0.1:10911")
-    return text
-
-
-def _key_value(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key.strip():
-        raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=VALUE, e.g. flushDiskType=SYNC_FLUSH")
-    return key.strip(), value.strip()
-
-
 def _add_settings_arguments(parser: argparse.ArgumentParser) -> None:
     """Options every command that opens the store shares."""
     parser.add_argument("--config", metavar="FILE", default=None,
                         help="RocketMQ-style broker.properties (default: $ROCKETSTORE_CONFIG, else none)")
     parser.add_argument("--data-dir", metavar="DIR", default=None,
                         help="store root directory (storePathRootDir); overrides the file and --set")
-    parser.add_argument("--set", metavar="KEY=VALUE", dest="settings", type=_key_value, action="append",
+    parser.add_argument("--set", metavar="KEY=VALUE", dest="settings", type=key_value, action="append",
                         default=[], help="override one setting by its RocketMQ name; repeatable")
     parser.add_argument("--log-level", default="info",
                         choices=("debug", "info", "warning", "error", "critical"), help="default: info")
@@ -161,22 +142,22 @@ def _add_serve(commands: SubParsers) -> None:
         _add_settings_arguments(p)
         p.add_argument("--host", default="127.0.0.1",
                        help="address to listen on (default: 127.0.0.1, where its peers on this machine are)")
-        p.add_argument("--port", type=_port, default=None,
+        p.add_argument("--port", type=port_arg, default=None,
                        help="gRPC port (default: the listenPort setting; 0 picks a free port)")
-        p.add_argument("--metrics-port", type=_port, default=None,
+        p.add_argument("--metrics-port", type=port_arg, default=None,
                        help="serve Prometheus metrics on this port (default: no metrics endpoint)")
         p.add_argument("--metrics-host", default=None,
                        help="address the metrics endpoint listens on (default: the --host address)")
         for peer in entry.peers:
-            p.add_argument(f"--{peer}", metavar="HOST:PORT", required=True, type=_endpoint,
+            p.add_argument(f"--{peer}", metavar="HOST:PORT", required=True, type=endpoint_arg,
                            help=f"endpoint of the {peer} service")
         helps = dict(entry.helps)
         for peer in entry.optional_peers:
-            p.add_argument(f"--{peer}", metavar="HOST:PORT", default=None, type=_endpoint,
+            p.add_argument(f"--{peer}", metavar="HOST:PORT", default=None, type=endpoint_arg,
                            help=helps.get(peer, f"endpoint of this broker's {peer} service (a slave reports it to "
                                                 "its master, whose clients then read from it)"))
         for name in entry.ports:
-            p.add_argument(f"--{name}-port", type=_port, default=None,
+            p.add_argument(f"--{name}-port", type=port_arg, default=None,
                            help=helps.get(name, f"port of the {name} services (default: " +
                                           ("haListenPort" if name == "ha" else "a free one") + ")"))
         for name in entry.hosts:
@@ -191,9 +172,28 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_serve(commands)
     _add_demo(commands)
-    from rocketstore.cli.commands import add_commands  # the client side: up, send, consume, admin, bench
+    # The client side, by what each command acts on.
+    from rocketstore.cli import (
+        auth_commands,
+        bench_commands,
+        broker_commands,
+        cluster_commands,
+        group_commands,
+        message_commands,
+        retry_commands,
+        topic_commands,
+        transaction_commands,
+    )
 
-    add_commands(commands)
+    broker_commands.add_commands(commands)
+    message_commands.add_commands(commands)
+    topic_commands.add_commands(commands)
+    group_commands.add_commands(commands)
+    bench_commands.add_commands(commands)
+    transaction_commands.add_transaction_commands(commands)
+    retry_commands.add_dlq(commands)
+    auth_commands.add_auth_commands(commands)
+    cluster_commands.add_cluster_commands(commands)
     from rocketstore.spark.cli import add_spark_command  # rocketstore spark archive|stats
 
     add_spark_command(commands)
@@ -207,10 +207,10 @@ def _add_demo(commands: SubParsers) -> None:
                     "as a batch, consume them back with a tag filter, query one by key, show the status, then keep "
                     "serving until Ctrl-C (--no-wait stops after the demo).")
     demo.add_argument("--data-dir", default="./store", help="store root directory (default: ./store)")
-    demo.add_argument("--port", type=_port, default=8081, help="the gateway's port (default: 8081; 0: a free one)")
+    demo.add_argument("--port", type=port_arg, default=8081, help="the gateway's port (default: 8081; 0: a free one)")
     demo.add_argument("--count", type=int, default=20, help="messages to send one by one (default: 20)")
     demo.add_argument("--no-wait", action="store_true", help="stop the broker once the demo has run")
-    demo.add_argument("--set", metavar="KEY=VALUE", dest="settings", type=_key_value, action="append",
+    demo.add_argument("--set", metavar="KEY=VALUE", dest="settings", type=key_value, action="append",
                       default=[], help="override one setting of every service by its RocketMQ name")
     demo.set_defaults(handler=_run_demo)
 

@@ -15,17 +15,17 @@ import argparse
 import json
 from typing import TYPE_CHECKING, Any
 
-from rocketstore.cli.commands import (
+from rocketstore.cli.common import (
     EXIT_OK,
-    _add_endpoint,
-    _add_json,
-    _emit,
-    _guard,
-    _print_message,
-    _table,
+    SubParsers,
+    add_endpoint,
+    add_json,
     client_tls,
+    emit,
+    guarded,
+    print_table,
 )
-from rocketstore.cli.main import SubParsers
+from rocketstore.cli.message_commands import print_message
 
 if TYPE_CHECKING:
     from rocketstore.client import Admin
@@ -39,7 +39,7 @@ _GROUP_FIELDS = ("retry_max_times", "retry_queue_nums", "consume_enable", "consu
                  "group_retry_policy")
 
 
-def _non_negative(text: str) -> int:
+def non_negative(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
@@ -56,9 +56,9 @@ def add_group_config_actions(sub: Any) -> None:
     for name, text in (("create", "create a subscription group (fields not given take RocketMQ's defaults)"),
                        ("update", "change some fields of a subscription group, keeping the others")):
         p = sub.add_parser(name, help=text)
-        _add_endpoint(p)
+        add_endpoint(p)
         p.add_argument("--group", "-g", required=True)
-        p.add_argument("--retry-max-times", type=_non_negative, default=None,
+        p.add_argument("--retry-max-times", type=non_negative, default=None,
                        help="deliveries of a failed message before it goes to %%DLQ%%<group> (default 16)")
         p.add_argument("--retry-queue-nums", type=int, choices=(0, 1), default=None,
                        help="queues of %%RETRY%%<group>; 0: failed messages are not retried (default 1)")
@@ -68,9 +68,9 @@ def add_group_config_actions(sub: Any) -> None:
                        dest="consume_broadcast_enable", help="consumeBroadcastEnable (default: yes)")
         p.add_argument("--consume-from-min", action=argparse.BooleanOptionalAction, default=None,
                        dest="consume_from_min_enable", help="consumeFromMinEnable (default: yes)")
-        p.add_argument("--broker-id", type=_non_negative, default=None,
+        p.add_argument("--broker-id", type=non_negative, default=None,
                        help="the broker the group reads from: 0 the master, a slave's id for slave reads")
-        p.add_argument("--which-broker-when-slow", type=_non_negative, default=None,
+        p.add_argument("--which-broker-when-slow", type=non_negative, default=None,
                        dest="which_broker_when_consume_slowly", help="whichBrokerWhenConsumeSlowly (default 1)")
         p.add_argument("--orderly", action=argparse.BooleanOptionalAction, default=None,
                        dest="consume_message_orderly",
@@ -79,17 +79,17 @@ def add_group_config_actions(sub: Any) -> None:
                        help="groupRetryPolicy, the back-off RocketMQ 5 clients follow, as mqadmin's JSON: "
                             "'{\"type\":\"CUSTOMIZED\",\"customizedRetryPolicy\":{\"next\":[1000,5000]}}' "
                             "('' for the default)")
-        _add_json(p)
-        p.set_defaults(handler=_guard(f"group {name}", _run_create if name == "create" else _run_update))
+        add_json(p)
+        p.set_defaults(handler=guarded(f"group {name}", _run_create if name == "create" else _run_update))
     p = sub.add_parser("delete", help="delete a subscription group's configuration (its offsets are kept)")
-    _add_endpoint(p)
+    add_endpoint(p)
     p.add_argument("--group", "-g", required=True)
-    p.set_defaults(handler=_guard("group delete", _run_delete))
+    p.set_defaults(handler=guarded("group delete", _run_delete))
     p = sub.add_parser("show", help="a subscription group's configuration")
-    _add_endpoint(p)
+    add_endpoint(p)
     p.add_argument("--group", "-g", required=True)
-    _add_json(p)
-    p.set_defaults(handler=_guard("group show", _run_show))
+    add_json(p)
+    p.set_defaults(handler=guarded("group show", _run_show))
 
 
 def _group_dict(g: pb.SubscriptionGroup) -> dict[str, object]:
@@ -106,7 +106,7 @@ def _group_dict(g: pb.SubscriptionGroup) -> dict[str, object]:
 def _print_group(g: pb.SubscriptionGroup, as_json: bool, verb: str) -> None:
     d = _group_dict(g)
     if as_json:
-        _emit(d)
+        emit(d)
         return
     fields = " ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in d.items() if k != "groupName")
     print(f"{verb}subscription group {g.group_name}: {fields}")
@@ -158,22 +158,22 @@ def add_dlq(commands: SubParsers) -> None:
     dlq = commands.add_parser("dlq", help="a consumer group's dead letters (%%DLQ%%<group>): list, show, resend")
     sub = dlq.add_subparsers(dest="dlq_command", metavar="ACTION", required=True)
     p = sub.add_parser("list", help="the group's dead letters, oldest first")
-    _add_endpoint(p)
+    add_endpoint(p)
     p.add_argument("--group", "-g", required=True)
-    p.add_argument("--offset", type=_non_negative, default=0, help="the first DLQ queue offset (default 0)")
-    p.add_argument("--count", type=_non_negative, default=1000, help="at most this many (default 1000)")
-    _add_json(p)
-    p.set_defaults(handler=_guard("dlq list", _run_dlq_list))
+    p.add_argument("--offset", type=non_negative, default=0, help="the first DLQ queue offset (default 0)")
+    p.add_argument("--count", type=non_negative, default=1000, help="at most this many (default 1000)")
+    add_json(p)
+    p.set_defaults(handler=guarded("dlq list", _run_dlq_list))
     for name, text in (("show", "one dead letter with its properties"),
                        ("resend", "store one dead letter again under its original topic, reconsume times 0")):
         p = sub.add_parser(name, help=text)
-        _add_endpoint(p)
+        add_endpoint(p)
         p.add_argument("--group", "-g", required=True)
         which = p.add_mutually_exclusive_group(required=True)
-        which.add_argument("--offset", type=_non_negative, help="its DLQ queue offset (dlq list shows them)")
+        which.add_argument("--offset", type=non_negative, help="its DLQ queue offset (dlq list shows them)")
         which.add_argument("--msg-id", help="its msgId (UNIQ_KEY) or offset msgId")
-        _add_json(p)
-        p.set_defaults(handler=_guard(f"dlq {name}", _run_dlq_show if name == "show" else _run_dlq_resend))
+        add_json(p)
+        p.set_defaults(handler=guarded(f"dlq {name}", _run_dlq_show if name == "show" else _run_dlq_resend))
 
 
 def _all_dead_letters(admin: Admin, group: str, offset: int, count: int) -> list[ReceivedMessage]:
@@ -196,9 +196,9 @@ def _run_dlq_list(args: argparse.Namespace) -> int:
         messages = _all_dead_letters(admin, args.group, args.offset, args.count)
     if args.json:
         for m in messages:
-            _emit(m.to_json())
+            emit(m.to_json())
         return EXIT_OK
-    _table([[str(m.queue_offset), m.msg_id, m.properties.get("RETRY_TOPIC", "-"), str(m.reconsume_times),
+    print_table([[str(m.queue_offset), m.msg_id, m.properties.get("RETRY_TOPIC", "-"), str(m.reconsume_times),
              m.tags or "-", str(len(m.body))] for m in messages],
            ["OFFSET", "MSG ID", "ORIGINAL TOPIC", "RECONSUME TIMES", "TAGS", "BODY BYTES"])
     return EXIT_OK
@@ -223,7 +223,7 @@ def _run_dlq_show(args: argparse.Namespace) -> int:
 
     with Admin(args.endpoint, timeout=args.rpc_timeout, tls=client_tls(args)) as admin:
         m = _find(admin, args)
-    _print_message(m, args.json)
+    print_message(m, args.json)
     if not args.json:
         for k, v in sorted(m.properties.items()):
             print(f"  {k}={v}")
@@ -237,7 +237,7 @@ def _run_dlq_resend(args: argparse.Namespace) -> int:
         m = _find(admin, args)
         r = admin.resend_dead_letter(args.group, m.commit_log_offset)
     if args.json:
-        _emit({"msgId": r.msg_id, "topic": r.topic, "queueId": r.queue_id, "commitLogOffset": r.commit_log_offset})
+        emit({"msgId": r.msg_id, "topic": r.topic, "queueId": r.queue_id, "commitLogOffset": r.commit_log_offset})
     else:
         print(f"resent {r.msg_id} to {r.topic}#{r.queue_id}")
     return EXIT_OK

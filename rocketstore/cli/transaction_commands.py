@@ -9,6 +9,8 @@ import sys
 import time
 from typing import Any
 
+from rocketstore.cli.common import SubParsers, add_endpoint, add_json, client_tls, emit, guarded, print_table
+
 __all__ = ["SECRET_ENV", "add_transaction_commands", "run_send_transaction"]
 
 SECRET_ENV = "ROCKETSTORE_CLUSTER_SECRET_FILE"
@@ -17,7 +19,6 @@ SECRET_ENV = "ROCKETSTORE_CLUSTER_SECRET_FILE"
 def run_send_transaction(args: argparse.Namespace, message: Any, emit: Any) -> int:
     """``rocketstore send --transaction commit|rollback|unknown``: each message as a half message whose
     local transaction ends with that state."""
-    from rocketstore.cli.commands import client_tls
     from rocketstore.client import LocalTransactionState, TransactionListener, TransactionMQProducer
 
     state = {"commit": LocalTransactionState.COMMIT_MESSAGE, "rollback": LocalTransactionState.ROLLBACK_MESSAGE,
@@ -47,14 +48,14 @@ def run_send_transaction(args: argparse.Namespace, message: Any, emit: Any) -> i
     return 0
 
 
-def add_transaction_commands(commands: Any, add_endpoint: Any, add_json: Any, guard: Any) -> None:
+def add_transaction_commands(commands: SubParsers) -> None:
     tx = commands.add_parser("transaction", help="open transactions (half messages): list, resolve")
     sub = tx.add_subparsers(dest="transaction_command", metavar="ACTION", required=True)
     p = sub.add_parser("list", help="open transactions with their age and check count")
     add_endpoint(p)
     p.add_argument("--producer-group", default="", help="only this producer group")
     add_json(p)
-    p.set_defaults(handler=guard("transaction list", _run_list))
+    p.set_defaults(handler=guarded("transaction list", _run_list))
     p = sub.add_parser("resolve", help="commit or roll back an open transaction as an operator")
     add_endpoint(p)
     p.add_argument("--transaction-id", required=True, help="the transaction id (the half message's msgId)")
@@ -66,11 +67,10 @@ def add_transaction_commands(commands: Any, add_endpoint: Any, add_json: Any, gu
                         help=f"the file holding the cluster secret (clusterSecretFile; default: ${SECRET_ENV})")
     secret.add_argument("--data-dir", metavar="STORE", help="read the cluster secret from STORE/config/cluster.secret")
     add_json(p)
-    p.set_defaults(handler=guard("transaction resolve", _run_resolve))
+    p.set_defaults(handler=guarded("transaction resolve", _run_resolve))
 
 
 def _run_list(args: argparse.Namespace) -> int:
-    from rocketstore.cli.commands import client_tls
     from rocketstore.client.connection import Connection
     from rocketstore.v1 import gateway_pb2 as pb
 
@@ -79,18 +79,16 @@ def _run_list(args: argparse.Namespace) -> int:
     rows = []
     for t in reply.transactions:
         if args.json:
-            from rocketstore.cli.commands import _emit
 
-            _emit({"transactionId": t.transaction_id, "producerGroup": t.producer_group, "topic": t.topic,
+            emit({"transactionId": t.transaction_id, "producerGroup": t.producer_group, "topic": t.topic,
                    "queueId": t.queue_id, "commitLogOffset": t.commit_log_offset, "queueOffset": t.queue_offset,
                    "ageMs": t.age_ms, "checkTimes": t.check_times, "tags": t.tags, "keys": t.keys})
         else:
             rows.append([t.transaction_id, t.producer_group, f"{t.topic}#{t.queue_id}", f"{t.age_ms / 1000:.1f} s",
                          str(t.check_times), t.tags])
     if not args.json:
-        from rocketstore.cli.commands import _table
 
-        _table(rows, ["TRANSACTION ID", "PRODUCER GROUP", "QUEUE", "AGE", "CHECKS", "TAGS"])
+        print_table(rows, ["TRANSACTION ID", "PRODUCER GROUP", "QUEUE", "AGE", "CHECKS", "TAGS"])
     return 0
 
 
@@ -110,7 +108,6 @@ def _cluster_secret(args: argparse.Namespace) -> str:
 
 
 def _run_resolve(args: argparse.Namespace) -> int:
-    from rocketstore.cli.commands import client_tls
     from rocketstore.client.connection import Connection
     from rocketstore.rpc.internal_auth import call_metadata
     from rocketstore.v1 import gateway_pb2 as pb
@@ -122,9 +119,8 @@ def _run_resolve(args: argparse.Namespace) -> int:
             transaction_id=args.transaction_id, resolution=resolution, by_operator=True), metadata=metadata)
     outcome = "committed" if args.commit else "rolled back"
     if args.json:
-        from rocketstore.cli.commands import _emit
 
-        _emit({"transactionId": args.transaction_id, "outcome": outcome, "topic": reply.topic,
+        emit({"transactionId": args.transaction_id, "outcome": outcome, "topic": reply.topic,
                "queueId": reply.queue_id, "queueOffset": reply.queue_offset})
     else:
         where = f" to {reply.topic}#{reply.queue_id} at queue offset {reply.queue_offset}" if args.commit else ""

@@ -225,3 +225,35 @@ def test_metrics_listen_on_loopback_unless_told_otherwise() -> None:
             set_metrics_host("127.0.0.1")
     started = [(e["addr"], e["port"]) for e in logs if e["event"] == "metrics server started"]
     assert started == [("127.0.0.1", loopback), ("0.0.0.0", everywhere)]
+
+
+def test_a_port_another_server_holds_is_refused_not_shared(server: GrpcServer, tmp_path: Path) -> None:
+    """grpc shares a port on Linux by default (SO_REUSEPORT): a second broker on the same port would take half of
+    the first one's connections. Every server refuses a held port; only gateways that share theirs on purpose (a
+    broker with front gateways, the fronts) ask for SO_REUSEPORT."""
+    import asyncio
+
+    from rocketstore.services.gateway.tls_settings import server_tls
+
+    from rocketstore.config.settings import Settings
+    from rocketstore.rpc.aio_server import AioGrpcServer
+    from rocketstore.rpc.tls import ServerTls
+
+    with pytest.raises(OSError, match=f"cannot listen on 127.0.0.1:{server.port}"):
+        GrpcServer("127.0.0.1", server.port)
+
+    async def aio(tls: ServerTls | None) -> None:
+        with pytest.raises(OSError, match=f"cannot listen on 127.0.0.1:{server.port}"):
+            AioGrpcServer("127.0.0.1", server.port, tls=tls)
+
+    asyncio.run(aio(None))  # grpcio's own port
+    permissive = server_tls(Settings(store_path_root_dir=str(tmp_path)))  # the default mode: the demultiplexer's
+    assert permissive is not None
+    asyncio.run(aio(permissive))
+
+    async def shared() -> None:  # asked for: two gateways of one broker on one port
+        first = AioGrpcServer("127.0.0.1", 0, options=[("grpc.so_reuseport", 1)])
+        second = AioGrpcServer("127.0.0.1", first.port, options=[("grpc.so_reuseport", 1)])
+        assert second.port == first.port
+
+    asyncio.run(shared())

@@ -47,6 +47,10 @@ _OPTIONS: list[tuple[str, Any]] = [
     # sending their long polls at once are a normal burst here.
     ("grpc.server.max_pending_requests", 20_000),
     ("grpc.server.max_pending_requests_hard_limit", 40_000),
+    # A port another process holds is refused, never shared (grpc's default on Linux shares it, and a second
+    # broker on the same port would take half of the first one's connections); the gateways that share theirs
+    # on purpose (front gateways) ask for it.
+    ("grpc.so_reuseport", 0),
 ]
 
 
@@ -75,7 +79,8 @@ class AioGrpcServer:
             plain = self._bind("127.0.0.1", 0, None)
             secure = self._bind("127.0.0.1", 0, tls.credentials())
             try:
-                self._demux = PortDemultiplexer(host, port, plain, secure, silent_close_ms)
+                self._demux = PortDemultiplexer(host, port, plain, secure, silent_close_ms,
+                                                reuse_port=bool(merged["grpc.so_reuseport"]))
             except OSError as exc:
                 raise OSError(f"cannot listen on {_join_host_port(host, port)}: {exc}") from exc
             bound = self._demux.port

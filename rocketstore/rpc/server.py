@@ -59,6 +59,9 @@ class GrpcServer:
                 ("grpc.keepalive_permit_without_calls", 1),
                 ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
                 ("grpc.http2.max_ping_strikes", 0),
+                # A port another process holds is refused, never shared (grpc's default on Linux shares it,
+                # and a second broker on the same port would take half of the first one's connections).
+                ("grpc.so_reuseport", 0),
                 *options,
             ],
             # Innermost: a request that cannot be decoded is answered INVALID_ARGUMENT, and the

@@ -219,17 +219,20 @@ def _send(sock: socket.socket, data: bytes) -> int:
 
 
 class PortDemultiplexer:
-    """The public port of a permissive gateway: bound (SO_REUSEPORT) at construction, relaying to
+    """The public port of a permissive gateway: bound at construction (SO_REUSEPORT with ``reuse_port``: the
+    gateways of one broker share it), relaying to
     127.0.0.1:``plain_port`` and ``tls_port`` once started. ``pending_ms``: a connection that sends nothing
     for this long is closed (grpcio's handshake timeout, which cannot see it before it is relayed)."""
 
-    def __init__(self, host: str, port: int, plain_port: int, tls_port: int, pending_ms: int) -> None:
+    def __init__(self, host: str, port: int, plain_port: int, tls_port: int, pending_ms: int, *,
+                 reuse_port: bool = False) -> None:
         family, kind, proto, _name, address = socket.getaddrinfo(
             host.strip("[]"), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
         self._listener = socket.socket(family, kind, proto)
         try:
             self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            if reuse_port:
+                self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             self._listener.bind(address)
             self._listener.listen(4096)
         except OSError:

@@ -131,12 +131,13 @@ async def _serve_gateway(broker: LocalBroker, host: str, port: int, metrics_port
         interceptors: list[grpc.aio.ServerInterceptor] = []
         if metrics_port is not None:
             interceptors.append(GatewayMetrics(gateway))
-        # The gateway's connection limits (silent and idle connections closed, per address and in all), and
-        # SO_REUSEPORT (grpc's default on Linux, said here because front gateways rely on it): the front
-        # gateways of `rocketstore up --gateways N` bind this same port.
-        server, guard = client_server(settings, host, port, interceptors, options=[("grpc.so_reuseport", 1)],
-                                      tls=tls, access=gateway.access)
+        # The gateway's connection limits (silent and idle connections closed, per address and in all); with an
+        # owner port, SO_REUSEPORT: the front gateways of `rocketstore up --gateways N` bind this same port
+        # (without one, a port another process holds is refused, never shared).
         own_host, own_port = own
+        reuse = 1 if own_port is not None else 0
+        server, guard = client_server(settings, host, port, interceptors, options=[("grpc.so_reuseport", reuse)],
+                                      tls=tls, access=gateway.access)
         add_gateway_services(server, gateway)
         if own_port is not None:
             # The owner port: the same gateway, for the front gateways alone (they send the cluster secret).

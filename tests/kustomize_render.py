@@ -7,9 +7,10 @@ Supported kustomization keys: ``resources`` (files and directories holding a kus
 ``includeSelectors`` / ``includeTemplates``), ``commonLabels`` and ``images`` (``newName``,
 ``newTag``). Any other key fails the render, so a manifest never relies on a feature that is not
 rendered here. Strategic merge follows Kubernetes' patch merge keys for the lists the manifests
-patch (containers and env by name, volumeMounts by mountPath, ports by containerPort or port);
-other lists are replaced. Name references are not rewritten, so prefixes and suffixes are refused
-in a kustomization whose resources refer to each other by name. As kustomize, it refuses a
+patch (containers and env by name, volumeMounts by mountPath, ports by containerPort or port),
+ordered as kustomize orders them (the patch's items first, then the base's others); other lists are
+replaced. Name references are not rewritten, so prefixes and suffixes are refused in a
+kustomization whose resources refer to each other by name. As kustomize, it refuses a
 directory resource that contains a kustomization which refers to it (an overlay inside its base).
 """
 
@@ -129,14 +130,12 @@ def _merge(base: Any, patch: Any, field: str = "") -> Any:
             key = "containerPort"
         if key is None or not all(isinstance(i, dict) and key in i for i in base + patch):
             return copy.deepcopy(patch)
-        out = copy.deepcopy(base)
-        index = {item[key]: i for i, item in enumerate(out)}
-        for item in patch:
-            if item[key] in index:
-                out[index[item[key]]] = _merge(out[index[item[key]]], item)
-            else:
-                out.append(copy.deepcopy(item))
-        return out
+        # As kubectl kustomize orders them: the patch's items (merged into the base's of the same key), then
+        # the base's other items, in their order.
+        by_key = {item[key]: item for item in base}
+        patched = [_merge(by_key[item[key]], item) if item[key] in by_key else copy.deepcopy(item) for item in patch]
+        keys = {item[key] for item in patch}
+        return patched + [copy.deepcopy(item) for item in base if item[key] not in keys]
     return copy.deepcopy(patch)
 
 

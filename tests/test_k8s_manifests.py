@@ -1,19 +1,26 @@
 """The Kubernetes manifests: every kustomization under deploy/k8s (the single-broker base and each
-overlay) renders, every object it yields is valid against the Kubernetes API schemas of
-KUBERNETES_VERSION (kubernetes-validate, strict: unknown fields are errors), every container is
-probed and declares exactly the ports its flags serve; the broker pod runs `serve broker` alone, the
-front gateways' Deployment reaches it through its headless Service on ports it declares, the client
-Service selects both kinds of pods, and the internal ports (owner, CommitLog, ha) are open to the
-front pods only (and, in the master/slave overlay, the master's ha port to the slave)."""
+overlay) renders (and `kubectl kustomize` builds the same objects), every object it yields is valid
+against the Kubernetes API schemas of KUBERNETES_VERSION (kubernetes-validate, strict: unknown fields
+are errors), every container is probed and declares exactly the ports its flags serve; each group's
+broker pod runs `serve broker` alone, its front gateways' Deployment reaches it through its headless
+Service on ports it declares, its client Service selects both kinds of pods, and its internal ports
+(owner, CommitLog, ha) are open to its front pods only (and, in the master/slave overlay, the master's
+ha port to the slave). In the cluster overlay, etcd's three members name each other consistently,
+every broker points at etcd's client Service with a brokerName and a claim of its own, and etcd's
+client port is open to the broker pods only, its peer port to the etcd pods only."""
 
 from __future__ import annotations
 
 import shlex
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import kubernetes_validate
 import pytest
+import yaml
 from kustomize_render import RenderError, render
 
 KUBERNETES_VERSION = "1.30.0"
@@ -22,6 +29,13 @@ KUSTOMIZATIONS = [K8S, *sorted(p.parent for p in (K8S / "overlays").glob("*/kust
 NAMESPACE = "rocketstore"
 BROKER, FRONTS, SLAVE = "rocketstore-broker", "rocketstore-gateway", "rocketstore-broker-slave"
 CLIENT_SERVICE = "rocketstore-gateway"
+# Each broker group's (master) StatefulSet -> its front gateways' Deployment and its client Service.
+GROUPS = {BROKER: (FRONTS, CLIENT_SERVICE),
+          "rocketstore-broker-b": ("rocketstore-gateway-b", "rocketstore-gateway-b")}
+CLUSTER = K8S / "overlays" / "cluster"
+ETCD, ETCD_CLIENT_SERVICE, CLUSTER_SERVICE = "rocketstore-etcd", "rocketstore-etcd", "rocketstore-cluster"
+# Official etcd images: what makes a workload an etcd one, checked as etcd rather than as `rocketstore serve`.
+ETCD_IMAGES = ("registry.k8s.io/etcd:3.5.", "quay.io/coreos/etcd:v3.5.")
 # The flags naming a port each process listens on.
 PORT_FLAGS = ("--port", "--metrics-port", "--own-port", "--internal-port", "--ha-port")
 # A front gateway's endpoint flag -> the broker's flag of the port it must name.
@@ -76,13 +90,63 @@ def _container_port(workload: dict[str, Any], target: int | str) -> int | None:
     return None
 
 
+def _is_etcd(workload: dict[str, Any]) -> bool:
+    return any(c["image"].startswith(ETCD_IMAGES) for c in workload["spec"]["template"]["spec"]["containers"])
+
+
+def _brokers(workloads: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Every broker StatefulSet (every StatefulSet but etcd's)."""
+    return {n: w for n, w in workloads.items() if w["kind"] == "StatefulSet" and not _is_etcd(w)}
+
+
+def _groups(workloads: dict[str, dict[str, Any]]) -> list[tuple[str, str, str]]:
+    """The broker groups rendered: (broker StatefulSet, front gateways' Deployment, client Service)."""
+    groups = [(broker, fronts, service) for broker, (fronts, service) in GROUPS.items() if broker in workloads]
+    deployments = {n for n, w in workloads.items() if w["kind"] == "Deployment"}
+    assert deployments == {fronts for _, fronts, _ in groups}, f"fronts of no known group: {deployments}"
+    return groups
+
+
+def _etcd_flags(container: dict[str, Any]) -> dict[str, str]:
+    assert container["command"][0] == "etcd", container["command"]
+    flags: dict[str, str] = {}
+    for arg in container["command"][1:]:
+        name, sep, value = arg.partition("=")
+        assert arg.startswith("--") and sep, f"etcd: {arg!r} is not --flag=value"
+        assert name not in flags, f"etcd: {name} given twice"
+        flags[name] = value
+    return flags
+
+
+def _check_etcd_container(name: str, workload: dict[str, Any]) -> None:
+    """Probed on etcd's /health on its client port, and declaring exactly the ports it listens on."""
+    c = _only(workload)
+    flags = _etcd_flags(c)
+    client, peer = (urlsplit(flags[f]) for f in ("--listen-client-urls", "--listen-peer-urls"))
+    assert client.hostname == peer.hostname == "0.0.0.0", f"{name}: not listening on the pod's address"
+    declared = {int(p["containerPort"]): p["name"] for p in c["ports"]}
+    assert set(declared) == {client.port, peer.port}, f"{name}: declared {declared}"
+    for probe in PROBES:
+        get = c[probe]["httpGet"]
+        assert urlsplit(get["path"]).path == "/health", f"{name}: {probe} asks {get['path']}"
+        assert _container_port(workload, get["port"]) == client.port, f"{name}: {probe} not on the client port"
+    # Ready only with a leader (the client Service leaves out a member cut off from the quorum); alive on its
+    # own answer, so a quorum lost elsewhere restarts no member.
+    assert c["readinessProbe"]["httpGet"]["path"] == "/health"
+    assert "serializable=true" in urlsplit(c["livenessProbe"]["httpGet"]["path"]).query.split("&")
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert workload["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
+    mounts = {m["mountPath"] for m in c["volumeMounts"]}
+    assert any(Path(flags["--data-dir"]).is_relative_to(m) for m in mounts), f"{name}: --data-dir is not a volume"
+
+
 @pytest.fixture(scope="module", params=KUSTOMIZATIONS, ids=_name)
 def rendered(request: pytest.FixtureRequest) -> list[dict[str, Any]]:
     return render(request.param)
 
 
 def test_overlays_exist() -> None:
-    assert K8S / "overlays" / "master-slave" in KUSTOMIZATIONS
+    assert K8S / "overlays" / "master-slave" in KUSTOMIZATIONS and CLUSTER in KUSTOMIZATIONS
 
 
 def test_every_object_is_valid_for_the_kubernetes_version(rendered) -> None:
@@ -98,6 +162,9 @@ def test_every_object_is_valid_for_the_kubernetes_version(rendered) -> None:
 
 def test_every_container_is_probed_and_declares_the_ports_it_serves(rendered) -> None:
     for name, workload in _workloads(rendered).items():
+        if _is_etcd(workload):
+            _check_etcd_container(name, workload)
+            continue
         c = _only(workload)
         served = {int(p): flag for flag in PORT_FLAGS if (p := _flag(c, flag)) is not None}
         assert len(served) == len([f for f in PORT_FLAGS if _flag(c, f) is not None]), f"{name}: a port clash"
@@ -123,10 +190,9 @@ def test_every_container_is_probed_and_declares_the_ports_it_serves(rendered) ->
 
 
 def test_the_broker_pod_runs_every_service_in_one_process(rendered) -> None:
-    workloads = _workloads(rendered)
-    for name, workload in workloads.items():
-        if workload["kind"] != "StatefulSet":
-            continue
+    brokers = _brokers(_workloads(rendered))
+    assert BROKER in brokers
+    for name, workload in brokers.items():
         c = _only(workload)
         assert c["command"][:3] == ["rocketstore", "serve", "broker"], name
         assert workload["spec"]["replicas"] == 1, f"{name}: one store, one writer"
@@ -140,14 +206,18 @@ def test_the_broker_pod_runs_every_service_in_one_process(rendered) -> None:
 
 def test_the_fronts_reach_the_broker_through_its_headless_service(rendered) -> None:
     workloads = _workloads(rendered)
-    broker, fronts = workloads[BROKER], workloads[FRONTS]
+    for broker_name, fronts_name, _ in _groups(workloads):
+        _check_fronts(rendered, workloads[broker_name], workloads[fronts_name])
+
+
+def _check_fronts(rendered: list[dict[str, Any]], broker: dict[str, Any], fronts: dict[str, Any]) -> None:
     assert fronts["kind"] == "Deployment" and fronts["spec"]["replicas"] >= 2
     front, owner = _only(fronts), _only(broker)
     assert front["command"][:3] == ["rocketstore", "serve", "gateway"]
     headless = _object(rendered, "Service", broker["spec"]["serviceName"])
     assert headless["spec"]["clusterIP"] == "None" and headless["spec"]["publishNotReadyAddresses"] is True
     assert _selects(headless["spec"]["selector"], broker)
-    pod_dns = f"{BROKER}-0.{headless['metadata']['name']}.{NAMESPACE}.svc.cluster.local"
+    pod_dns = f"{broker['metadata']['name']}-0.{headless['metadata']['name']}.{NAMESPACE}.svc.cluster.local"
     for flag, broker_flag in FRONT_PEERS.items():
         endpoint = _flag(front, flag)
         assert endpoint is not None, f"the front has no {flag}"
@@ -175,16 +245,17 @@ def test_the_fronts_reach_the_broker_through_its_headless_service(rendered) -> N
 
 def test_the_client_service_selects_the_broker_and_the_fronts(rendered) -> None:
     workloads = _workloads(rendered)
-    service = _object(rendered, "Service", CLIENT_SERVICE)
-    selector = service["spec"]["selector"]
-    assert _selects(selector, workloads[BROKER]) and _selects(selector, workloads[FRONTS])
-    for name in set(workloads) - {BROKER, FRONTS}:
-        assert not _selects(selector, workloads[name]), f"{CLIENT_SERVICE} selects {name}"
-    for port in service["spec"]["ports"]:
-        targets = {_container_port(workloads[w], port["targetPort"]) for w in (BROKER, FRONTS)}
-        assert len(targets) == 1 and None not in targets, f"{port['name']} resolves to {targets}"
-    assert {p["port"] for p in service["spec"]["ports"]} == {
-        int(_flag(_only(workloads[BROKER]), f) or 0) for f in ("--port", "--metrics-port")}
+    for broker, fronts, service_name in _groups(workloads):
+        service = _object(rendered, "Service", service_name)
+        selector = service["spec"]["selector"]
+        assert _selects(selector, workloads[broker]) and _selects(selector, workloads[fronts])
+        for name in set(workloads) - {broker, fronts}:
+            assert not _selects(selector, workloads[name]), f"{service_name} selects {name}"
+        for port in service["spec"]["ports"]:
+            targets = {_container_port(workloads[w], port["targetPort"]) for w in (broker, fronts)}
+            assert len(targets) == 1 and None not in targets, f"{port['name']} resolves to {targets}"
+        assert {p["port"] for p in service["spec"]["ports"]} == {
+            int(_flag(_only(workloads[broker]), f) or 0) for f in ("--port", "--metrics-port")}
 
 
 def _admits(policy: dict[str, Any], port: int) -> list[list[dict[str, Any]] | None]:
@@ -206,29 +277,37 @@ def _sources(objects: list[dict[str, Any]], workload: dict[str, Any], port: int)
 
 def test_the_internal_ports_are_open_to_the_front_pods_only(rendered) -> None:
     workloads = _workloads(rendered)
-    broker = workloads[BROKER]
-    c = _only(broker)
-    allowed = {"--own-port": [FRONTS], "--internal-port": [FRONTS], "--ha-port": [FRONTS]}
-    if SLAVE in workloads:
-        allowed["--ha-port"] = [FRONTS, SLAVE]  # the slave replicates from the master
-    for flag, peers in allowed.items():
-        port = int(_flag(c, flag) or 0)
-        sources = _sources(rendered, broker, port)
-        assert sources, f"nothing may reach the broker's {flag} {port}"
-        reached = set()
-        for src in sources:
-            assert src is not None, f"the broker's {flag} {port} is open to every pod"
-            for peer in src:
-                assert set(peer) == {"podSelector"}, "only pods of this namespace, chosen by label"
-                selected = {n for n, w in workloads.items() if _selects(peer["podSelector"]["matchLabels"], w)}
-                assert selected and selected <= set(peers), f"{flag} {port} is open to {selected}"
-                reached |= selected
-        assert reached == set(peers), f"{flag} {port}: {set(peers) - reached} cannot reach it"
-    # Clients and Prometheus reach the gateway and its metrics on both kinds of pods.
-    for name in (BROKER, FRONTS):
-        for flag in ("--port", "--metrics-port"):
-            port = int(_flag(_only(workloads[name]), flag) or 0)
-            assert None in _sources(rendered, workloads[name], port), f"{name}: {flag} {port} closed to clients"
+    for broker_name, fronts, _ in _groups(workloads):
+        c = _only(workloads[broker_name])
+        allowed = {"--own-port": {fronts}, "--internal-port": {fronts}, "--ha-port": {fronts}}
+        if broker_name == BROKER and SLAVE in workloads:
+            allowed["--ha-port"] = {fronts, SLAVE}  # the slave replicates from the master
+        for flag, peers in allowed.items():
+            port = int(_flag(c, flag) or 0)
+            reached = _reached_by(rendered, workloads, workloads[broker_name], port)
+            assert reached == peers, f"{broker_name}'s {flag} {port} is open to {reached}, not {peers}"
+        # Clients and Prometheus reach the gateway and its metrics on both kinds of pods.
+        for name in (broker_name, fronts):
+            for flag in ("--port", "--metrics-port"):
+                port = int(_flag(_only(workloads[name]), flag) or 0)
+                assert None in _sources(rendered, workloads[name], port), f"{name}: {flag} {port} closed to clients"
+
+
+def _reached_by(rendered: list[dict[str, Any]], workloads: dict[str, dict[str, Any]], target: dict[str, Any],
+                port: int) -> set[str]:
+    """The workloads whose pods the NetworkPolicies admit to ``port`` of ``target``'s pods; fails when any
+    pod (no `from`) or anything but this namespace's pods chosen by label may reach it."""
+    sources = _sources(rendered, target, port)
+    assert sources, f"nothing may reach {target['metadata']['name']}'s {port}"
+    reached = set()
+    for src in sources:
+        assert src is not None, f"{target['metadata']['name']}'s {port} is open to every pod"
+        for peer in src:
+            assert set(peer) == {"podSelector"}, "only pods of this namespace, chosen by label"
+            selected = {n for n, w in workloads.items() if _selects(peer["podSelector"]["matchLabels"], w)}
+            assert selected, f"{target['metadata']['name']}'s {port}: {peer} selects no pod"
+            reached |= selected
+    return reached
 
 
 def test_the_master_slave_overlay_runs_a_master_and_its_slave() -> None:
@@ -280,6 +359,155 @@ def test_the_slave_is_the_master_but_the_role() -> None:
     assert [c["spec"] for c in m_claims] == [c["spec"] for c in s_claims]
 
 
+@pytest.fixture(scope="module")
+def cluster() -> list[dict[str, Any]]:
+    return render(CLUSTER)
+
+
+def _etcd(objects: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, str], dict[str, int]]:
+    """etcd's StatefulSet, its flags and its ports by role (client, peer)."""
+    etcd = _workloads(objects)[ETCD]
+    flags = _etcd_flags(_only(etcd))
+    return etcd, flags, {role: int(urlsplit(flags[f"--listen-{role}-urls"]).port or 0) for role in ("client", "peer")}
+
+
+def test_the_cluster_overlay_runs_etcd_and_two_broker_groups(cluster) -> None:
+    workloads = _workloads(cluster)
+    assert set(workloads) == {ETCD, *GROUPS, *(fronts for fronts, _ in GROUPS.values())}
+    assert _is_etcd(workloads[ETCD]) and workloads[ETCD]["kind"] == "StatefulSet"
+    assert len(_groups(workloads)) == 2
+
+
+def test_the_etcd_members_name_each_other_consistently(cluster) -> None:
+    etcd, flags, ports = _etcd(cluster)
+    replicas = etcd["spec"]["replicas"]
+    assert replicas == 3
+    # All members start together: each one serves only once a quorum of the initial cluster has joined.
+    assert etcd["spec"]["podManagementPolicy"] == "Parallel"
+    headless = _object(cluster, "Service", etcd["spec"]["serviceName"])
+    assert headless["spec"]["clusterIP"] == "None" and headless["spec"]["publishNotReadyAddresses"] is True
+    assert _selects(headless["spec"]["selector"], etcd)
+    assert {_container_port(etcd, p["targetPort"]) for p in headless["spec"]["ports"]} == set(ports.values())
+    assert {p["port"] for p in headless["spec"]["ports"]} == set(ports.values())
+
+    def stable(pod: str, port: int) -> str:
+        return f"http://{pod}.{headless['metadata']['name']}.{NAMESPACE}.svc.cluster.local:{port}"
+
+    pods = [f"{ETCD}-{i}" for i in range(replicas)]
+    initial = dict(m.split("=", 1) for m in flags["--initial-cluster"].split(","))
+    assert initial == {pod: stable(pod, ports["peer"]) for pod in pods}
+    # Each member is the entry of --initial-cluster that bears its pod's name.
+    env = _env(_only(etcd))
+    assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert flags["--name"] == "$(POD_NAME)"
+    for pod in pods:
+        assert flags["--initial-advertise-peer-urls"].replace("$(POD_NAME)", pod) == initial[pod]
+        assert flags["--advertise-client-urls"].replace("$(POD_NAME)", pod) == stable(pod, ports["client"])
+    assert flags["--initial-cluster-state"] == "new" and flags["--initial-cluster-token"]
+    # Voluntary disruptions leave a quorum.
+    [pdb] = [o for o in cluster if o["kind"] == "PodDisruptionBudget"]
+    assert _selects(pdb["spec"]["selector"]["matchLabels"], etcd)
+    assert pdb["spec"]["minAvailable"] == replicas // 2 + 1
+
+
+def test_every_broker_points_at_the_etcd_client_service(cluster) -> None:
+    workloads = _workloads(cluster)
+    etcd, _, ports = _etcd(cluster)
+    service = _object(cluster, "Service", ETCD_CLIENT_SERVICE)
+    assert service["spec"].get("clusterIP") != "None" and not service["spec"].get("publishNotReadyAddresses")
+    assert [n for n, w in workloads.items() if _selects(service["spec"]["selector"], w)] == [ETCD]
+    brokers = _brokers(workloads)
+    assert set(brokers) == set(GROUPS)
+    for name, broker in brokers.items():
+        endpoints = _env(_only(broker)).get("ROCKETSTORE_ETCD_ENDPOINTS")
+        assert endpoints, f"{name} has no etcdEndpoints"
+        for endpoint in endpoints.split(";"):
+            host, _, port = endpoint.rpartition(":")
+            assert host == f"{ETCD_CLIENT_SERVICE}.{NAMESPACE}.svc.cluster.local", f"{name}: {endpoint}"
+            [published] = [p for p in service["spec"]["ports"] if p["port"] == int(port)]
+            assert _container_port(etcd, published["targetPort"]) == ports["client"], f"{name}: {endpoint}"
+
+
+def test_each_group_has_its_own_name_and_store(cluster) -> None:
+    brokers = _brokers(_workloads(cluster))
+    names = {n: _env(_only(b)).get("ROCKETSTORE_BROKER_NAME") for n, b in brokers.items()}
+    assert None not in names.values() and len(set(names.values())) == len(names), names
+    claims = [f"{t['metadata']['name']}-{n}-0" for n, b in brokers.items() for t in b["spec"]["volumeClaimTemplates"]]
+    assert len(set(claims)) == len(claims) == len(brokers), claims
+    assert len({b["spec"]["serviceName"] for b in brokers.values()}) == len(brokers)
+    for name, broker in brokers.items():
+        env = _env(_only(broker))
+        # Every group is a master (brokerId 0), registered with the gateway address brokerIP1 stands for.
+        assert "ROCKETSTORE_BROKER_ROLE" not in env and env.get("ROCKETSTORE_BROKER_ID", "0") == "0", name
+        assert env["ROCKETSTORE_BROKER_IP1"] == {"fieldRef": {"fieldPath": "status.podIP"}}, name
+        assert _labels(broker)["rocketstore.io/broker-name"] == names[name]
+        for other, b in brokers.items():
+            assert other == name or not _selects(broker["spec"]["selector"]["matchLabels"], b), f"{name}: {other}"
+
+
+def test_group_b_is_group_a_but_the_names(cluster) -> None:
+    """broker-b's broker, fronts and claim are broker-a's (the base's), only named for their group."""
+    workloads = _workloads(cluster)
+    (a, a_fronts, _), (b, b_fronts, _) = _groups(workloads)
+    a_pod, b_pod = (_only(workloads[n]) for n in (a, b))
+    assert a_pod["command"] == b_pod["command"]
+    assert {k: v for k, v in a_pod.items() if k != "env"} == {k: v for k, v in b_pod.items() if k != "env"}
+    a_env, b_env = _env(a_pod), _env(b_pod)
+    assert {k for k in set(a_env) | set(b_env) if a_env.get(k) != b_env.get(k)} == {"ROCKETSTORE_BROKER_NAME"}
+    assert (dict(workloads[a]["spec"]["template"]["spec"], containers=None)
+            == dict(workloads[b]["spec"]["template"]["spec"], containers=None))
+    assert ([c["spec"] for c in workloads[a]["spec"]["volumeClaimTemplates"]]
+            == [c["spec"] for c in workloads[b]["spec"]["volumeClaimTemplates"]])
+    # The fronts: the same but the broker pod they dial (its stable name) and the group's name.
+    def front(fronts: str, broker: str) -> dict[str, Any]:
+        pod_dns = f"{broker}-0.{workloads[broker]['spec']['serviceName']}.{NAMESPACE}.svc.cluster.local"
+        c = _only(workloads[fronts])
+        return dict(c, env=None, command=[arg.replace(pod_dns, "BROKER") for arg in c["command"]])
+
+    assert front(a_fronts, a) == front(b_fronts, b)
+    assert (dict(workloads[a_fronts]["spec"]["template"]["spec"], containers=None, topologySpreadConstraints=None)
+            == dict(workloads[b_fronts]["spec"]["template"]["spec"], containers=None, topologySpreadConstraints=None))
+    assert (dict(workloads[a_fronts]["spec"], selector=None, template=None)
+            == dict(workloads[b_fronts]["spec"], selector=None, template=None))
+
+
+def test_the_cluster_service_reaches_every_gateway_of_every_group(cluster) -> None:
+    workloads = _workloads(cluster)
+    service = _object(cluster, "Service", CLUSTER_SERVICE)
+    selected = {n for n, w in workloads.items() if _selects(service["spec"]["selector"], w)}
+    assert selected == {n for broker, fronts, _ in _groups(workloads) for n in (broker, fronts)}
+    for port in service["spec"]["ports"]:
+        for name in selected:
+            assert _container_port(workloads[name], port["targetPort"]) == int(_flag(_only(workloads[name]), "--port")
+                                                                              or 0), f"{name}: {port}"
+
+
+def test_etcd_is_reached_by_the_broker_pods_only(cluster) -> None:
+    workloads = _workloads(cluster)
+    etcd, _, ports = _etcd(cluster)
+    assert _reached_by(cluster, workloads, etcd, ports["client"]) == set(_brokers(workloads)) == set(GROUPS)
+    assert _reached_by(cluster, workloads, etcd, ports["peer"]) == {ETCD}
+    # No other port of the etcd pods is admitted, from anywhere.
+    policies = [o for o in cluster if o["kind"] == "NetworkPolicy"
+                and o["spec"]["podSelector"]["matchLabels"].items() <= _labels(etcd).items()]
+    for rule in (r for p in policies for r in p["spec"].get("ingress", [])):
+        assert rule.get("ports") and {p["port"] for p in rule["ports"]} <= set(ports.values()), rule
+
+
+@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS, ids=_name)
+def test_kubectl_kustomize_builds_what_the_tests_check(kustomization: Path) -> None:
+    """The real kustomize (kubectl's, v5) builds each kustomization into the objects the renderer gives."""
+    kubectl = shutil.which("kubectl")
+    assert kubectl, "kubectl (with its built-in kustomize v5) is not installed"
+    out = subprocess.run([kubectl, "kustomize", str(kustomization)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    built = {(o["kind"], o["metadata"]["name"]): o for o in yaml.safe_load_all(out.stdout) if o}
+    rendered = {(o["kind"], o["metadata"]["name"]): o for o in render(kustomization)}
+    assert set(built) == set(rendered)
+    for key, obj in rendered.items():
+        assert built[key] == obj, f"{key}: kubectl kustomize builds it otherwise"
+
+
 def test_every_container_reads_the_one_cluster_secret(rendered) -> None:
     """The Secret is projected beside broker.properties, which names it (clusterSecretFile), in every pod:
     the broker, its front gateways, and a master and its slave share it."""
@@ -287,6 +515,9 @@ def test_every_container_reads_the_one_cluster_secret(rendered) -> None:
     assert "clusterSecretFile=/etc/rocketstore/cluster.secret" in properties.splitlines()
     for name, workload in _workloads(rendered).items():
         spec = workload["spec"]["template"]["spec"]
+        if _is_etcd(workload):  # etcd has no use for it
+            assert "rocketstore-cluster-secret" not in yaml.safe_dump(spec), f"{name} mounts the cluster secret"
+            continue
         volumes = {v["name"]: v for v in spec["volumes"]}
         sources = volumes["config"]["projected"]["sources"]
         secret = next(src["secret"] for src in sources if "secret" in src)

@@ -16,6 +16,11 @@ if ! command -v etcd >/dev/null 2>&1; then
     else sudo apt-get update -qq && sudo apt-get install -y -qq etcd-server >/dev/null; fi
 fi
 python3 -m pip install --quiet --disable-pip-version-check -e '.[test]'
+# The real kustomize, to check the renderer of tests/test_k8s_manifests.py against (Go's module proxy).
+KUSTOMIZE_BIN="$HOME/.cache/rocketstore-tests/bin"
+if [ ! -x "$KUSTOMIZE_BIN/kustomize" ]; then
+    GOBIN="$KUSTOMIZE_BIN" go install sigs.k8s.io/kustomize/kustomize/v5@v5.5.0
+fi
 python3 tests/java_client.py  # builds tests/java unless its last build is of the same sources (jars kept in ~/.m2)
 python3 tests/nodejs_client.py  # npm ci in tests/nodejs (the official Node.js client) unless installed from this lock
 # Apache RocketMQ 5.3.3's jars and bench/peer's Java programs (tests/test_rocketmq_store_compat.py): Maven

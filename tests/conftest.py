@@ -71,12 +71,23 @@ DEFAULT_COMMITLOG_SETTINGS: dict[str, str] = {
 }
 
 
+_SESSION_SECRET_VARIABLE = "PYTEST_ROCKETSTORE_SESSION_SECRET"  # not ROCKETSTORE_*: that prefix is settings
+
+
 def _session_secret() -> Path:
     """One cluster secret for every process the tests start (so a slave reaches its master, and the tests'
-    own internal clients reach both): named by ROCKETSTORE_CLUSTER_SECRET_FILE, which the children keep."""
+    own internal clients reach both): named by ROCKETSTORE_CLUSTER_SECRET_FILE, which the children keep.
+    Made once per session: this module is imported again as ``tests.conftest`` by test modules that import
+    from it that way, and a second secret would leave the brokers started since unreachable with the first."""
+    made = os.environ.get(_SESSION_SECRET_VARIABLE)
+    if made and Path(made).exists():
+        share_secret(str(Path(made).parent))
+        return Path(made)
     directory = tempfile.mkdtemp(prefix="rocketstore-secret-")
     share_secret(directory)
-    return Path(directory) / "cluster.secret"
+    path = Path(directory) / "cluster.secret"
+    os.environ[_SESSION_SECRET_VARIABLE] = str(path)
+    return path
 
 
 CLUSTER_SECRET_FILE = _session_secret()

@@ -40,4 +40,4 @@ ROCKETSTORE_TEST_MODE=cluster python3 -m pytest -q -m "not cluster" \
     tests/test_gateway_service.py tests/test_send_stream.py tests/test_consume_stream.py \
     tests/test_rmq5_consumer.py tests/test_rmq5_producer_kinds.py tests/test_transactions.py \
     tests/test_delay_levels.py tests/test_timer_delivery.py tests/test_ha_brokers.py tests/test_ha_failover.py \
-    tests/test_ha_slave_reads.py tests/test_push_consumer_retry.py
+    tests/test_ha_slave_reads.py tests/test_push_consumer_retry.py tests/test_internal_auth.py

@@ -44,6 +44,9 @@ def test_up_cluster_starts_etcd_and_two_groups_and_stops_them(tmp_path: Path) ->
             time.sleep(0.2)
         assert [(r["brokerName"], r["gateway"], r["role"]) for r in rows] == [
             ("broker-a", first, "ASYNC_MASTER"), ("broker-b", second, "ASYNC_MASTER")]
+        status = _rocketstore("status", "-e", first, "--cluster", "--json")  # the status spans the cluster
+        assert status.returncode == 0, status.stderr
+        assert [json.loads(line)["brokerName"] for line in status.stdout.splitlines()] == ["broker-a", "broker-b"]
         created = _rocketstore("topic", "create", "-e", first, "-t", "UpTopic", "--queues", "2", "--cluster",
                                "DefaultCluster")
         assert created.returncode == 0 and created.stdout.count("created topic UpTopic") == 2, created.stderr

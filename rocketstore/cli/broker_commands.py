@@ -132,10 +132,17 @@ def _add_status(commands: SubParsers) -> None:
     p = commands.add_parser("status", help="the broker's status: role, flush mode, rates, offsets, disk")
     add_endpoint(p)
     add_json(p)
+    p.add_argument("--cluster", action="store_true",
+                   help="every member of the gateway's cluster of broker groups: role, addresses, max offset, "
+                        "rates (as `rocketstore cluster list`)")
     p.set_defaults(handler=guarded("status", _run_status))
 
 
 def _run_status(args: argparse.Namespace) -> int:
+    if args.cluster:
+        from rocketstore.cli.cluster_commands import run_cluster_list
+
+        return run_cluster_list(args)
     from rocketstore.client import Admin
     from rocketstore.client.admin import to_dict
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from rocketstore.cli.common import SubParsers, add_endpoint, add_json, client_tls, guarded
 
-__all__ = ["add_cluster_commands", "run_group_progress_on_cluster", "run_topic_create_on_groups"]
+__all__ = ["add_cluster_commands", "run_cluster_list", "run_group_progress_on_cluster", "run_topic_create_on_groups"]
 
 _Handler = Callable[[argparse.Namespace], int]
 
@@ -26,10 +26,11 @@ def add_cluster_commands(commands: SubParsers) -> None:
                                    "CommitLog max offset and put/get rates.")
     add_endpoint(p)
     add_json(p)
-    p.set_defaults(handler=guarded("cluster list", _run_cluster_list))
+    p.set_defaults(handler=guarded("cluster list", run_cluster_list))
 
 
-def _run_cluster_list(args: argparse.Namespace) -> int:
+def run_cluster_list(args: argparse.Namespace) -> int:
+    """clusterList: every member of the gateway's cluster with its status (`cluster list`, `status --cluster`)."""
     from rocketstore.client.cluster_admin import cluster_status
 
     info, rows = cluster_status(args.endpoint, client_tls(args))

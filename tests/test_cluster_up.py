@@ -73,3 +73,18 @@ def test_up_cluster_starts_etcd_and_two_groups_and_stops_them(tmp_path: Path) ->
         code = up.wait(90)
     text = out.read_text()
     assert code == 0 and "stopped etcd" in text and "stopped cleanly" in text, text
+
+
+def test_the_demo_runs_on_a_cluster_of_two_groups(tmp_path: Path) -> None:
+    """`rocketstore up --cluster 2 --demo --stop-after-demo`: the demo's topic, sends, consumption, query by key and
+    status, through the first group's gateway, then everything stops cleanly."""
+    exe = shutil.which("rocketstore")
+    assert exe is not None
+    small = [arg for key, value in DEFAULT_BROKER_SETTINGS.items() for arg in ("--set", f"{key}={value}")]
+    done = subprocess.run([exe, "up", "--cluster", "2", "--port", "0", "--data-dir", str(tmp_path / "store"),
+                           "--set", "etcdLeaseTtlSeconds=2", *small, "--demo", "--stop-after-demo"],
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    consumed = re.search(r"demo: consumed (\d+) messages tagged TagA .* \(expected (\d+)\)", done.stdout)
+    assert consumed is not None and consumed.group(1) == consumed.group(2), done.stdout
+    assert "demo: query by key order-4 -> " in done.stdout and "stopped cleanly" in done.stdout, done.stdout

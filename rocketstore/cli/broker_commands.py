@@ -83,16 +83,17 @@ def _run_up(args: argparse.Namespace) -> int:
     from rocketstore.config.settings import SettingsError
 
     if args.cluster is not None:
-        if args.with_slave or args.demo or args.mode != "local" or (args.gateways or 1) > 1:
-            print("rocketstore up: --cluster runs broker groups in local mode, without --with-slave, --demo or "
-                  "--gateways", file=sys.stderr)
+        if args.with_slave or args.mode != "local" or (args.gateways or 1) > 1:
+            print("rocketstore up: --cluster runs broker groups in local mode, without --with-slave or --gateways",
+                  file=sys.stderr)
             return EXIT_USAGE
         from rocketstore.cli.cluster_launcher import run_cluster
 
         try:
             return run_cluster(args.cluster, args.data_dir or "./store", args.config, args.port, etcd=args.etcd,
                                host=args.host, internal_host=args.internal_host, settings=args.settings,
-                               log_level=args.log_level)
+                               log_level=args.log_level, demo=args.demo_count if args.demo else 0,
+                               stop_after_demo=args.stop_after_demo)
         except SettingsError as e:
             print(f"rocketstore up: {e}", file=sys.stderr)
             return EXIT_USAGE

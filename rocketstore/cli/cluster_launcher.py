@@ -82,8 +82,10 @@ class EtcdServer:
 
 def run_cluster(groups: int, data_dir: str, config: str | None, port: int, *, etcd: str | None = None,
                 host: str = "127.0.0.1", internal_host: str = "127.0.0.1", settings: Sequence[tuple[str, str]] = (),
-                log_level: str = "info", out: TextIO | None = None, install_signals: bool = True) -> int:
-    """Run etcd (unless ``etcd`` is given) and ``groups`` broker groups until SIGINT/SIGTERM."""
+                log_level: str = "info", out: TextIO | None = None, install_signals: bool = True, demo: int = 0,
+                stop_after_demo: bool = False) -> int:
+    """Run etcd (unless ``etcd`` is given) and ``groups`` broker groups until SIGINT/SIGTERM; with ``demo``, the
+    demo of ``rocketstore up --demo`` runs against the first group's gateway once every group serves."""
     out = out or sys.stdout
     root = Path(data_dir)
     stop = threading.Event()
@@ -128,6 +130,9 @@ def run_cluster(groups: int, data_dir: str, config: str | None, port: int, *, et
         print(f"cluster ready: {groups} broker groups, gateways {gateways}, etcd {etcd}; clients need any one "
               f"gateway (rocketstore cluster list -e {launchers[0].gateway_endpoint}); Ctrl-C stops everything",
               file=out, flush=True)
+        if demo:
+            threading.Thread(target=_run_demo, args=(launchers[0].gateway_endpoint, demo, out, stop, stop_after_demo),
+                             name="demo", daemon=True).start()
         while not stop.wait(0.2):
             for launcher in launchers:
                 launcher.supervise_once()
@@ -142,3 +147,18 @@ def run_cluster(groups: int, data_dir: str, config: str | None, port: int, *, et
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)  # type: ignore[arg-type]
+
+
+def _run_demo(endpoint: str, count: int, out: TextIO, stop: threading.Event, stop_after: bool) -> None:
+    from rocketstore.cli.demo import run_broker_demo
+    from rocketstore.errors import RocketstoreError
+
+    try:
+        run_broker_demo(endpoint, count, out)
+    except RocketstoreError as e:
+        print(f"the demo failed: {e}", file=out, flush=True)
+    finally:
+        if stop_after:
+            stop.set()
+        else:
+            print(f"the cluster keeps running (gateway {endpoint}); Ctrl-C stops it", file=out, flush=True)

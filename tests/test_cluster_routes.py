@@ -131,3 +131,63 @@ def test_a_gateway_of_its_own_registers_its_group(etcd: EtcdProcess, broker_fact
         admin.create_topic("OwnGateway", read_queue_nums=3, write_queue_nums=3)
     wait_for(lambda: route_groups(endpoint(group), "OwnGateway") == {"broker-c": (endpoint(group), 3)}, 10,
              "the route of the gateway's own group")
+
+
+def test_two_groups_of_a_master_and_a_slave_serve_four_producers_and_four_consumers(
+        etcd: EtcdProcess, broker_factory: Callable[..., Broker]) -> None:
+    """Two broker groups, each a master and its slave, one topic over both: four producers and four consumers of
+    one group, each given one gateway (a master's or a slave's): every acknowledged message consumed exactly once,
+    and the four consumers hold the four queues of both groups one each."""
+    masters = [start_group(broker_factory, etcd, name) for name in ("broker-a", "broker-b")]
+    slaves = []
+    for name, master in zip(("broker-a", "broker-b"), masters, strict=True):
+        assert master.process is not None
+        slaves.append(start_group(broker_factory, etcd, name, brokerRole="SLAVE", brokerId="1",
+                                  haMasterAddress=f"127.0.0.1:{master.process.ha_port}"))
+    wait_members([*masters, *slaves], ["broker-a/0", "broker-a/1", "broker-b/0", "broker-b/1"], timeout=60)
+    create_topic_on_groups(endpoint(masters[0]), "Paired", write_queue_nums=2, read_queue_nums=2)
+    wait_for(lambda: len(route_groups(endpoint(slaves[1]), "Paired")) == 2, 20, "Paired on both groups")
+    gateways = [endpoint(b) for b in (masters[0], slaves[0], masters[1], slaves[1])]
+    received: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def listener(msgs: list, _ctx: object) -> ConsumeStatus:  # type: ignore[type-arg]
+        with lock:
+            received.update(m.body.decode() for m in msgs)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    consumers = [PushConsumer(gw, "paired", listener, heartbeat_interval=0.3, rebalance_interval=1.0,
+                              route_refresh_interval=1.0) for gw in gateways]
+    try:
+        for c in consumers:
+            c.subscribe("Paired")
+            c.start()
+
+        def even() -> bool:
+            held = [[mq for mq in c.assignment() if mq.topic == "Paired"] for c in consumers]
+            return all(len(h) == 1 for h in held) and len({mq for h in held for mq in h}) == 4
+
+        wait_for(even, 60, "each of 4 consumers holds one of the 4 queues of both groups")
+        acked: list[str] = []
+
+        def produce(i: int) -> None:
+            with Producer(gateways[i], send_latency_fault_enable=False) as producer:
+                for k in range(50):
+                    result = producer.send(Message("Paired", f"p{i}-{k}".encode()))
+                    with lock:
+                        acked.append(f"p{i}-{k}")
+                    assert result.broker in (endpoint(masters[0]), endpoint(masters[1]))  # masters store
+
+        producers = [threading.Thread(target=produce, args=(i,)) for i in range(4)]
+        for t in producers:
+            t.start()
+        for t in producers:
+            t.join(120)
+        assert len(acked) == 200
+        wait_for(lambda: sum(received.values()) >= 200, 60, "every acknowledged message consumed")
+        with lock:
+            assert set(received) == set(acked)
+            assert max(received.values()) == 1, "a message was consumed twice"
+    finally:
+        for c in consumers:
+            c.shutdown()

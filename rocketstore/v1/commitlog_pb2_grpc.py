@@ -169,7 +169,7 @@ class CommitLogServicer:
     def DeleteExpiredFiles(self, request, context):
         """Delete the CommitLog files older than fileReservedTime now, without waiting for the
         deleteWhen hour; with force, as RocketMQ's forced clean-up does when the disk is full
-        (force needs the operator token). The file being written is never deleted.
+        (force deletes files not yet expired). The file being written is never deleted.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -206,7 +206,7 @@ class CommitLogServicer:
         (RocketMQ's WRITE_LOGICS_QUEUE_ERROR / WRITE_INDEX_FILE_ERROR running flags), or that it
         can again. While the error is set every append is refused with SERVICE_NOT_AVAILABLE and a
         reason beginning "disk full:" (answered RESOURCE_EXHAUSTED to clients): a message taken
-        then could not be consumed. Needs the operator token. The flag lives in memory only: a
+        then could not be consumed. The flag lives in memory only: a
         restarted CommitLog takes writes until the dispatcher reports the error again.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -218,7 +218,7 @@ class CommitLogServicer:
         dispatch position (files at or above it are not in the ConsumeQueues yet and are never
         deleted) and the lowest CommitLog offset a subscribed consumer group has not consumed (kept
         by a forced clean-up unless cleanUnconsumedFileForciblyEnable). Until the first report since
-        the CommitLog started, its clean-up deletes nothing. Needs the operator token.
+        the CommitLog started, its clean-up deletes nothing.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -16,9 +16,8 @@ Errors:
                     max_bytes out of bounds); the detail says which field.
   OUT_OF_RANGE      the offset asked for is below the smallest offset still on disk
                     (its file was deleted); the detail carries the current min offset.
-  PERMISSION_DENIED a destructive admin call (DeleteExpiredFiles with force, SetLogicsError)
-                    without the operator token (metadata rocketstore-operator-token: the content of
-                    <storePathRootDir>/config/operator.token).
+  UNAUTHENTICATED   a call without the cluster secret (rocketstore.rpc.internal_auth: every call to this
+                    service carries it, destructive ones included; <storePathRootDir>/config/cluster.secret).
   UNAVAILABLE       the store is shutting down or shut down.
   FAILED_PRECONDITION a replication call made to a broker of the other role (AppendData
                     on a master, ReportSlaveAcks on a slave); the detail names the role.
@@ -88,7 +87,7 @@ class CommitLogStub:
     DeleteExpiredFiles: _grpc.UnaryUnaryMultiCallable[_commitlog_pb2.DeleteExpiredFilesRequest, _commitlog_pb2.DeleteExpiredFilesResponse]
     """Delete the CommitLog files older than fileReservedTime now, without waiting for the
     deleteWhen hour; with force, as RocketMQ's forced clean-up does when the disk is full
-    (force needs the operator token). The file being written is never deleted.
+    (force deletes files not yet expired). The file being written is never deleted.
     """
     GetStats: _grpc.UnaryUnaryMultiCallable[_commitlog_pb2.GetStatsRequest, _commitlog_pb2.GetStatsResponse]
     """Counters and gauges of the store (put count and bytes, flushes, disk ratio, ...)."""
@@ -108,7 +107,7 @@ class CommitLogStub:
     (RocketMQ's WRITE_LOGICS_QUEUE_ERROR / WRITE_INDEX_FILE_ERROR running flags), or that it
     can again. While the error is set every append is refused with SERVICE_NOT_AVAILABLE and a
     reason beginning "disk full:" (answered RESOURCE_EXHAUSTED to clients): a message taken
-    then could not be consumed. Needs the operator token. The flag lives in memory only: a
+    then could not be consumed. The flag lives in memory only: a
     restarted CommitLog takes writes until the dispatcher reports the error again.
     """
     SetRetentionFloor: _grpc.UnaryUnaryMultiCallable[_commitlog_pb2.SetRetentionFloorRequest, _commitlog_pb2.SetRetentionFloorResponse]
@@ -116,7 +115,7 @@ class CommitLogStub:
     dispatch position (files at or above it are not in the ConsumeQueues yet and are never
     deleted) and the lowest CommitLog offset a subscribed consumer group has not consumed (kept
     by a forced clean-up unless cleanUnconsumedFileForciblyEnable). Until the first report since
-    the CommitLog started, its clean-up deletes nothing. Needs the operator token.
+    the CommitLog started, its clean-up deletes nothing.
     """
 
 @_typing.type_check_only
@@ -156,7 +155,7 @@ class CommitLogAsyncStub(CommitLogStub):
     DeleteExpiredFiles: _aio.UnaryUnaryMultiCallable[_commitlog_pb2.DeleteExpiredFilesRequest, _commitlog_pb2.DeleteExpiredFilesResponse]  # type: ignore[assignment]
     """Delete the CommitLog files older than fileReservedTime now, without waiting for the
     deleteWhen hour; with force, as RocketMQ's forced clean-up does when the disk is full
-    (force needs the operator token). The file being written is never deleted.
+    (force deletes files not yet expired). The file being written is never deleted.
     """
     GetStats: _aio.UnaryUnaryMultiCallable[_commitlog_pb2.GetStatsRequest, _commitlog_pb2.GetStatsResponse]  # type: ignore[assignment]
     """Counters and gauges of the store (put count and bytes, flushes, disk ratio, ...)."""
@@ -176,7 +175,7 @@ class CommitLogAsyncStub(CommitLogStub):
     (RocketMQ's WRITE_LOGICS_QUEUE_ERROR / WRITE_INDEX_FILE_ERROR running flags), or that it
     can again. While the error is set every append is refused with SERVICE_NOT_AVAILABLE and a
     reason beginning "disk full:" (answered RESOURCE_EXHAUSTED to clients): a message taken
-    then could not be consumed. Needs the operator token. The flag lives in memory only: a
+    then could not be consumed. The flag lives in memory only: a
     restarted CommitLog takes writes until the dispatcher reports the error again.
     """
     SetRetentionFloor: _aio.UnaryUnaryMultiCallable[_commitlog_pb2.SetRetentionFloorRequest, _commitlog_pb2.SetRetentionFloorResponse]  # type: ignore[assignment]
@@ -184,7 +183,7 @@ class CommitLogAsyncStub(CommitLogStub):
     dispatch position (files at or above it are not in the ConsumeQueues yet and are never
     deleted) and the lowest CommitLog offset a subscribed consumer group has not consumed (kept
     by a forced clean-up unless cleanUnconsumedFileForciblyEnable). Until the first report since
-    the CommitLog started, its clean-up deletes nothing. Needs the operator token.
+    the CommitLog started, its clean-up deletes nothing.
     """
 
 class CommitLogServicer(metaclass=_abc_1.ABCMeta):
@@ -269,7 +268,7 @@ class CommitLogServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_commitlog_pb2.DeleteExpiredFilesResponse, _abc.Awaitable[_commitlog_pb2.DeleteExpiredFilesResponse]]:
         """Delete the CommitLog files older than fileReservedTime now, without waiting for the
         deleteWhen hour; with force, as RocketMQ's forced clean-up does when the disk is full
-        (force needs the operator token). The file being written is never deleted.
+        (force deletes files not yet expired). The file being written is never deleted.
         """
 
     @_abc_1.abstractmethod
@@ -313,7 +312,7 @@ class CommitLogServicer(metaclass=_abc_1.ABCMeta):
         (RocketMQ's WRITE_LOGICS_QUEUE_ERROR / WRITE_INDEX_FILE_ERROR running flags), or that it
         can again. While the error is set every append is refused with SERVICE_NOT_AVAILABLE and a
         reason beginning "disk full:" (answered RESOURCE_EXHAUSTED to clients): a message taken
-        then could not be consumed. Needs the operator token. The flag lives in memory only: a
+        then could not be consumed. The flag lives in memory only: a
         restarted CommitLog takes writes until the dispatcher reports the error again.
         """
 
@@ -327,7 +326,7 @@ class CommitLogServicer(metaclass=_abc_1.ABCMeta):
         dispatch position (files at or above it are not in the ConsumeQueues yet and are never
         deleted) and the lowest CommitLog offset a subscribed consumer group has not consumed (kept
         by a forced clean-up unless cleanUnconsumedFileForciblyEnable). Until the first report since
-        the CommitLog started, its clean-up deletes nothing. Needs the operator token.
+        the CommitLog started, its clean-up deletes nothing.
         """
 
 def add_CommitLogServicer_to_server(servicer: CommitLogServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

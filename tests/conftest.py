@@ -350,14 +350,18 @@ class BrokerProcess(ServiceProcess):
             time.sleep(0.05)
         if proc.poll() is None or self._runs > 3 or "cannot listen on" not in self.log_text():
             return False
+        self.move_ports()
+        super().launch()
+        return True
+
+    def move_ports(self) -> None:
+        """New free ports (a port picked earlier was taken by another process meanwhile), for the next launch."""
         self.internal_port, self.port = free_port(), free_port()
         self.endpoint = f"127.0.0.1:{self.port}"
         if not self.ha_port_fixed:
             self.ha_port = free_port()
         for part in self.parts:
             part.moved()
-        super().launch()
-        return True
 
 
 class PartOfBroker(ServiceProcess):

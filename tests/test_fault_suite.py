@@ -32,11 +32,12 @@ import time
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import fault_counts
 import grpc
 import pytest
-from conftest import DEFAULT_BROKER_SETTINGS, RPC_TIMEOUT, Broker, ServiceProcess
+from conftest import DEFAULT_BROKER_SETTINGS, RPC_TIMEOUT, Broker, BrokerProcess, ServiceProcess
 from ha_processes import HABroker
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -196,22 +197,32 @@ def _files_of(broker: Broker, kind: str) -> list[Path]:
 
 
 def _start_or_refusal(proc: ServiceProcess, timeout: float = 30.0) -> str | None:
-    """Start the process; None once it serves, or its log when it exits first (a refusal to start)."""
-    proc.launch()
-    p = proc.proc
-    assert p is not None
+    """Start the process; None once it serves, or its log when it exits first (a refusal to start). A port of
+    local mode's broker taken by another process while it was down is not the store's answer: it starts again on
+    new ports."""
+    owner = getattr(proc, "owner", proc)
+    for attempt in range(3):
+        before = len(proc.log_text())
+        proc.launch()
+        p = proc.proc
+        assert p is not None
 
-    def check() -> None:
-        if p.poll() is not None:
-            raise EOFError
+        def check(p: Any = p) -> None:
+            if p.poll() is not None:
+                raise EOFError
 
-    try:
-        wait_serving(proc.endpoint, timeout, service=proc.health_service, name=proc.service, check=check)
-    except EOFError:
-        return proc.log_text()
-    except DeadlineExceeded:
-        pytest.fail(f"{proc.service} neither served nor exited:\n{proc.log_tail()}")
-    return None
+        try:
+            wait_serving(proc.endpoint, timeout, service=proc.health_service, name=proc.service, check=check)
+        except EOFError:
+            log = proc.log_text()
+            if attempt < 2 and isinstance(owner, BrokerProcess) and "cannot listen on" in log[before:]:
+                owner.move_ports()
+                continue
+            return log
+        except DeadlineExceeded:
+            pytest.fail(f"{proc.service} neither served nor exited:\n{proc.log_tail()}")
+        return None
+    raise AssertionError("unreachable: the last attempt returns")
 
 
 # The record format decides what a flipped byte can be caught by: with enabledAppendPropCRC every byte of a

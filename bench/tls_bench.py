@@ -1,6 +1,6 @@
 """What TLS and the permissive port demultiplexer cost the broker: CPU per message and throughput.
 
-Starts a local-mode broker (``rocketstore serve broker``) once per tls.server.mode and measures, with
+Starts a local-mode broker (``rocketstore serve broker``) per tls.server.mode, all at once, and measures, with
 1 KiB bodies, ``send-1`` (8 client threads, each a unary v1 ``Send`` of one message after the other: one
 call per message, so every byte of it crosses the demultiplexer) and ``batch-100`` (4 threads, each a
 ``Send`` of 100 messages at a time):
@@ -9,6 +9,8 @@ call per message, so every byte of it crosses the demultiplexer) and ``batch-100
 * ``permissive/plain``: the same plaintext client through the demultiplexer (its own cost);
 * ``permissive/tls`` and ``enforcing/tls``: a TLS client through the demultiplexer, and on grpcio's TLS port.
 
+The cases take turns in rounds (a different one first each round) and the medians are printed with the
+ratio to ``disabled``, so each comparison comes from the same minutes even on a shared machine.
 "CPU/msg" is the broker process's CPU (every thread: the gateway's event loop, the store's threads and the
 demultiplexer's pump) per message stored; the client shares the machine's cores with it.
 
@@ -16,7 +18,7 @@ demultiplexer's pump) per message stored; the client shares the machine's cores 
 spends per round trip (a 1,200-byte request, a 100-byte answer) relayed to an echo backend, read from
 ``/proc/self/task/<tid>/stat``, compiled and in Python.
 
-    python bench/tls_bench.py --seconds 5
+    python bench/tls_bench.py --rounds 5 --seconds 3
     python bench/tls_bench.py --pump
 """
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -49,6 +52,7 @@ TOPIC = "TlsBench"
 
 class BrokerRun:
     def __init__(self, mode: str, root: str) -> None:
+        self.mode = mode
         self.dir = tempfile.mkdtemp(prefix=f"tls-bench-{mode}-", dir=root)
         self.port = free_port()
         self.endpoint = f"127.0.0.1:{self.port}"
@@ -93,22 +97,66 @@ def produce(channel: grpc.Channel, threads: int, batch: int, seconds: float) -> 
     return sum(sent)
 
 
-def scenario(broker: BrokerRun, tls: ClientTls | None, seconds: float) -> list[str]:
-    channel = open_channel(broker.endpoint, tls=tls)
-    try:
-        stub = pb_grpc.GatewayStub(channel)
+WORKLOADS = (("send-1", 8, 1), ("batch-100", 4, 100))
+CASES = (("disabled", "plain"), ("permissive", "plain"), ("permissive", "tls"), ("enforcing", "tls"))
+
+
+class Case:
+    """One client kind on one broker: its channel, kept open across rounds, and what each round measured."""
+
+    def __init__(self, broker: BrokerRun, client: str) -> None:
+        self.broker = broker
+        self.name = f"{broker.mode}/{client}"
+        self.channel = open_channel(broker.endpoint, tls=ClientTls(ca=broker.cert) if client == "tls" else None)
+        stub = pb_grpc.GatewayStub(self.channel)
         stub.CreateTopic(pb.CreateTopicRequest(topic=TOPIC, read_queue_nums=QUEUES, write_queue_nums=QUEUES),
                          timeout=30)
-        produce(channel, 2, 1, 0.5)  # warm: connections, topic, first files
-        rows = []
-        for name, threads, batch in (("send-1", 8, 1), ("batch-100", 4, 100)):
-            cpu0, t0 = broker.cpu(), time.perf_counter()
-            count = produce(channel, threads, batch, seconds)
-            elapsed, cpu = time.perf_counter() - t0, broker.cpu() - cpu0
-            rows.append(f"{name:<10} {count / elapsed:>9.0f} msg/s   broker CPU/msg {cpu / count * 1e6:>6.1f} µs")
-        return rows
+        produce(self.channel, 2, 1, 0.5)  # warm: connections, topic, first files
+        self.rates: dict[str, list[float]] = {w[0]: [] for w in WORKLOADS}
+        self.cpus: dict[str, list[float]] = {w[0]: [] for w in WORKLOADS}
+
+    def measure(self, workload: tuple[str, int, int], seconds: float) -> None:
+        name, threads, batch = workload
+        cpu0, t0 = self.broker.cpu(), time.perf_counter()
+        count = produce(self.channel, threads, batch, seconds)
+        elapsed, cpu = time.perf_counter() - t0, self.broker.cpu() - cpu0
+        self.rates[name].append(count / elapsed)
+        self.cpus[name].append(cpu / count * 1e6)
+
+
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def compare(root: str, seconds: float, rounds: int) -> None:
+    """Every mode's broker runs at once and the cases take turns, a different one first each round, so each
+    row's median comes from the same minutes as the baseline's: the ratios hold on a busy machine where the
+    figures alone do not."""
+    brokers = {mode: BrokerRun(mode, root) for mode in ("disabled", "permissive", "enforcing")}
+    try:
+        cases = [Case(brokers[mode], client) for mode, client in CASES]
+        print(f"load average at the start: {_load()}", flush=True)
+        for r in range(rounds):
+            for workload in WORKLOADS:
+                for case in cases[r % len(cases):] + cases[:r % len(cases)]:
+                    case.measure(workload, seconds)
+            print(f"round {r + 1}/{rounds} done, load {_load()}", flush=True)
+        print(f"load average at the end: {_load()}")
+        base = cases[0]
+        print(f"{'mode/client':<18} {'workload':<10} {'msg/s':>9} {'CPU/msg':>9} {'vs disabled: msg/s':>19} "
+              f"{'CPU/msg':>8}   (medians of {rounds} rounds of {seconds:g} s)")
+        for workload in WORKLOADS:
+            name = workload[0]
+            for case in cases:
+                rate, cpu = statistics.median(case.rates[name]), statistics.median(case.cpus[name])
+                base_rate, base_cpu = statistics.median(base.rates[name]), statistics.median(base.cpus[name])
+                print(f"{case.name:<18} {name:<10} {rate:>9.0f} {cpu:>7.1f}µs {rate / base_rate:>18.2f}x "
+                      f"{cpu / base_cpu:>7.2f}x", flush=True)
+        for case in cases:
+            case.channel.close()
     finally:
-        channel.close()
+        for broker in brokers.values():
+            broker.close()
 
 
 def _thread_cpu(tid: int) -> float:
@@ -159,23 +207,15 @@ def pump_cost(round_trips: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--seconds", type=float, default=3.0, help="each case's turn in a round (default 3)")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds, the medians printed (default 5)")
     parser.add_argument("--dir", default=None, help="where the scratch stores go (default: the temp dir)")
     parser.add_argument("--pump", action="store_true", help="only the demultiplexer's own CPU per round trip")
     args = parser.parse_args()
     if args.pump:
         pump_cost(20_000)
         return
-    for mode, clients in (("disabled", ("plain",)), ("permissive", ("plain", "tls")), ("enforcing", ("tls",))):
-        broker = BrokerRun(mode, args.dir or tempfile.gettempdir())
-        try:
-            for client in clients:
-                tls = ClientTls(ca=broker.cert) if client == "tls" else None
-                for row in scenario(broker, tls, args.seconds):
-                    print(f"{mode + '/' + client:<18} {row}", flush=True)
-        finally:
-            broker.close()
-
+    compare(args.dir or tempfile.gettempdir(), args.seconds, args.rounds)
 
 if __name__ == "__main__":
     main()

@@ -26,7 +26,8 @@ from rocketstore.client import ClientTls, Message, Producer
 from rocketstore.client.errors import ClientError
 from rocketstore.rpc import tls_demux
 from rocketstore.rpc.health_client import wait_serving
-from rocketstore.rpc.tls import SELF_SIGNED_DIR
+from rocketstore.rpc.tls import SELF_SIGNED_DIR, ClientAuth, ServerTls, TlsMode
+from rocketstore.rpc.tls_terminator import TlsTerminator
 from rocketstore.storage import _speedups
 
 TOPIC = "TlsTopic"
@@ -186,6 +187,42 @@ def test_enforcing_serves_the_configured_certificate_and_requires_client_certifi
     assert "tls.server.mode=enforcing" in str(plaintext.value)
 
 
+@pytest.mark.parametrize("mode", ["enforcing", "permissive"])
+def test_optional_client_certificates_are_verified_when_given(
+        mode: str, tmp_path: Path, tls_only: Callable[..., TlsOnlyBroker],
+        broker_factory: Callable[..., Broker]) -> None:
+    ours, theirs = Pki(tmp_path, "ours"), Pki(tmp_path, "theirs")
+    server_cert, server_key = ours.issue("gateway")
+    client_cert, client_key = ours.issue("client")
+    stranger_cert, stranger_key = theirs.issue("stranger")
+    anonymous = ClientTls(ca=str(ours.ca_path), server_name="gateway.test")
+    settings = {"tls.server.mode": mode, "tls.server.certPath": str(server_cert),
+                "tls.server.keyPath": str(server_key), "tls.server.trustCertPath": str(ours.ca_path),
+                "tls.server.need.client.auth": "optional"}
+    if mode == "enforcing":
+        endpoint = tls_only(settings, anonymous).endpoint
+    else:
+        broker = broker_factory(settings, gateway=True)
+        assert broker.gateway is not None
+        endpoint = broker.gateway.endpoint
+    # Served: a client without a certificate, and one with a certificate of the trusted CA.
+    assert send_one(endpoint, anonymous) == "SEND_OK"
+    assert send_one(endpoint, ClientTls(ca=str(ours.ca_path), cert=str(client_cert), key=str(client_key),
+                                        server_name="gateway.test")) == "SEND_OK"
+    # Refused at the handshake: a certificate of another CA.
+    with pytest.raises(ClientError) as stranger:
+        send_one(endpoint, ClientTls(ca=str(ours.ca_path), cert=str(stranger_cert), key=str(stranger_key),
+                                     server_name="gateway.test"))
+    assert stranger.value.code.name == "UNAVAILABLE"
+    if mode == "enforcing":  # plaintext is refused, and the error says what to try
+        with pytest.raises(ClientError) as plaintext:
+            send_one(endpoint, None)
+        assert plaintext.value.code.name == "UNAVAILABLE"
+        assert "tls.server.mode=enforcing" in str(plaintext.value)
+    else:
+        assert send_one(endpoint, None) == "SEND_OK"
+
+
 def test_disabled_refuses_tls_and_serves_plaintext(broker_factory: Callable[..., Broker], tmp_path: Path) -> None:
     broker = broker_factory({"tls.server.mode": "disabled"}, gateway=True)
     assert broker.gateway is not None
@@ -272,3 +309,48 @@ def test_the_demultiplexer_routes_by_the_first_byte_and_names_the_client(
             assert silent.recv(1) == b""
     finally:
         demux.close()
+
+
+def test_the_tls_terminator_verifies_a_given_certificate_and_names_the_client(tmp_path: Path) -> None:
+    """tls.server.need.client.auth=optional: Python's ssl ends TLS (alone on its port in enforcing, behind the
+    demultiplexer in permissive) and relays to the plaintext backend from a port that names the client."""
+    ours, theirs = Pki(tmp_path, "ours"), Pki(tmp_path, "theirs")
+    server_cert, server_key = ours.issue("gateway")
+    tls = ServerTls(TlsMode.ENFORCING, server_cert.read_bytes(), server_key.read_bytes(), str(server_cert),
+                    ClientAuth.OPTIONAL, ours.ca_path.read_bytes())
+    backend = LabelledEcho(b"P")
+    alone = TlsTerminator("127.0.0.1", 0, tls.ssl_context(), backend.port, 2_000)
+    hidden = TlsTerminator("127.0.0.1", 0, tls.ssl_context(), backend.port, 2_000, behind_demux=True)
+    demux = tls_demux.PortDemultiplexer("127.0.0.1", free_port(), backend.port, hidden.port, pending_ms=2_000)
+    for relay in (alone, hidden, demux):
+        relay.start()
+
+    def client(port: int, *certificate: Path) -> ssl.SSLSocket:
+        context = ssl.create_default_context(cafile=str(ours.ca_path))
+        context.set_alpn_protocols(["h2"])
+        if certificate:
+            context.load_cert_chain(str(certificate[0]), str(certificate[1]))
+        raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+        return context.wrap_socket(raw, server_hostname="gateway.test")
+
+    try:
+        for port in (alone.port, demux.port):
+            for certificate in ((), ours.issue("client")):
+                secure = client(port, *certificate)
+                with secure:
+                    assert secure.selected_alpn_protocol() == "h2"
+                    assert _recv_exactly(secure, 1) == b"P"  # the handshake passed: relayed to the backend
+                    secure.sendall(b"ping")
+                    assert _recv_exactly(secure, 4) == b"ping"
+                    relay_port = backend.peers[-1][1]
+                    assert tls_demux.original_peer(f"127.0.0.1:{relay_port}") == \
+                        f"127.0.0.1:{secure.getsockname()[1]}"
+            # A certificate of another CA: the handshake fails (TLS 1.3 tells the client at its first read).
+            with client(port, *theirs.issue("stranger")) as secure, pytest.raises(ssl.SSLError, match="unknown ca"):
+                secure.recv(1)
+        # A connection that sends nothing is closed when the handshake time is over.
+        with socket.create_connection(("127.0.0.1", alone.port), timeout=10) as silent:
+            assert silent.recv(1) == b""
+    finally:
+        for relay in (demux, hidden, alone):
+            relay.close()

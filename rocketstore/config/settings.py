@@ -479,8 +479,8 @@ KEYS: tuple[SettingKey, ...] = (
        by="gateway"),
     _k("tls.server.need.client.auth", str, "none",
        "none, optional or require a client certificate signed by tls.server.trustCertPath.", by="gateway",
-       part="optional takes a client with or without a certificate and does not verify it (grpcio verifies "
-       "client certificates only when it requires them)",
+       part="optional takes a client without a certificate and verifies one that is given (against "
+       "tls.server.trustCertPath, else the system's roots), ending TLS with Python's ssl in front of grpcio",
        check=_one_of("none", "optional", "require"), normalize=_lowered),
     _k("tls.server.trustCertPath", str, "", "PEM CA certificates client certificates are checked against.",
        by="gateway", normalize=_expand_path),

@@ -27,6 +27,7 @@ from rocketstore.rpc.server import RpcLatencyInterceptor, _join_host_port
 from rocketstore.rpc.servicing import AioDecodeRequests
 from rocketstore.rpc.tls import TlsMode
 from rocketstore.rpc.tls_demux import PortDemultiplexer
+from rocketstore.rpc.tls_terminator import TlsTerminator
 
 if TYPE_CHECKING:
     from rocketstore.rpc.tls import ServerTls
@@ -64,7 +65,9 @@ class AioGrpcServer:
                  inner_interceptors: Sequence[grpc.aio.ServerInterceptor] = ()) -> None:
         """``tls``: the port takes TLS only (``enforcing``) or TLS and plaintext both (``permissive``: a
         ``PortDemultiplexer`` holds the port and relays each connection to a plaintext or a TLS port of
-        this server on loopback, closing one that sends nothing for ``silent_close_ms``).
+        this server on loopback, closing one that sends nothing for ``silent_close_ms``). With optional client
+        certificates a ``TlsTerminator`` ends TLS in place of grpcio's TLS port (the public one in
+        ``enforcing``), and relays to the plaintext port.
         ``inner_interceptors`` see the handlers with their requests decoded (access checks)."""
         self.host = host
         self.tls_mode = TlsMode.DISABLED if tls is None else tls.mode
@@ -75,17 +78,36 @@ class AioGrpcServer:
         self._server = grpc.aio.server(options=list(merged.items()),
                                        interceptors=[*interceptors, AioDecodeRequests(), *inner_interceptors])
         self._demux: PortDemultiplexer | None = None
-        if tls is not None and tls.mode is TlsMode.PERMISSIVE:
+        self._terminator: TlsTerminator | None = None
+        reuse_port = bool(merged["grpc.so_reuseport"])
+        if tls is None:
+            bound = self._bind(host, port, None)
+        elif tls.terminated_here:
+            # TLS ended with Python's ssl (optional client certificates), relayed to grpcio's plaintext port.
+            plain = self._bind("127.0.0.1", 0, None)
+            permissive = tls.mode is TlsMode.PERMISSIVE
+            try:
+                self._terminator = TlsTerminator(
+                    "127.0.0.1" if permissive else host, 0 if permissive else port, tls.ssl_context(), plain,
+                    silent_close_ms, reuse_port=reuse_port and not permissive, behind_demux=permissive)
+                if permissive:
+                    self._demux = PortDemultiplexer(host, port, plain, self._terminator.port, silent_close_ms,
+                                                    reuse_port=reuse_port)
+            except OSError as exc:
+                if self._terminator is not None:
+                    self._terminator.close()
+                raise OSError(f"cannot listen on {_join_host_port(host, port)}: {exc}") from exc
+            bound = self._demux.port if self._demux is not None else self._terminator.port
+        elif tls.mode is TlsMode.PERMISSIVE:
             plain = self._bind("127.0.0.1", 0, None)
             secure = self._bind("127.0.0.1", 0, tls.credentials())
             try:
-                self._demux = PortDemultiplexer(host, port, plain, secure, silent_close_ms,
-                                                reuse_port=bool(merged["grpc.so_reuseport"]))
+                self._demux = PortDemultiplexer(host, port, plain, secure, silent_close_ms, reuse_port=reuse_port)
             except OSError as exc:
                 raise OSError(f"cannot listen on {_join_host_port(host, port)}: {exc}") from exc
             bound = self._demux.port
         else:
-            bound = self._bind(host, port, tls.credentials() if tls is not None else None)
+            bound = self._bind(host, port, tls.credentials())
         self.port: int = bound
         self.endpoint: str = _join_host_port(host, bound)
         self._service_names: list[str] = []
@@ -131,6 +153,8 @@ class AioGrpcServer:
         reflection.enable_server_reflection(
             (*self._service_names, health.SERVICE_NAME, reflection.SERVICE_NAME), self._server)
         await self._server.start()
+        if self._terminator is not None:
+            self._terminator.start()
         if self._demux is not None:
             self._demux.start()
         for name in ("", *self._service_names):
@@ -144,11 +168,13 @@ class AioGrpcServer:
             return
         self._stopped = True
         await self._health.enter_graceful_shutdown()
-        if self._demux is not None:
-            self._demux.stop_accepting()  # open connections keep being relayed while their calls drain
+        for relay in (self._demux, self._terminator):
+            if relay is not None:
+                relay.stop_accepting()  # open connections keep being relayed while their calls drain
         await self._server.stop(grace)
-        if self._demux is not None:
-            self._demux.close()
+        for relay in (self._demux, self._terminator):
+            if relay is not None:
+                relay.close()
         _log.info("grpc server stopped", endpoint=self.endpoint)
 
 

@@ -10,7 +10,9 @@ The proxy's settings (``TlsSystemConfig``), in the same names:
   self-signed certificate is made at the first start in ``<storePathRootDir>/config/tls/`` and kept
   there, so clients can be given it as their CA once;
 * ``tls.server.need.client.auth``: ``none``, ``optional`` or ``require`` (a client certificate signed by
-  ``tls.server.trustCertPath``).
+  ``tls.server.trustCertPath``). grpcio verifies client certificates only when it requires them, so ``optional``
+  (take a client without a certificate, verify one that is given: Netty's ``ClientAuth.OPTIONAL``) is served by
+  ``rocketstore.rpc.tls_terminator`` with Python's ``ssl`` in front of grpcio's plaintext port.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import enum
 import ipaddress
 import os
 import socket
+import ssl
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -62,12 +65,40 @@ class ServerTls:
     client_auth: ClientAuth = ClientAuth.NONE
     trust: bytes | None = None
 
+    @property
+    def terminated_here(self) -> bool:
+        """Whether TLS is ended by ``rocketstore.rpc.tls_terminator`` rather than grpcio: ``optional`` client
+        authentication, which grpcio cannot do (it asks for no certificate unless it requires one)."""
+        return self.client_auth is ClientAuth.OPTIONAL
+
     def credentials(self) -> grpc.ServerCredentials:
-        # grpcio verifies client certificates only when it requires them: "optional" takes a client with or
-        # without one and does not check it (RocketMQ's optional verifies one that is given).
+        """grpcio's TLS port (``none`` and ``require``)."""
         return grpc.ssl_server_credentials(
             [(self.private_key, self.certificate_chain)], root_certificates=self.trust,
             require_client_auth=self.client_auth is ClientAuth.REQUIRE)
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """Python's TLS server context for the same certificate: ``CERT_OPTIONAL`` asks every client for a
+        certificate and verifies one that is sent against ``trust`` (the system's roots without one, as Netty's
+        default trust manager does), takes a client that sends none; ALPN ``h2``, which gRPC clients require."""
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.set_alpn_protocols(["h2"])
+        # The key is in memory only (it may have been decrypted with tls.server.keyPassword): ssl loads files,
+        # so it is given an anonymous in-memory file, never a path on disk.
+        fd = os.memfd_create("rocketstore-tls", os.MFD_CLOEXEC)
+        try:
+            os.write(fd, self.certificate_chain.rstrip(b"\n") + b"\n" + self.private_key)
+            context.load_cert_chain(f"/proc/self/fd/{fd}")
+        finally:
+            os.close(fd)
+        context.verify_mode = ssl.CERT_REQUIRED if self.client_auth is ClientAuth.REQUIRE else \
+            ssl.CERT_OPTIONAL if self.client_auth is ClientAuth.OPTIONAL else ssl.CERT_NONE
+        if self.trust is not None:
+            context.load_verify_locations(cadata=self.trust.decode("ascii", "replace"))
+        elif context.verify_mode is not ssl.CERT_NONE:
+            context.load_default_certs(ssl.Purpose.CLIENT_AUTH)
+        return context
 
 
 def read_pem(path: str, key: str) -> bytes:

@@ -18,6 +18,7 @@ Each gateway process of ``rocketstore up --gateways N`` has its own demultiplexe
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import selectors
@@ -25,11 +26,13 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Iterator
 
 from rocketstore.log import get_logger
 from rocketstore.storage import _speedups
 
-__all__ = ["PEER_ENTRY", "PortDemultiplexer", "original_peer", "pump_py"]
+__all__ = ["PEER_ENTRY", "PortDemultiplexer", "forget_peer", "listen_socket", "original_peer", "pump_py", "record_peer",
+           "relaying"]
 
 _log = get_logger("rocketstore.rpc.server")
 
@@ -40,7 +43,7 @@ _SCRATCH = 256 * 1024
 # The client addresses of the relays' loopback connections, by their local port: one table per process
 # (the ports are unique on the machine), written by the pump threads, read by the gateway's calls.
 _PEERS = bytearray(65536 * PEER_ENTRY)
-_active = 0  # demultiplexers running in this process
+_active = 0  # relays running in this process (demultiplexers, TLS terminators)
 
 
 def original_peer(address: str) -> str | None:
@@ -56,6 +59,28 @@ def original_peer(address: str) -> str | None:
     if family == 6:
         return f"[{ipaddress.IPv6Address(bytes(entry[3:19]))}]:{client_port}"
     return None
+
+
+def record_peer(port: int, client: tuple[str, int] | tuple[str, int, int, int]) -> None:
+    """Name ``client`` (a socket address) as the peer behind this process's loopback connection from ``port``:
+    for a relay of another module (``rocketstore.rpc.tls_terminator``), running inside ``relaying``."""
+    _record_peer(_PEERS, port, client)
+
+
+def forget_peer(port: int) -> None:
+    """The loopback connection from ``port`` is closed: it names no client any more."""
+    _PEERS[port * PEER_ENTRY] = 0
+
+
+@contextlib.contextmanager
+def relaying() -> Iterator[None]:
+    """While a relay runs, ``original_peer`` reads the table."""
+    global _active
+    _active += 1
+    try:
+        yield
+    finally:
+        _active -= 1
 
 
 def _record_peer(peers: bytearray, port: int, client: tuple[str, int] | tuple[str, int, int, int]) -> None:
@@ -211,6 +236,25 @@ def pump_py(listen_fd: int, control_fd: int, plain_port: int, tls_port: int, pen
     return counts[0], counts[1]
 
 
+def listen_socket(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
+    """A non-blocking socket listening on ``host:port`` (SO_REUSEPORT with ``reuse_port``: the gateways of one
+    broker share their port); OSError when it cannot be had."""
+    family, kind, proto, _name, address = socket.getaddrinfo(
+        host.strip("[]"), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    listener = socket.socket(family, kind, proto)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        listener.bind(address)
+        listener.listen(4096)
+    except OSError:
+        listener.close()
+        raise
+    listener.setblocking(False)
+    return listener
+
+
 def _send(sock: socket.socket, data: bytes) -> int:
     try:
         return sock.send(data)
@@ -226,19 +270,7 @@ class PortDemultiplexer:
 
     def __init__(self, host: str, port: int, plain_port: int, tls_port: int, pending_ms: int, *,
                  reuse_port: bool = False) -> None:
-        family, kind, proto, _name, address = socket.getaddrinfo(
-            host.strip("[]"), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
-        self._listener = socket.socket(family, kind, proto)
-        try:
-            self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if reuse_port:
-                self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-            self._listener.bind(address)
-            self._listener.listen(4096)
-        except OSError:
-            self._listener.close()
-            raise
-        self._listener.setblocking(False)
+        self._listener = listen_socket(host, port, reuse_port=reuse_port)
         self.port: int = self._listener.getsockname()[1]
         self.plain_port, self.tls_port, self.pending_ms = plain_port, tls_port, pending_ms
         self._control_read, self._control_write = os.pipe()

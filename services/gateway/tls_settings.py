@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import ssl
 
 from rocketstore.config.settings import Settings, SettingsError
 from rocketstore.rpc.tls import (
@@ -52,5 +53,13 @@ def server_tls(settings: Settings) -> ServerTls | None:
     if client_auth is ClientAuth.REQUIRE and trust is None:
         raise SettingsError("tls.server.need.client.auth=require needs tls.server.trustCertPath (the CA client "
                             "certificates are checked against)", key="tls.server.trustCertPath")
-    return ServerTls(mode, chain, key, cert_path, client_auth, trust)
+    tls = ServerTls(mode, chain, key, cert_path, client_auth, trust)
+    if tls.terminated_here:  # Python's ssl serves it: made once here so a file it cannot take stops the start
+        try:
+            tls.ssl_context()
+        except ssl.SSLError as e:
+            raise SettingsError(f"tls.server.need.client.auth=optional cannot use tls.server.certPath={cert_path}, "
+                                f"its key or tls.server.trustCertPath={settings.tls_server_trust_cert_path}: {e}",
+                                key="tls.server.trustCertPath") from None
+    return tls
 

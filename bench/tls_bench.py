@@ -7,12 +7,16 @@ call per message, so every byte of it crosses the demultiplexer) and ``batch-100
 
 * ``disabled``: grpcio's plaintext port, as without TLS (the baseline);
 * ``permissive/plain``: the same plaintext client through the demultiplexer (its own cost);
-* ``permissive/tls`` and ``enforcing/tls``: a TLS client through the demultiplexer, and on grpcio's TLS port.
+* ``permissive/tls`` and ``enforcing/tls``: a TLS client through the demultiplexer, and on grpcio's TLS port;
+* ``enforcing+optional/tls``: a TLS client of the TLS terminator (tls.server.need.client.auth=optional).
 
 The cases take turns in rounds (a different one first each round) and the medians are printed with the
 ratio to ``disabled``, so each comparison comes from the same minutes even on a shared machine.
 "CPU/msg" is the broker process's CPU (every thread: the gateway's event loop, the store's threads and the
 demultiplexer's pump) per message stored; the client shares the machine's cores with it.
+
+``--terminator`` measures the same for the TLS terminator of ``tls.server.need.client.auth=optional`` (Python's
+``ssl`` ending a TLS client's connection and relaying it in plaintext).
 
 ``--pump`` measures the demultiplexer alone, whatever else runs on the machine: the CPU its pump thread
 spends per round trip (a 1,200-byte request, a 100-byte answer) relayed to an echo backend, read from
@@ -20,6 +24,7 @@ spends per round trip (a 1,200-byte request, a 100-byte answer) relayed to an ec
 
     python bench/tls_bench.py --rounds 5 --seconds 3
     python bench/tls_bench.py --pump
+    python bench/tls_bench.py --terminator
 """
 
 from __future__ import annotations
@@ -52,19 +57,21 @@ TOPIC = "TlsBench"
 
 class BrokerRun:
     def __init__(self, mode: str, root: str) -> None:
+        """``mode``: a tls.server.mode, or ``enforcing+optional`` (tls.server.need.client.auth=optional)."""
         self.mode = mode
+        tls_mode, _, client_auth = mode.partition("+")
         self.dir = tempfile.mkdtemp(prefix=f"tls-bench-{mode}-", dir=root)
         self.port = free_port()
         self.endpoint = f"127.0.0.1:{self.port}"
         self.cert = os.path.join(self.dir, "config", "tls", "rocketstore.crt")
         cmd = [sys.executable, "-m", "rocketstore", "serve", "broker", "--data-dir", self.dir, "--port",
                str(self.port), "--ha-port", str(free_port()), "--log-level", "warning",
-               "--set", f"tls.server.mode={mode}"]
+               "--set", f"tls.server.mode={tls_mode}", "--set", f"tls.server.need.client.auth={client_auth or 'none'}"]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         internal_wait = time.monotonic() + 60
-        while mode == "enforcing" and not os.path.exists(self.cert) and time.monotonic() < internal_wait:
+        while tls_mode == "enforcing" and not os.path.exists(self.cert) and time.monotonic() < internal_wait:
             time.sleep(0.05)
-        wait_serving(self.endpoint, 60, tls=ClientTls(ca=self.cert) if mode == "enforcing" else None)
+        wait_serving(self.endpoint, 60, tls=ClientTls(ca=self.cert) if tls_mode == "enforcing" else None)
 
     def cpu(self) -> float:
         with open(f"/proc/{self.proc.pid}/stat") as f:
@@ -98,7 +105,8 @@ def produce(channel: grpc.Channel, threads: int, batch: int, seconds: float) -> 
 
 
 WORKLOADS = (("send-1", 8, 1), ("batch-100", 4, 100))
-CASES = (("disabled", "plain"), ("permissive", "plain"), ("permissive", "tls"), ("enforcing", "tls"))
+CASES = (("disabled", "plain"), ("permissive", "plain"), ("permissive", "tls"), ("enforcing", "tls"),
+         ("enforcing+optional", "tls"))
 
 
 class Case:
@@ -132,7 +140,7 @@ def compare(root: str, seconds: float, rounds: int) -> None:
     """Every mode's broker runs at once and the cases take turns, a different one first each round, so each
     row's median comes from the same minutes as the baseline's: the ratios hold on a busy machine where the
     figures alone do not."""
-    brokers = {mode: BrokerRun(mode, root) for mode in ("disabled", "permissive", "enforcing")}
+    brokers = {mode: BrokerRun(mode, root) for mode in dict.fromkeys(mode for mode, _client in CASES)}
     try:
         cases = [Case(brokers[mode], client) for mode, client in CASES]
         print(f"load average at the start: {_load()}", flush=True)
@@ -143,14 +151,14 @@ def compare(root: str, seconds: float, rounds: int) -> None:
             print(f"round {r + 1}/{rounds} done, load {_load()}", flush=True)
         print(f"load average at the end: {_load()}")
         base = cases[0]
-        print(f"{'mode/client':<18} {'workload':<10} {'msg/s':>9} {'CPU/msg':>9} {'vs disabled: msg/s':>19} "
+        print(f"{'mode/client':<22} {'workload':<10} {'msg/s':>9} {'CPU/msg':>9} {'vs disabled: msg/s':>19} "
               f"{'CPU/msg':>8}   (medians of {rounds} rounds of {seconds:g} s)")
         for workload in WORKLOADS:
             name = workload[0]
             for case in cases:
                 rate, cpu = statistics.median(case.rates[name]), statistics.median(case.cpus[name])
                 base_rate, base_cpu = statistics.median(base.rates[name]), statistics.median(base.cpus[name])
-                print(f"{case.name:<18} {name:<10} {rate:>9.0f} {cpu:>7.1f}µs {rate / base_rate:>18.2f}x "
+                print(f"{case.name:<22} {name:<10} {rate:>9.0f} {cpu:>7.1f}µs {rate / base_rate:>18.2f}x "
                       f"{cpu / base_cpu:>7.2f}x", flush=True)
         for case in cases:
             case.channel.close()
@@ -205,15 +213,67 @@ def pump_cost(round_trips: int) -> None:
               f"{elapsed / round_trips * 1e6:6.1f} µs wall each", flush=True)
 
 
+def terminator_cost(round_trips: int) -> None:
+    """The TLS terminator's thread (tls.server.need.client.auth=optional) relaying a TLS client's round trips
+    to the same echo backend, alone on its port (enforcing): its CPU per round trip, decryption included."""
+    import socket
+    import ssl
+
+    from rocketstore.rpc.tls import ClientAuth, ServerTls, TlsMode, self_signed
+    from rocketstore.rpc.tls_terminator import TlsTerminator
+
+    backend = socket.create_server(("127.0.0.1", 0))
+
+    def answer() -> None:
+        conn, _ = backend.accept()
+        with conn:
+            while data := conn.recv(65536):
+                if data.endswith(b"."):
+                    conn.sendall(b"a" * 100)
+
+    threading.Thread(target=answer, daemon=True).start()
+    with tempfile.TemporaryDirectory() as scratch:
+        cert, key = self_signed(scratch, ["localhost"])
+        with open(cert, "rb") as c, open(key, "rb") as k:
+            tls = ServerTls(TlsMode.ENFORCING, c.read(), k.read(), cert, ClientAuth.OPTIONAL, None)
+        client_context = ssl.create_default_context(cafile=cert)
+        client_context.set_alpn_protocols(["h2"])
+        terminator = TlsTerminator("127.0.0.1", 0, tls.ssl_context(), backend.getsockname()[1], 10_000)
+        terminator.start()
+        try:
+            raw = socket.create_connection(("127.0.0.1", terminator.port))
+            raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with client_context.wrap_socket(raw, server_hostname="localhost") as client:
+                request = b"P" * 1199 + b"."
+                thread = terminator._thread
+                assert thread is not None and thread.native_id is not None
+                cpu0, t0 = _thread_cpu(thread.native_id), time.perf_counter()
+                for _ in range(round_trips):
+                    client.sendall(request)
+                    got = 0
+                    while got < 100:
+                        got += len(client.recv(100 - got))
+                cpu, elapsed = _thread_cpu(thread.native_id) - cpu0, time.perf_counter() - t0
+        finally:
+            terminator.close()
+    print(f"TLS terminator {round_trips} round trips: {cpu / round_trips * 1e6:5.1f} µs of its CPU each, "
+          f"{elapsed / round_trips * 1e6:6.1f} µs wall each", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=3.0, help="each case's turn in a round (default 3)")
     parser.add_argument("--rounds", type=int, default=5, help="rounds, the medians printed (default 5)")
     parser.add_argument("--dir", default=None, help="where the scratch stores go (default: the temp dir)")
     parser.add_argument("--pump", action="store_true", help="only the demultiplexer's own CPU per round trip")
+    parser.add_argument("--terminator", action="store_true",
+                        help="only the TLS terminator's own CPU per round trip (need.client.auth=optional)")
     args = parser.parse_args()
     if args.pump:
         pump_cost(20_000)
+        return
+    if args.terminator:
+        terminator_cost(20_000)
         return
     compare(args.dir or tempfile.gettempdir(), args.seconds, args.rounds)
 

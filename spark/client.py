@@ -18,6 +18,7 @@ import grpc
 
 from rocketstore.client.errors import ClientError, error_for_code, tls_hint
 from rocketstore.client.signing import Credentials, credentials_from_env, signed_channel
+from rocketstore.rpc.tls import pem_client_credentials
 from rocketstore.v1 import gateway_pb2 as pb
 from rocketstore.v1 import gateway_pb2_grpc as pb_grpc
 
@@ -53,9 +54,9 @@ def channel(endpoint: str, access: GatewayAccess | None = None) -> grpc.Channel:
             _pid = os.getpid()
         ch = _channels.get((endpoint, access))
         if ch is None:
-            if access.tls:  # the CA travels as PEM bytes, so it is given to grpc as such
-                raw = grpc.secure_channel(endpoint, grpc.ssl_channel_credentials(root_certificates=access.ca_pem),
-                                          options=_OPTIONS)
+            if access.tls:  # the CA and the client certificate travel as PEM bytes, given to grpc as such
+                raw = grpc.secure_channel(
+                    endpoint, pem_client_credentials(access.ca_pem, access.cert_pem, access.key_pem), options=_OPTIONS)
             else:
                 raw = grpc.insecure_channel(endpoint, options=_OPTIONS)
             credentials = Credentials(access.access_key, access.secret_key) if access.access_key and \
@@ -77,7 +78,9 @@ def describe_error(e: grpc.RpcError, endpoint: str, doing: str, timeout_ms: int 
     details: str = e.details() or ""
     if code == grpc.StatusCode.UNAVAILABLE and tls_hint(details):  # closed at once, or a failed handshake
         msg = (f"the rocketstore gateway at {endpoint} could not be reached to {doing}: {details}. Check the options "
-               "'tls.enable' and 'tls.client.trustCertPath' against the gateway's tls.server.mode")
+               "'tls.enable' and 'tls.client.trustCertPath' against the gateway's tls.server.mode, and "
+               "'tls.client.certPath' and 'tls.client.keyPath' when it requires a client certificate "
+               "(tls.server.need.client.auth)")
     elif code == grpc.StatusCode.UNAVAILABLE and ("connect" in details.lower() or "resolve" in details.lower()
                                                 or "dns" in details.lower()):
         msg = (f"cannot reach the rocketstore gateway at {endpoint} to {doing} ({details}). Check the 'endpoint' "

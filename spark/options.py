@@ -30,9 +30,11 @@ DEFAULT_SEND_BATCH = 256
 DEFAULT_MAX_IN_FLIGHT = 4
 MAX_TOPIC_LENGTH = 127
 
-# How to reach the gateway, named as RocketMQ's clients name them (TlsSystemConfig's tls.enable and
-# tls.client.trustCertPath; SessionCredentials' accessKey and secretKey).
-_ACCESS_OPTIONS = ("tls.enable", "tls.client.trustCertPath", "accessKey", "secretKey")
+# How to reach the gateway, named as RocketMQ's clients name them (TlsSystemConfig's tls.enable,
+# tls.client.trustCertPath, tls.client.certPath, tls.client.keyPath and tls.client.keyPassword;
+# SessionCredentials' accessKey and secretKey).
+_ACCESS_OPTIONS = ("tls.enable", "tls.client.trustCertPath", "tls.client.certPath", "tls.client.keyPath",
+                   "tls.client.keyPassword", "accessKey", "secretKey")
 _READ_OPTIONS = (
     "endpoint", "topic", "topics", "topicPattern", "startingOffsets", "endingOffsets", "startingTimestamp",
     "endingTimestamp", "tags", "maxMessagesPerPartition", "minPartitions", "batchMessages", "timeoutMs",
@@ -49,12 +51,15 @@ _TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")  # RocketMQ's TopicValidator
 class GatewayAccess:
     """How every connection of a read or write reaches the gateway, the same on the driver and on the executors
     (it travels with the options): over TLS or in plaintext, the CA the gateway's certificate must be signed by
-    (its PEM, read on the driver, so executors need no copy of the file; None: the system's roots), and the
-    credentials calls are signed with (None: each process's ``ROCKETSTORE_ACCESS_KEY`` /
+    (its PEM, read on the driver, so executors need no copy of the file; None: the system's roots), a client
+    certificate and its key for a gateway that asks for one (read on the driver too), and the credentials calls
+    are signed with (None: each process's ``ROCKETSTORE_ACCESS_KEY`` /
     ``ROCKETSTORE_SECRET_KEY``, as the project's clients do)."""
 
     tls: bool = False
     ca_pem: bytes | None = field(default=None, repr=False)
+    cert_pem: bytes | None = field(default=None, repr=False)  # a client certificate chain and its key (unencrypted)
+    key_pem: bytes | None = field(default=None, repr=False)
     access_key: str | None = None
     secret_key: str | None = field(default=None, repr=False)
 
@@ -155,28 +160,63 @@ def _bool(opts: dict[str, str], name: str, default: bool) -> bool:
 
 def _access(opts: dict[str, str]) -> GatewayAccess:
     ca_path = opts.get("tls.client.trustCertPath", "").strip() or None
-    tls = _bool(opts, "tls.enable", ca_path is not None)
-    if ca_path is not None and not tls:
-        raise OptionError("option 'tls.client.trustCertPath' is set while 'tls.enable' is false: remove one (the "
-                          "CA is only used over TLS)")
+    cert_path = opts.get("tls.client.certPath", "").strip() or None
+    key_path = opts.get("tls.client.keyPath", "").strip() or None
+    if (cert_path is None) != (key_path is None):
+        given, missing = ("tls.client.certPath", "tls.client.keyPath") if cert_path else \
+            ("tls.client.keyPath", "tls.client.certPath")
+        raise OptionError(f"option {given!r} is set without {missing!r}: a client certificate needs both")
+    implied = next((name for name, path in (("tls.client.trustCertPath", ca_path), ("tls.client.certPath", cert_path))
+                    if path is not None), None)
+    tls = _bool(opts, "tls.enable", implied is not None)
+    if implied is not None and not tls:
+        raise OptionError(f"option {implied!r} is set while 'tls.enable' is false: remove one (it is only used "
+                          "over TLS)")
     ca_pem = None
     if ca_path is not None:
-        try:
-            ca_pem = Path(ca_path).read_bytes()
-        except OSError as e:
-            raise OptionError(f"option 'tls.client.trustCertPath' is {ca_path!r}, which cannot be read: "
-                              f"{e.strerror or e}") from None
-        if b"-----BEGIN CERTIFICATE-----" not in ca_pem:
-            raise OptionError(f"option 'tls.client.trustCertPath' is {ca_path!r}, which holds no PEM certificate "
-                              "(-----BEGIN CERTIFICATE-----); give the gateway's CA, e.g. "
-                              "<store>/config/tls/rocketstore.crt for its self-signed one")
+        ca_pem = _read_pem("tls.client.trustCertPath", ca_path, "certificate",
+                           "give the gateway's CA, e.g. <store>/config/tls/rocketstore.crt for its self-signed one")
+    cert_pem = key_pem = None
+    if cert_path is not None and key_path is not None:
+        cert_pem = _read_pem("tls.client.certPath", cert_path, "certificate",
+                             "give the client's certificate (chain)")
+        key_pem = _client_key(_read_pem("tls.client.keyPath", key_path, "private key",
+                                        "give the client certificate's private key"),
+                              opts.get("tls.client.keyPassword", ""), key_path)
     access_key = opts.get("accessKey", "").strip() or None
     secret_key = opts.get("secretKey") or None
     if (access_key is None) != (secret_key is None):
         given, missing = ("accessKey", "secretKey") if access_key else ("secretKey", "accessKey")
         raise OptionError(f"option {given!r} is set without {missing!r}: give both (or neither, to sign with "
                           "ROCKETSTORE_ACCESS_KEY / ROCKETSTORE_SECRET_KEY of each Spark process)")
-    return GatewayAccess(tls=tls, ca_pem=ca_pem, access_key=access_key, secret_key=secret_key)
+    return GatewayAccess(tls=tls, ca_pem=ca_pem, cert_pem=cert_pem, key_pem=key_pem, access_key=access_key,
+                         secret_key=secret_key)
+
+
+def _read_pem(option: str, path: str, kind: str, what: str) -> bytes:
+    marker = b"-----BEGIN CERTIFICATE-----" if kind == "certificate" else b"PRIVATE KEY-----"
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise OptionError(f"option {option!r} is {path!r}, which cannot be read: {e.strerror or e}") from None
+    if marker not in data:
+        raise OptionError(f"option {option!r} is {path!r}, which holds no PEM {kind} ({marker.decode()}); {what}")
+    return data
+
+
+def _client_key(data: bytes, password: str, path: str) -> bytes:
+    """The key as unencrypted PEM (grpc takes no password), decrypted with tls.client.keyPassword."""
+    if not password and b"ENCRYPTED" not in data:
+        return data
+    from cryptography.hazmat.primitives import serialization
+
+    try:
+        key = serialization.load_pem_private_key(data, password.encode() or None)
+    except (ValueError, TypeError) as e:
+        raise OptionError(f"option 'tls.client.keyPath' is {path!r}, which cannot be read with option "
+                          f"'tls.client.keyPassword': {e}") from None
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
 
 
 def parse_timestamp(text: str, name: str) -> int:

@@ -3,7 +3,7 @@ processes (``rocketstore serve ...``) on loopback, with small CommitLog and Cons
 file ends. Messages go in through Gateway.Send and come back through Spark: each exactly once with every
 column right, within offset and time bounds, through a streaming query that is stopped and restarted, after
 a round trip through the writer, and through the jobs as spark-submit and the command line run them; and from a
-gateway that takes TLS only and requires credentials, given in the options."""
+gateway that takes TLS only and requires a client certificate and credentials, given in the options."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from rocketstore.spark import archive, register
 from rocketstore.spark.datasource import SCHEMA, RocketStoreReader
 from rocketstore.spark.options import parse_read_options
 from test_acl import ALICE, AUTH, ROOT
-from test_tls import TlsOnlyBroker
+from test_tls import Pki, TlsOnlyBroker
 
 from rocketstore.client import Admin, AuthAdmin, ClientTls, Message, Producer
 from rocketstore.rpc.tls import SELF_SIGNED_DIR
@@ -346,11 +346,16 @@ def test_queue_reads_go_on_after_a_cancelled_stream(endpoint: str, produced: dic
 
 
 def test_reads_over_tls_with_credentials_from_the_options(spark: SparkSession, tmp_path: Path) -> None:
-    """A gateway that takes TLS only and requires credentials: the CA and the keys travel in the options to every
-    task; without them, or with a user whose rules do not allow the topic, nothing is read."""
+    """A gateway that takes TLS only, requires a client certificate and requires credentials: the CA, the client
+    certificate and the keys travel in the options to every task; without them, or with a user whose rules do not
+    allow the topic, nothing is read."""
     cert = tmp_path / "store" / SELF_SIGNED_DIR / "rocketstore.crt"
-    tls = ClientTls(ca=str(cert))
-    proc = TlsOnlyBroker(tmp_path / "store", {**DEFAULT_BROKER_SETTINGS, **AUTH, "tls.server.mode": "enforcing"},
+    clients = Pki(tmp_path, "clients")
+    client_cert, client_key = clients.issue("spark")
+    tls = ClientTls(ca=str(cert), cert=str(client_cert), key=str(client_key))
+    proc = TlsOnlyBroker(tmp_path / "store", {**DEFAULT_BROKER_SETTINGS, **AUTH, "tls.server.mode": "enforcing",
+                                              "tls.server.need.client.auth": "require",
+                                              "tls.server.trustCertPath": str(clients.ca_path)},
                          tmp_path, tls)
     proc.launch()
     try:
@@ -369,6 +374,7 @@ def test_reads_over_tls_with_credentials_from_the_options(spark: SparkSession, t
             producer.send(Message("Other", b"not hers"))
 
         secure = {"endpoint": proc.endpoint, "tls.client.trustCertPath": str(cert),
+                  "tls.client.certPath": str(client_cert), "tls.client.keyPath": str(client_key),
                   "accessKey": ALICE.access_key, "secretKey": ALICE.secret_key, "minPartitions": "4"}
         deadline = time.monotonic() + 30
         rows: list[dict] = []
@@ -381,8 +387,11 @@ def test_reads_over_tls_with_credentials_from_the_options(spark: SparkSession, t
         refused = [
             ({**secure, "topic": "Other"}, "User:alice has no permission to Sub on Topic:Other"),
             ({**secure, "topic": "Secure", "secretKey": "guess"}, "check signature failed"),
-            ({"endpoint": proc.endpoint, "topic": "Secure", "tls.client.trustCertPath": str(cert)}, "not signed"),
-            ({**secure, "topic": "Secure", "tls.enable": "false", "tls.client.trustCertPath": ""},
+            ({**secure, "topic": "Secure", "accessKey": "", "secretKey": ""}, "not signed"),
+            ({**secure, "topic": "Secure", "tls.client.certPath": "", "tls.client.keyPath": ""},
+             "'tls.client.certPath' and 'tls.client.keyPath' when it requires a client certificate"),
+            ({**secure, "topic": "Secure", "tls.enable": "false", "tls.client.trustCertPath": "",
+              "tls.client.certPath": "", "tls.client.keyPath": ""},
              "Check the options 'tls.enable' and 'tls.client.trustCertPath'"),
         ]
         env_keys = {k: os.environ.pop(k) for k in ("ROCKETSTORE_ACCESS_KEY", "ROCKETSTORE_SECRET_KEY")

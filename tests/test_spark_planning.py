@@ -153,6 +153,41 @@ def test_tls_and_credentials_options(tmp_path: Path) -> None:
         opts(**{"tls.client.trustCertPath": str(tmp_path / "key.pem")})
 
 
+def test_client_certificate_options(tmp_path: Path) -> None:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    cert = tmp_path / "client.crt"
+    cert.write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+    key = ec.generate_private_key(ec.SECP256R1())
+    plain = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                              serialization.NoEncryption())
+    (tmp_path / "client.key").write_bytes(plain)
+    (tmp_path / "locked.key").write_bytes(key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.BestAvailableEncryption(b"pw")))
+    given = {"tls.client.certPath": str(cert), "tls.client.keyPath": str(tmp_path / "client.key")}
+    # RocketMQ's client names; a certificate implies TLS, and both travel as PEM, never printed.
+    access = opts(**given).access
+    assert (access.tls, access.ca_pem, access.cert_pem, access.key_pem) == (True, None, cert.read_bytes(), plain)
+    assert "PRIVATE" not in repr(access) and "BEGIN" not in repr(access)
+    # An encrypted key is decrypted on the driver with tls.client.keyPassword (grpc takes no password).
+    unlocked = opts(**{**given, "tls.client.keyPath": str(tmp_path / "locked.key"), "tls.client.keyPassword": "pw"})
+    assert unlocked.access.key_pem == plain
+    for options, message in [
+        ({"tls.client.certPath": str(cert)}, "option 'tls.client.certPath' is set without 'tls.client.keyPath'"),
+        ({"tls.client.keyPath": str(cert)}, "option 'tls.client.keyPath' is set without 'tls.client.certPath'"),
+        ({**given, "tls.enable": "false"}, "option 'tls.client.certPath' is set while 'tls.enable' is false"),
+        ({**given, "tls.client.keyPath": str(cert)}, "which holds no PEM private key"),
+        ({**given, "tls.client.certPath": str(tmp_path / "client.key")}, "which holds no PEM certificate"),
+        ({**given, "tls.client.keyPath": str(tmp_path / "locked.key")}, "cannot be read with option "
+                                                                         "'tls.client.keyPassword'"),
+        ({**given, "tls.client.keyPath": str(tmp_path / "locked.key"), "tls.client.keyPassword": "guess"},
+         "cannot be read with option 'tls.client.keyPassword'"),
+    ]:
+        with pytest.raises(OptionError, match=re.escape(message)):
+            opts(**options)
+
+
 def test_parse_offsets_markers() -> None:
     assert parse_offsets('{"T": {"0": 5, "1": -2, "2": -1}}', "s", "earliest", True) == {"T": {0: 5, 1: -2, 2: -1}}
     assert parse_offsets(None, "s", "latest", True) == "latest"

@@ -30,7 +30,7 @@ from pathlib import Path
 import grpc
 
 __all__ = ["SELF_SIGNED_DIR", "ClientAuth", "ClientTls", "ServerTls", "TlsMode", "client_credentials", "host_names",
-           "certificate_names", "private_key_pem", "read_pem", "self_signed"]
+           "certificate_names", "pem_client_credentials", "private_key_pem", "read_pem", "self_signed"]
 
 SELF_SIGNED_DIR = "config/tls"  # under storePathRootDir: the self-signed certificate and its key
 _CERT_FILE, _KEY_FILE = "rocketstore.crt", "rocketstore.key"
@@ -200,11 +200,17 @@ class ClientTls:
 
 def client_credentials(ca: str | None = None, cert: str | None = None,
                        key: str | None = None) -> grpc.ChannelCredentials:
-    """The one place TLS credentials of the gateway's clients are made (``ClientTls``)."""
-    return grpc.ssl_channel_credentials(
-        root_certificates=read_pem(ca, "the CA file") if ca else None,
-        private_key=read_pem(key, "the client key file") if key else None,
-        certificate_chain=read_pem(cert, "the client certificate file") if cert else None)
+    """The one place TLS credentials of the gateway's clients are made (``ClientTls``), from PEM files."""
+    return pem_client_credentials(read_pem(ca, "the CA file") if ca else None,
+                                  read_pem(cert, "the client certificate file") if cert else None,
+                                  read_pem(key, "the client key file") if key else None)
+
+
+def pem_client_credentials(ca: bytes | None = None, cert: bytes | None = None,
+                           key: bytes | None = None) -> grpc.ChannelCredentials:
+    """``client_credentials`` of PEM already read (Spark's tasks carry it from the driver): the CA (None: the
+    system's roots), and a client certificate chain with its unencrypted key (or neither)."""
+    return grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
 
 
 def certificate_names(pem: bytes) -> list[str]:

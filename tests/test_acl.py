@@ -1,12 +1,13 @@
 """ACL 2.0 at the gateway (docs/security.md): signed calls from the official RocketMQ 5 client, the
 project's client and the CLI; each kind of bad signature refused; rules allowing and denying per user,
 resource, action and source; a normal user refused a topic deletion; the broker's internal topics
-refused to everyone; users and rules kept across a restart."""
+refused to everyone; users and rules kept across a restart. The official client's signed calls over TLS too."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import os
 import subprocess
 import sys
@@ -34,6 +35,7 @@ from rocketstore.client import (
     TransactionMQProducer,
 )
 from rocketstore.client.errors import ClientError
+from rocketstore.rpc.tls import SELF_SIGNED_DIR
 from rocketstore.v1 import gateway_pb2 as pb
 from rocketstore.v1 import gateway_pb2_grpc
 from rocketstore.v2 import definition_pb2 as d
@@ -145,6 +147,35 @@ def test_official_client_signs_and_its_rules_apply(secured: Broker) -> None:
         "endpoint": endpoint, "group": "billing", "topic": "Orders", "ak": "alice", "sk": "alice-secret",
         "steps": [{"op": "receive", "max": 8, "invisible": 10, "until": 1}]})
     assert [m["body"] for m in received] == ["first"]
+
+
+def test_official_client_with_credentials_over_tls(secured: Broker) -> None:
+    """The same rules for the official client signing its calls over TLS (the permissive port's, trusting the
+    broker's self-signed certificate)."""
+    endpoint = _endpoint(secured)
+    roots = {"GRPC_DEFAULT_SSL_ROOTS_FILE_PATH": str(secured.data_dir / SELF_SIGNED_DIR / "rocketstore.crt")}
+    alice = {"endpoint": endpoint, "tls": True, "ak": "alice", "sk": "alice-secret", "report_errors": True}
+    [ok] = run_client("produce.py", {**alice, "topic": "Orders", "messages": [{"body": "over tls"}]}, env=roots)
+    assert ok["message_id"], ok
+    [received] = run_client("consume.py", {**alice, "group": "billing", "topic": "Orders", "steps": [
+        {"op": "receive", "max": 8, "invisible": 10, "until": 1}]}, env=roots)
+    assert [m["body"] for m in received] == ["over tls"], received
+    # Denied: a send to a topic her rules do not let her publish to, a group she has no rule for.
+    [denied] = run_client("produce.py", {**alice, "topic": "Audit", "messages": [{"body": "forged"}]}, env=roots)
+    assert "User:alice has no permission to Pub on Topic:Audit" in denied["error"], denied
+    [denied_group] = run_client("consume.py", {**alice, "group": "payroll", "topic": "Orders", "steps": [
+        {"op": "receive", "max": 8, "invisible": 10}]}, env=roots)
+    assert "User:alice has no permission to Sub on Group:payroll" in json.dumps(denied_group), denied_group
+    # A wrong secret: even the route lookup is refused, over TLS as in plaintext.
+    [wrong] = run_client("produce.py", {**alice, "sk": "not-her-secret", "topic": "Orders",
+                                        "messages": [{"body": "never"}]}, env=roots)
+    assert "route" in wrong["error"], wrong
+    # The client does dial TLS: without the broker's certificate among its roots it does not connect.
+    [untrusted] = run_client("produce.py", {**alice, "topic": "Orders", "messages": [{"body": "never"}]})
+    assert "route" in untrusted["error"], untrusted
+    with Admin(endpoint, credentials=ROOT) as admin:
+        assert sum(q.max_offset for q in admin.topic_stats("Orders").queues) == 1  # "over tls" only
+        assert sum(q.max_offset for q in admin.topic_stats("Audit").queues) == 0
 
 
 def _v1_stub(broker: Broker) -> gateway_pb2_grpc.GatewayStub:

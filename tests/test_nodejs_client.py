@@ -1,7 +1,8 @@
 """The official RocketMQ 5 Node.js client (``rocketmq-client-nodejs``, ``tests/nodejs``) against a real broker: its
 Producer and SimpleConsumer over plaintext (its default) and over TLS (``sslEnabled``, trusting the broker's
 self-signed certificate through ``NODE_EXTRA_CA_CERTS``) on one permissive port, and with credentials
-(``sessionCredentials``) on a broker with authentication and authorization on, allowed and denied per rule."""
+(``sessionCredentials``) on a broker with authentication and authorization on, allowed and denied per rule, in
+plaintext and over TLS."""
 
 from __future__ import annotations
 
@@ -90,5 +91,23 @@ def test_credentials_are_signed_and_the_users_rules_apply(broker_factory: Callab
         assert "Failed to fetch topic routes" in refused["error"], refused
         assert any(f"response-code={UNAUTHORIZED}]" in line and why in line for line in refused["logged"]), \
             refused
+
+    # Over TLS (sslEnabled, trusting the broker's certificate), signed: the same rules.
+    cert = {"NODE_EXTRA_CA_CERTS": str(broker.data_dir / SELF_SIGNED_DIR / "rocketstore.crt")}
+    sent, received, denied_pub, denied_group = run_client({**alice, "tls": True, "steps": [
+        *_round_trip("Orders", "billing", ["secure"]),
+        {"op": "send", "topic": "Audit", "messages": [{"body": "forged"}]},
+        {"op": "receive", "group": "payroll", "topic": "Orders", "timeout_s": 5},
+    ]}, env=cert)
+    assert [m["body"] for m in received] == ["secure"], (sent, received)
+    assert received[0]["message_id"] == sent[0]["message_id"]
+    for denied, why in ((denied_pub, "User:alice has no permission to Pub on Topic:Audit"),
+                        (denied_group, "User:alice has no permission to Sub on Group:payroll")):
+        assert "UnauthorizedException" in denied["error"] and why in denied["error"], denied
+    [refused] = run_client({**alice, "tls": True, "sk": "not-her-secret", "steps": [
+        {"op": "send", "topic": "Orders", "messages": [{"body": "never"}]}]}, env=cert)
+    assert any(f"response-code={UNAUTHORIZED}]" in line and "check signature failed" in line
+               for line in refused["logged"]), refused
     with Admin(endpoint, credentials=ROOT) as admin:
-        assert sum(q.max_offset for q in admin.topic_stats("Orders").queues) == 1  # "paid" only
+        assert sum(q.max_offset for q in admin.topic_stats("Orders").queues) == 2  # "paid" and "secure"
+        assert sum(q.max_offset for q in admin.topic_stats("Audit").queues) == 0

@@ -57,6 +57,7 @@ class _ClientSide(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
         self._backend: asyncio.Transport | None = None
         self._early: list[bytes] = []
+        self._opening: asyncio.Task[None] | None = None
         self._port = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -77,7 +78,7 @@ class _ClientSide(asyncio.Protocol):
                 self._handshaken = True
                 assert self._timer is not None
                 self._timer.cancel()
-                asyncio.get_running_loop().create_task(self._open())
+                self._opening = asyncio.get_running_loop().create_task(self._open())  # held: tasks are weakly kept
             while True:
                 try:
                     chunk = self._tls.read(_READ)

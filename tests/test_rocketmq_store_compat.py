@@ -5,6 +5,7 @@ builds them before the tests). Messages go in through its official clients: the 
 (``bench/peer``'s RemotingSend: keys, user properties, delay levels) and the official Python client (FIFO,
 timers, transactions committed, rolled back and left open); a remoting LitePull group and a gRPC
 SimpleConsumer group consume part. Then RocketMQ stops and ``rocketstore up`` opens the same directory.
+The other way, rocketstore stops cleanly (or is killed with -9, for its timers) and RocketMQ opens its store.
 """
 
 from __future__ import annotations
@@ -95,6 +96,16 @@ class _Up:
             self.proc.wait(30)
             raise AssertionError(f"rocketstore up did not start (exit {self.proc.returncode}):\n{''.join(seen)}")
 
+    def kill9(self) -> None:
+        """A crash: SIGKILL to every process of ``rocketstore up``, its services first (they would be told to
+        stop cleanly when the launcher dies)."""
+        for pid in [*_descendants(self.proc.pid), self.proc.pid]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.wait(30)
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
@@ -105,6 +116,27 @@ class _Up:
                 self.proc.wait(10)
         assert self.proc.stdout is not None
         self.proc.stdout.close()
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes under ``pid``, children before their parents' siblings (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    out: list[int] = []
+    todo = list(children.get(pid, []))
+    while todo:
+        child = todo.pop()
+        out.append(child)
+        todo += children.get(child, [])
+    return out
 
 
 def _all_messages(endpoint: str, topic: str) -> list[ReceivedMessage]:
@@ -256,6 +288,41 @@ def test_rocketstore_store_is_served_by_rocketmq(build: peer_bench.Build, store:
     # The timer rocketstore delivered comes once; the one it held, at its time, from RocketMQ.
     assert sorted(m["body"] for m in timed) == ["t-later", "t-soon"]
     assert [m["id"] for m in timed if m["body"] == "t-later"] == [timers[1]["message_id"]]
+
+
+def test_timers_are_handed_over_to_rocketmq_after_a_crash(build: peer_bench.Build, store: Path) -> None:
+    """rocketstore writes RocketMQ's timercheck while it runs: killed with -9, it hands its timers over as a clean
+    stop does. The timers it delivered are not delivered again; the one it held comes once, from RocketMQ."""
+    from rocketstore.services.schedule import rocketmq_timer
+
+    up = _Up(store)
+    try:
+        with Admin(up.endpoint) as admin:
+            admin.create_topic("CrashTimer", read_queue_nums=1, write_queue_nums=1, message_type="DELAY")
+        timers = run_client("delay.py", {"endpoint": up.endpoint, "topic": "CrashTimer", "messages": [
+            *({"body": f"t-soon-{i}", "delay_s": 1} for i in range(3)), {"body": "t-later", "delay_s": TIMER_LATER_S}]})
+        _wait_for("the timers due soon", lambda: len(_all_messages(up.endpoint, "CrashTimer")) == 3, 30)
+
+        def handed_over() -> bool:  # the held timer is rmq_sys_wheel_timer's offset 3: RocketMQ reads from there
+            check = rocketmq_timer.read_checkpoint(str(store))
+            return check is not None and check.last_timer_queue_offset == 3
+        _wait_for("RocketMQ's timercheck naming the held timer", handed_over, 30)
+    finally:
+        up.kill9()
+    assert (store / "abort").exists()  # a crash, not a clean stop
+
+    rmq = peer_bench.RocketMQ(build, PEER_DIR, store=store, topic=None)
+    try:
+        wait = max(10.0, timers[3]["at"] + 20 - time.time())
+        steps = [{"op": "receive", "max": 8, "invisible": 60, "until": 4, "timeout": wait},
+                 {"op": "receive", "max": 8, "invisible": 60, "until": 1, "timeout": 3}]
+        timed, after = _retrying("consume.py", {"endpoint": rmq.endpoint, "group": "rmq-timer", "topic": "CrashTimer",
+                                                "steps": steps}, timeout=wait + 60)
+    finally:
+        rmq.stop()
+        shutil.rmtree(rmq.dir, ignore_errors=True)
+    assert sorted(m["body"] for m in timed + after) == ["t-later", "t-soon-0", "t-soon-1", "t-soon-2"]
+    assert [m["id"] for m in timed if m["body"] == "t-later"] == [timers[3]["message_id"]]
 
 
 # --- the formats, without RocketMQ ------------------------------------------------------------------------------

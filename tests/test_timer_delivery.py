@@ -240,3 +240,66 @@ def test_messages_of_one_slot_are_put_each_at_its_own_time_earliest_first(
     assert [b for batch in commitlog.appended for b in batch] == ["early", "relative", "late"]
     assert put_at == {"early": slot + 300, "relative": slot + 600, "late": slot + 900}  # never early, none at the end
     assert service.check.last_read_time_ms == slot + 1000 and not service.wheel.has(slot)
+
+
+class _EmptyIndex:
+    """The index client as enqueue uses it, over an empty timer queue."""
+
+    def read_queue(self, *args: object, **kwargs: object) -> list[object]:
+        return []
+
+
+def test_rocketmq_timercheck_is_written_while_running(tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the timer thread runs, RocketMQ's config/timercheck names the oldest pending timer's queue offset
+    and the slot to deliver next, and follows them as slots are delivered (a kill -9 then hands over as a clean
+    stop does); it is not rewritten more often than ROCKETMQ_CHECK_INTERVAL."""
+    from rocketstore.services.schedule import rocketmq_timer, timer_service
+    from rocketstore.services.schedule.timer_wheel import TimerUnit
+
+    from rocketstore.storage.codec import encode_message
+    from rocketstore.storage.message import Message
+
+    monkeypatch.setattr(timer_service, "ROCKETMQ_CHECK_INTERVAL", 0.5)
+    commitlog = _RecordingCommitLog()
+    root = str(tmp_path)
+    service = timer_service.TimerMessageService(commitlog, _EmptyIndex(), root, 1000)  # type: ignore[arg-type]
+    soon = service.check.last_read_time_ms + 1000
+    held = soon + 3_600_000
+
+    def stored(n: int, slot: int) -> tuple[int, TimerUnit]:
+        props = {"REAL_TOPIC": "Later", "REAL_QID": "0", "TIMER_OUT_MS": str(slot)}
+        record = encode_message(Message(topic=TIMER_TOPIC, body=b"m%d" % n, queue_id=0, properties=props),
+                                n, 1000 * n, int(time.time() * 1000))
+        commitlog.records[1000 * n] = record
+        return slot, TimerUnit(n, 1000 * n, len(record))
+
+    # Queue offsets 5 and 6 are due within 2 s, 7 in an hour; the wheel has read the timer queue up to 8.
+    service.wheel.append([stored(5, soon), stored(6, soon), stored(7, held)])
+    service.check.last_timer_queue_offset = 8
+    service.start()
+    try:
+        def offset() -> int:
+            c = rocketmq_timer.read_checkpoint(root)
+            return -1 if c is None else c.last_timer_queue_offset
+
+        wait_for(lambda: offset() == 5, say="RocketMQ's timercheck naming the oldest pending timer")
+        wait_for(lambda: [b for batch in commitlog.appended for b in batch] == ["m5", "m6"],
+                 say="the timers due soon")
+        wait_for(lambda: offset() == 7, say="RocketMQ's timercheck naming the held timer")
+        check = rocketmq_timer.read_checkpoint(root)
+        assert check is not None and check.master_timer_queue_offset == 7
+        assert soon < check.last_read_time_ms <= service.check.last_read_time_ms  # delivers from after `soon`
+    finally:
+        service.stop()
+    assert service.delivered == 2 and not service.wheel.has(soon) and service.wheel.has(held)
+    # Written when the checkpoint moved, and not again within the interval.
+    assert service.hand_over() is False
+    service.check.last_read_time_ms += 1000
+    assert service.hand_over() is False
+    time.sleep(0.5)
+    assert service.hand_over() is True
+    check = rocketmq_timer.read_checkpoint(root)
+    assert check is not None and (check.last_read_time_ms, check.last_timer_queue_offset) == (
+        service.check.last_read_time_ms, 7)
+    time.sleep(0.5)
+    assert service.hand_over() is False  # nothing moved

@@ -35,6 +35,13 @@ slot moves on. A crash delivers again what was put past that record: units of th
 it was last written, at most ``BATCH`` + ``PREFETCH`` (a unit put ahead of an earlier one in the file,
 whose time came first, is within the read-ahead), or the ``ENQUEUE_BATCH`` read last when their time had
 already passed as they were read: those, and only those, can repeat.
+
+Hand-over to Apache RocketMQ: RocketMQ's ``config/timercheck`` (``rocketmq_timer.write_checkpoint``) is
+written whenever the checkpoint has moved, at most every ``ROCKETMQ_CHECK_INTERVAL`` seconds while running,
+and once more at a clean stop. It names the oldest pending timer's queue offset, so RocketMQ opening the store
+after a clean stop or a crash reads the timer queue again from there, not from 0. That offset is kept as one
+(queue offset, slot) pair: units reach the wheel in queue-offset order, so only delivering the slot that
+holds it can raise it, and only then are the slot files' first units read again.
 """
 
 from __future__ import annotations
@@ -64,7 +71,7 @@ from . import rocketmq_timer
 from .schedule_service import delivery_message
 from .timer_wheel import MAGIC_DELETE, WHEEL_DIR, TimerCheckpoint, TimerUnit, TimerWheel
 
-__all__ = ["BATCH", "IMPORTED_DIR", "TIMER_TOPIC", "TimerMessageService"]
+__all__ = ["BATCH", "IMPORTED_DIR", "ROCKETMQ_CHECK_INTERVAL", "TIMER_TOPIC", "TimerMessageService"]
 
 TIMER_TOPIC = "rmq_sys_wheel_timer"
 PROPERTY_TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"
@@ -77,6 +84,7 @@ ENQUEUE_BATCH = 2048  # timer-queue messages moved into the wheel per synced app
 READ_BATCH = 256  # timer-queue messages per streamed batch from the index
 PREFETCH = 4 * BATCH  # units of the next slot read and rebuilt before it is due (about 5 MB of 1 KiB messages)
 RETRY_AFTER_ERROR = 1.0
+ROCKETMQ_CHECK_INTERVAL = 2.0  # seconds between writes of RocketMQ's timercheck while running
 IMPORTED_DIR = "rocketmq-timer-imported"  # where RocketMQ's timer files go once their timers are in the wheel
 _STORED = frozenset(int(s) for s in (PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT,
                                       PutMessageStatus.FLUSH_SLAVE_TIMEOUT, PutMessageStatus.SLAVE_NOT_AVAILABLE))
@@ -103,6 +111,12 @@ class TimerMessageService:
         self._late_scanned = -1  # the timer queue offset those markers were read up to
         self._window: _Window | None = None  # the current slot read ahead
         self._recorded = self.check.slot_delivered  # the slotDelivered last written by dequeue
+        # The oldest pending unit as (queue offset, slot), None when the wheel is empty; known only once the slot
+        # files were read (at the first hand-over, and again after the slot that held it was delivered).
+        self._oldest: tuple[int, int] | None = None
+        self._oldest_known = False
+        self._handed_over: tuple[int, int] | None = None  # the (lastReadTimeMs, queue offset) last written
+        self._handed_over_at = float("-inf")  # time.monotonic() of that write
         self._deliver = deliver
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="timer", daemon=True)
@@ -158,7 +172,7 @@ class TimerMessageService:
         c.last_read_time_ms, c.slot_delivered = since, 0
         c.last_timer_queue_offset = rmq.last_timer_queue_offset if rmq else 0
         c.persist(self.config_dir)
-        self._recorded, self._window = 0, None
+        self._recorded, self._window, self._oldest_known = 0, None, False
         for name in (rocketmq_timer.WHEEL_FILE, rocketmq_timer.LOG_DIR, rocketmq_timer.CHECK_FILE,
                      rocketmq_timer.METRICS_FILE, rocketmq_timer.METRICS_FILE + ".bak"):
             if os.path.lexists(os.path.join(root, name)):
@@ -171,14 +185,41 @@ class TimerMessageService:
     def write_rocketmq_checkpoint(self) -> None:
         """RocketMQ's ``config/timercheck`` for this wheel, so that Apache RocketMQ opening the store reads the
         timer queue again from the oldest timer still pending here (not from 0, which would deliver every
-        timer again) and delivers from the current slot. Written at a clean stop."""
+        timer again) and delivers from the current slot. Written at a clean stop, with the slot files read."""
+        self._oldest_known = False
+        self._write_rocketmq_checkpoint(always=True)
+
+    def hand_over(self) -> bool:
+        """While running: write RocketMQ's ``config/timercheck`` when the checkpoint has moved since the last
+        write and ``ROCKETMQ_CHECK_INTERVAL`` has passed since it, so that a crash hands the timers over as a
+        clean stop does (RocketMQ delivers again at most what was delivered since that write). True when it
+        wrote."""
+        if time.monotonic() - self._handed_over_at < ROCKETMQ_CHECK_INTERVAL:
+            return False
+        return self._write_rocketmq_checkpoint()
+
+    def _write_rocketmq_checkpoint(self, always: bool = False) -> bool:
         c = self.check
-        firsts = [units[0].queue_offset for slot in self.wheel.slots() if (units := self.wheel.read(slot, 0, 1))]
-        offset = min([*firsts, c.last_timer_queue_offset])
+        state = (c.last_read_time_ms, self._oldest_queue_offset())
+        if state == self._handed_over and not always:
+            return False
         try:
-            rocketmq_timer.write_checkpoint(self.root_dir, c.last_read_time_ms, offset)
+            rocketmq_timer.write_checkpoint(self.root_dir, *state)
         except OSError as e:
             _log.warning("cannot write RocketMQ's timer checkpoint", error=str(e))
+            return False
+        self._handed_over, self._handed_over_at = state, time.monotonic()
+        return True
+
+    def _oldest_queue_offset(self) -> int:
+        """The timer queue offset RocketMQ should read again from: the oldest pending unit's, or the next one
+        to read when the wheel holds none."""
+        if not self._oldest_known:
+            firsts = [(units[0].queue_offset, slot) for slot in self.wheel.slots()
+                      if (units := self.wheel.read(slot, 0, 1))]
+            self._oldest, self._oldest_known = min(firsts, default=None), True
+        next_offset = self.check.last_timer_queue_offset
+        return next_offset if self._oldest is None else min(self._oldest[0], next_offset)
 
     def _run(self) -> None:
         idle = self.precision / 10_000  # RocketMQ: 100 * precision / 1000 ms
@@ -186,6 +227,7 @@ class TimerMessageService:
             try:
                 busy = self.enqueue()
                 busy = self.dequeue() or busy
+                self.hand_over()
                 # Idle: look at the timer queue again soon, and wake when the next message is due.
                 wait = 0.0 if busy else min(idle, (self.next_release_ms() - _now_ms()) / 1000)
             except (BrokerError, ValueError, OSError) as e:
@@ -238,6 +280,8 @@ class TimerMessageService:
         if next_offset == offset:
             return False
         self.wheel.append(units)
+        if self._oldest_known and self._oldest is None and units:  # an empty wheel: the first unit is the oldest
+            self._oldest = (units[0][1].queue_offset, units[0][0])
         deliver = self._not_recalled(due)
         if deliver:
             self._append(deliver)
@@ -291,6 +335,8 @@ class TimerMessageService:
             # The slot's last units are stored: its file goes first, then the checkpoint moves on (written
             # once, below). A crash in between finds no file at the recorded slot and delivers nothing twice.
             self.wheel.remove(slot)
+            if self._oldest is not None and self._oldest[1] == slot:
+                self._oldest_known = False  # the oldest pending timer was there: the slot files tell the next one
             c.last_read_time_ms += p
             c.slot_delivered = self._recorded = 0
             self._window = None

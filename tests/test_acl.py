@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import grpc
 import pytest
@@ -55,6 +56,16 @@ CLIENT_ID = (("x-mq-client-id", "acl-test-client"),)
 def _entry(resource: str, *actions: Action, decision: Decision = Decision.ALLOW,
            ips: tuple[str, ...] = ()) -> PolicyEntry:
     return PolicyEntry(Resource.parse(resource), actions, ips, decision)
+
+
+def _json_lines(text: str) -> list[dict[str, Any]]:
+    out = []
+    for line in text.splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
 
 
 def test_the_most_specific_rule_decides_and_deny_wins_among_equals() -> None:
@@ -214,6 +225,14 @@ def test_every_kind_of_bad_signature_is_refused(secured: Broker) -> None:
     assert e.code() == grpc.StatusCode.PERMISSION_DENIED and \
         "User:alice has no permission to Pub,Sub,Get on Topic:Payments from 127.0.0.1: no matched policies" \
         in (e.details() or ""), e.details()
+    # Each refusal is logged by the broker with its reason, once a minute per client and reason (not per call).
+    _refused(lambda: stub.GetTopicStats(pb.GetTopicStatsRequest(topic="Payments"), metadata=signed_metadata(ALICE),
+                                        timeout=10))
+    refusals = [line for line in _json_lines(secured.gateway.log_text()) if line.get("event") == "call refused"]
+    for _, why in cases:
+        assert any(why in line["reason"] and line["status"] == "UNAUTHENTICATED" for line in refusals), why
+    payments = [line for line in refusals if "on Topic:Payments" in line["reason"]]
+    assert len(payments) == 1 and payments[0]["call"] == "GetTopicStats", payments
     # v2 answers in the response's status, as the proxy does
     v2 = s_grpc.MessagingServiceStub(grpc.insecure_channel(_endpoint(secured)))
     route = s.QueryRouteRequest(topic=d.Resource(name="Orders"))

@@ -8,6 +8,7 @@ for the module (the credentials' test, a broker of its own)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -89,6 +90,16 @@ def _stored(broker: Broker, topic: str) -> list[list[pb.ReceivedMessage]]:
             got += r.messages
         queues.append(got)
     return queues
+
+
+def _json_lines(text: str) -> list[dict[str, Any]]:
+    out = []
+    for line in text.splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
 
 
 def _wait_for(what: Callable[[], bool], say: str, timeout: float = WAIT) -> None:
@@ -369,8 +380,8 @@ def test_credentials_over_tls_are_allowed_and_denied_per_rule(
         causes = java_client.refused("send", **args, topic="Orders", messages=[{"body": "forged"}])
         assert any(c.startswith("UnauthorizedException") and why in c for c in causes), (why, causes)
     # Settings refused by alice's rules (a producer's topics need Pub, a consumer's group Sub), as RocketMQ's proxy
-    # checks them: the client cannot start (IllegalStateException) and logs the refusal, the last command of its
-    # Telemetry stream (a client that writes a log: not 5.0.8).
+    # checks them: the client cannot start (IllegalStateException); the broker logs the refusal with its reason,
+    # and so does the client, the last command of its Telemetry stream (a client that writes a log: not 5.0.8).
     client_log = java_client.client_log_dir / "rocketmq-client.log"
     for op, args, why in (
             ("send", {"topic": "Audit", "messages": [{"body": "forged"}]},
@@ -380,6 +391,9 @@ def test_credentials_over_tls_are_allowed_and_denied_per_rule(
         seen = len(client_log.read_text(errors="replace")) if java_client.writes_log else 0
         causes = java_client.refused(op, **alice, **args)
         assert causes[0].startswith("IllegalStateException"), causes
+        _wait_for(lambda why=why: any(line.get("event") == "call refused" and why in line.get("reason", "")
+                                      for line in _json_lines(secured_tls_only.log_text())),
+                  f"the broker to log {why!r}")
         if java_client.writes_log:
             _wait_for(lambda why=why, seen=seen: why in client_log.read_text(errors="replace")[seen:],
                       f"the client to log {why!r}")

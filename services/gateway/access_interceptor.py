@@ -7,17 +7,22 @@ in the response's status, ``UNAUTHORIZED`` as RocketMQ 5.3.3's proxy answers bot
 authorization failures (``ResponseBuilder``), and ``ILLEGAL_TOPIC`` for the broker's internal topics, as the
 v2 gateway refuses every system topic. On a client stream each request read is checked (each send of a
 SendStream, each assignment of a Consume stream, each settings command of a Telemetry stream).
+Each refusal is also logged (a warning naming the call, the client and the reason, once a minute per
+client and reason), because some clients keep the reason to themselves (the Java client reports a refused
+Telemetry setting only as "cannot start").
 """
 
 from __future__ import annotations
 
 import inspect
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
 import grpc.aio
 
+from rocketstore.log import get_logger
 from rocketstore.v2 import definition_pb2 as d
 from rocketstore.v2 import service_pb2 as s
 
@@ -26,6 +31,10 @@ from .access_calls import ADMIN, BATCH, STREAMED, UNARY, V1, V2
 from .servicer import peer_host
 
 __all__ = ["AccessInterceptor"]
+
+_log = get_logger("rocketstore.gateway.access")
+LOG_EVERY_SECONDS = 60.0
+_logged: dict[tuple[str, str], float] = {}  # (client, reason) -> when it was last logged
 
 _Context = grpc.aio.ServicerContext[Any, Any]
 _PREFIXES = (V1, BATCH, V2, ADMIN)
@@ -39,6 +48,18 @@ def _v2_response(method: str) -> Any:
 def _source_ip(context: _Context) -> str:
     host = peer_host(context).rpartition(":")[0]
     return host.strip("[]")
+
+
+def _log_refusal(method: str, e: AccessRefused, context: _Context) -> None:
+    client = peer_host(context)
+    now = time.monotonic()
+    key = (client.rpartition(":")[0], e.message)
+    if now - _logged.get(key, -LOG_EVERY_SECONDS) < LOG_EVERY_SECONDS:
+        return
+    if len(_logged) > 10_000:  # a flood of distinct refusals: forget the old ones rather than grow
+        _logged.clear()
+    _logged[key] = now
+    _log.warning("call refused", call=method.rsplit("/", 1)[-1], client=client, status=e.code, reason=e.message)
 
 
 class _Ended(Exception):  # noqa: N818 - the refusal was written down the stream already
@@ -111,6 +132,7 @@ class _Guarded:
         return checked()
 
     async def _refuse_stream(self, e: AccessRefused, context: _Context) -> None:
+        _log_refusal(self.method, e, context)
         if self.v2:  # Telemetry: the refusal is the stream's last command
             await context.write(s.TelemetryCommand(status=self._v2_status(e)))
             raise _Ended
@@ -123,9 +145,11 @@ class _Guarded:
     async def _refused(self, e: AccessRefused, context: _Context) -> Any:
         """The answer of a refused unary-response call."""
         if self.v2 and not self.streamed:
+            _log_refusal(self.method, e, context)
             return _v2_response(self.method)(status=self._v2_status(e))
         if self.v2:
             await self._refuse_stream(e, context)
+        _log_refusal(self.method, e, context)
         await context.abort(grpc.StatusCode[e.code], e.message)
 
     # --- the wrappers, of the handler's own kind (grpc.aio runs coroutines and async generators apart) ---
@@ -153,6 +177,7 @@ class _Guarded:
             try:
                 caller = self._caller(None if streaming else request, context)
             except AccessRefused as e:
+                _log_refusal(self.method, e, context)
                 if self.v2 and not streaming:
                     yield _v2_response(self.method)(status=self._v2_status(e))
                     return

@@ -470,3 +470,14 @@ def test_internal_services_listen_on_loopback_and_only_the_gateway_on_host(tmp_p
     # `rocketstore serve X` alone listens on loopback too, its metrics where the service is.
     args = build_parser().parse_args(["serve", "index", "--commitlog", "127.0.0.1:1", "--metrics-port", "0"])
     assert (args.host, args.metrics_host) == ("127.0.0.1", None)
+
+
+@pytest.mark.parametrize(("auth", "said"), [("none", ""), ("optional", "; client certificates verified when given")])
+def test_up_says_the_client_ports_tls_mode_and_client_certificates(tmp_path: Path, auth: str, said: str) -> None:
+    from rocketstore.cli.launcher import Launcher
+
+    launcher = Launcher(str(tmp_path / "store"), None, free_port(), out=io.StringIO(),
+                        settings=[("tls.server.mode", "permissive"), ("tls.server.need.client.auth", auth)])
+    line = launcher._client_port_tls()
+    assert line.startswith("  TLS: permissive (tls.server.mode): TLS and plaintext on the same port; certificate ")
+    assert line.endswith(f"rocketstore.crt{said}"), line

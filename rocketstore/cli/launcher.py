@@ -320,7 +320,9 @@ class Launcher:
             self._grpcurl_security = f"-cacert {tls.cert_path}"
         else:
             what = "TLS and plaintext on the same port"
-        return f"  TLS: {tls.mode.value} (tls.server.mode): {what}; certificate {tls.cert_path}"
+        clients = {"require": "; client certificates required", "optional": "; client certificates verified when "
+                   "given"}.get(tls.client_auth.value, "")
+        return f"  TLS: {tls.mode.value} (tls.server.mode): {what}; certificate {tls.cert_path}{clients}"
 
     def _port_taken(self, host: str, port: int) -> bool:
         try:

@@ -41,8 +41,8 @@ from rocketstore.client import (
     UnavailableError,
     decode_records,
 )
-from rocketstore.client.consumer import _ProcessQueue
 from rocketstore.client.errors import from_rpc_error
+from rocketstore.client.process_queue import ProcessQueue as _ProcessQueue
 from rocketstore.client.selector import java_hash_code
 from rocketstore.storage.codec import decode_message, encode_message
 from rocketstore.storage.message import Message as StoreMessage

@@ -14,7 +14,7 @@ import pytest
 from conftest import DEFAULT_BROKER_SETTINGS
 from ha_processes import HABroker, assert_replicated, wait_for
 
-from rocketstore.client.consumer import PullConsumer, PushConsumer
+from rocketstore.client import PullConsumer, PushConsumer
 from rocketstore.client.messages import PullStatus
 from rocketstore.v1 import commitlog_pb2 as cl_pb
 from rocketstore.v1 import gateway_pb2 as gw

@@ -22,8 +22,7 @@ from typing import Any
 
 import pytest
 
-from rocketstore.client import Admin
-from rocketstore.client.consumer import PullConsumer
+from rocketstore.client import Admin, PullConsumer
 from rocketstore.client.messages import ReceivedMessage
 from rocketstore.config.config_file import parse_json
 

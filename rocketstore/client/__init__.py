@@ -17,16 +17,7 @@ from rocketstore.rpc.tls import ClientTls
 from .admin import Admin
 from .auth_admin import AuthAdmin
 from .consume_stream import ConsumeStream, StreamQueue
-from .consumer import (
-    ConsumeContext,
-    ConsumeFromWhere,
-    ConsumeOrderlyStatus,
-    ConsumeStatus,
-    MessageListener,
-    MessageModel,
-    PullConsumer,
-    PushConsumer,
-)
+from .consumer_config import ConsumeFromWhere, MessageModel
 from .errors import (
     ClientError,
     DeadlineExceededError,
@@ -37,6 +28,7 @@ from .errors import (
     ResourceExhaustedError,
     UnavailableError,
 )
+from .listener import ConsumeContext, ConsumeOrderlyStatus, ConsumeStatus, MessageListener
 from .messages import (
     Message,
     MessageQueue,
@@ -48,6 +40,8 @@ from .messages import (
     decode_records,
 )
 from .producer import Producer, SendCallback
+from .pull_consumer import PullConsumer
+from .push_consumer import PushConsumer
 from .selector import HashSelector, QueueSelector, RandomSelector, RoundRobinSelector
 from .signing import Credentials
 from .transaction_producer import (

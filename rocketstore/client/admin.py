@@ -19,7 +19,7 @@ from rocketstore.rpc.tls import ClientTls
 from rocketstore.v1 import gateway_pb2 as pb
 
 from .connection import DEFAULT_TIMEOUT, Connection, split_endpoints
-from .errors import InvalidArgumentError, from_rpc_error
+from .errors import InvalidArgumentError
 from .messages import ReceivedMessage
 from .signing import Credentials
 
@@ -166,12 +166,9 @@ class Admin:
     # --- queues ----------------------------------------------------------------------------
     def list_queues(self, topics: list[str] | None = None, *, topic_pattern: str = "", start_timestamp: int = 0,
                     end_timestamp: int = 0) -> list[pb.QueueRange]:
-        try:
-            reply = self._conn.batch_read.ListQueues(pb.ListQueuesRequest(
-                topics=topics or [], topic_pattern=topic_pattern, start_timestamp=start_timestamp,
-                end_timestamp=end_timestamp), timeout=self._conn.timeout)
-        except grpc.RpcError as e:
-            raise from_rpc_error(e, self.endpoint) from None
+        reply = self._conn.call(self._conn.batch_read.ListQueues, pb.ListQueuesRequest(
+            topics=topics or [], topic_pattern=topic_pattern, start_timestamp=start_timestamp,
+            end_timestamp=end_timestamp))
         return list(reply.queues)
 
     # --- messages --------------------------------------------------------------------------

@@ -21,8 +21,8 @@ import grpc
 from rocketstore.log import get_logger
 from rocketstore.v1 import gateway_pb2 as pb
 
-from .connection import Connection
-from .errors import ClientError, from_rpc_error
+from .connection import Connection, ResponseStream
+from .errors import ClientError
 
 __all__ = ["DEFAULT_CREDIT_BYTES", "DEFAULT_CREDIT_MESSAGES", "ConsumeStream", "StreamQueue"]
 
@@ -65,7 +65,7 @@ class ConsumeStream:
         self._held = [0, 0]  # messages, bytes delivered and not released
         self._pending = [0, 0]  # released, not yet granted again
         self._requests: queue.SimpleQueue[object] = queue.SimpleQueue()
-        self._call: grpc.Future[pb.ConsumeBatch] | None = None
+        self._call: ResponseStream[pb.ConsumeBatch] | None = None
         self._thread: threading.Thread | None = None
         self._closed = False
 
@@ -83,8 +83,8 @@ class ConsumeStream:
             requests.put(pb.ConsumeRequest(credit=pb.ConsumeCredit(messages=messages, bytes=size)))
         if queues:
             self.assign(queues)
-        call = self.conn.gateway.Consume(_drain(requests))
-        self._call = call  # type: ignore[assignment]
+        call = self.conn.open_stream(self.conn.gateway.Consume, _drain(requests))
+        self._call = call
         self._thread = threading.Thread(target=self._read, args=(call, requests), daemon=True,
                                         name=f"consume-stream-{self.group}")
         self._thread.start()
@@ -143,7 +143,7 @@ class ConsumeStream:
             return self._held[0], self._held[1]
 
     # --- the reader ------------------------------------------------------------------------
-    def _read(self, call: Iterator[pb.ConsumeBatch], requests: queue.SimpleQueue[object]) -> None:
+    def _read(self, call: ResponseStream[pb.ConsumeBatch], requests: queue.SimpleQueue[object]) -> None:
         try:
             for batch in call:
                 with self._lock:
@@ -153,10 +153,9 @@ class ConsumeStream:
                     self._on_batch(batch)
                 except Exception:
                     _log.exception("stream batch not handled", topic=batch.topic, queue_id=batch.queue_id)
-        except grpc.RpcError as e:
-            if self._closed or requests is not self._requests or e.code() == grpc.StatusCode.CANCELLED:
+        except ClientError as error:
+            if self._closed or requests is not self._requests or error.code == grpc.StatusCode.CANCELLED:
                 return
-            error = from_rpc_error(e, self.conn.endpoint)
             _log.warning("consume stream failed", endpoint=self.conn.endpoint, group=self.group, error=str(error))
             if self._on_error is not None:
                 self._on_error(error)

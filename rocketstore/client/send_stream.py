@@ -22,13 +22,20 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
+from typing import TYPE_CHECKING
 
 import grpc
 
 from rocketstore.rpc.channel import MAX_MESSAGE_BYTES
 from rocketstore.v1 import gateway_pb2 as pb
 
-from .errors import ClientError, DeadlineExceededError, from_rpc_error, from_status
+from .errors import ClientError, DeadlineExceededError, from_status
+
+if TYPE_CHECKING:  # the connection opens the stream (and imports this module)
+    from .connection import ResponseStream
+
+OpenSendStream = Callable[[Iterator[bytes]], "ResponseStream[pb.SendStreamResponse]"]
+"""Opens a SendStream call writing the given request messages (``Connection`` gives it)."""
 
 __all__ = ["MAX_REQUEST_BYTES", "MAX_STREAMED_SEND", "SendStream", "TooLargeForStream", "encode_streamed_send"]
 
@@ -95,7 +102,7 @@ class _Call:
         self.frame_bytes = 0
         self.waiting: dict[int, _Waiter] = {}
         self.open = True
-        self.call = owner._method(self._requests())
+        self.call = owner._open(self._requests())
         threading.Thread(target=self._read, name=f"send-stream-{owner.endpoint}", daemon=True).start()
 
     def add(self, request_id: int, send: bytes, timeout_ms: int, waiter: _Waiter) -> None:
@@ -143,8 +150,8 @@ class _Call:
                         waiter.resolve(r.response, None)
             error = from_status(grpc.StatusCode.UNAVAILABLE.value[0],
                                 f"{owner.endpoint}: the gateway ended the send stream", owner.endpoint)
-        except grpc.RpcError as e:
-            error = from_rpc_error(e, owner.endpoint)
+        except ClientError as e:
+            error = e
         except BaseException as e:  # noqa: BLE001 - whatever ends the reader ends the stream
             error = ClientError(f"{owner.endpoint}: the send stream failed: {e!r}", grpc.StatusCode.UNKNOWN,
                                 owner.endpoint)
@@ -181,17 +188,15 @@ class _Call:
 
 
 class SendStream:
-    """Sends to one gateway over its channel, multiplexed on one SendStream call (opened on first use,
+    """Sends to one gateway, multiplexed on one SendStream call (opened with ``open_call`` on first use,
     reopened after a break). Thread-safe."""
 
-    def __init__(self, channel: grpc.Channel, endpoint: str) -> None:
+    def __init__(self, open_call: OpenSendStream, endpoint: str) -> None:
         self.endpoint = endpoint
         self.supported = True  # False once the gateway answered UNIMPLEMENTED
         self.opened = 0  # SendStream calls opened (one more after each break)
         # Request messages go out as bytes joined from each send's encoding (no copy into a message).
-        self._method: grpc.StreamStreamMultiCallable[bytes, pb.SendStreamResponse] = channel.stream_stream(
-            "/rocketstore.v1.Gateway/SendStream", request_serializer=None,
-            response_deserializer=pb.SendStreamResponse.FromString)
+        self._open = open_call
         self._lock = threading.Condition()
         self._ids = itertools.count(1)
         self._current: _Call | None = None

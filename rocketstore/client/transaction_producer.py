@@ -27,16 +27,13 @@ import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
-
-import grpc
 
 from rocketstore.log import get_logger
 from rocketstore.rpc.tls import ClientTls
 from rocketstore.v1 import gateway_pb2 as pb
 
-from .connection import Connection, split_endpoints
-from .errors import ClientError, from_rpc_error
+from .connection import Connection, ResponseStream, split_endpoints
+from .errors import ClientError
 from .messages import Message, ReceivedMessage, SendResult, SendStatus
 from .signing import Credentials
 
@@ -94,7 +91,7 @@ class TransactionMQProducer:
         self._connections = [Connection(e, tls=tls, credentials=credentials) for e in self.endpoints]
         self._next = 0
         self._checks = ThreadPoolExecutor(max_workers=check_threads, thread_name_prefix="transaction-check")
-        self._streams: list[Any] = []  # the open TransactionChecks calls (iterators that can be cancelled)
+        self._streams: list[ResponseStream[pb.TransactionCheck]] = []  # the open TransactionChecks calls
         self._threads: list[threading.Thread] = []
         self._stopped = threading.Event()
         self._started = False
@@ -166,18 +163,17 @@ class TransactionMQProducer:
     # --- the broker's checks ---------------------------------------------------------------
     def _follow_checks(self, conn: Connection, ready: threading.Event) -> None:
         while not self._stopped.is_set():
-            call = conn.gateway.TransactionChecks(pb.TransactionChecksRequest(producer_group=self.group,
-                                                                              client_id=self.client_id))
+            call = conn.read_stream(conn.gateway.TransactionChecks,
+                                    pb.TransactionChecksRequest(producer_group=self.group, client_id=self.client_id))
             self._streams.append(call)
             try:
                 for check in call:
                     ready.set()
                     if check.transaction_id:
                         self._checks.submit(self._answer, conn, check)
-            except grpc.RpcError as e:
+            except ClientError as e:
                 if not self._stopped.is_set():
-                    _log.debug("check stream ended; reopening", endpoint=conn.endpoint,
-                               error=str(from_rpc_error(e, conn.endpoint)))
+                    _log.debug("check stream ended; reopening", endpoint=conn.endpoint, error=str(e))
             finally:
                 self._streams.remove(call)
             self._stopped.wait(0.2)

@@ -73,7 +73,6 @@ CATCH_UP_TIMEOUT = 30.0
 REVIVE_TICK = 0.05  # seconds between looks at the checkpoints due
 _PUT_OK = 0
 _STORED = (0, 1, 2, 3)  # PUT_OK, or stored while a flush or slave wait failed
-_HOST_FLAGS = 0x30
 PROPERTY_FIRST_POP_TIME = "1ST_POP_TIME"
 QueueKey = tuple[str, str, int]
 

@@ -40,6 +40,7 @@ def stored(a: Append) -> MessageExt:
 def test_of_stores_tags_and_keys_as_properties_in_order() -> None:
     assert ORIGINAL.properties_text == "color\x01red\x02UNIQ_KEY\x01U1\x02TAGS\x01TagA\x02KEYS\x01k1 k2\x02"
     assert ORIGINAL.property("KEYS") == "k1 k2" and ORIGINAL.property("EY") is None
+    assert Append.of("T", 0, b"x", keys="k1 k2") == Append("T", 0, b"x", "KEYS\x01k1 k2\x02")
 
 
 def test_delay_and_back_keep_everything_but_what_rocketmq_adds() -> None:

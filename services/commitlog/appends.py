@@ -49,14 +49,15 @@ class Append:
 
     @classmethod
     def of(cls, topic: str, queue_id: int, body: bytes, properties: Mapping[str, str] | None = None, *,
-           tags: str = "", keys: Iterable[str] = (), flag: int = 0, sys_flag: int = 0, born_timestamp: int = 0,
+           tags: str = "", keys: str | Iterable[str] = (), flag: int = 0, sys_flag: int = 0, born_timestamp: int = 0,
            born_host: str = "", reconsume_times: int = 0) -> Append:
-        """An append from a property map, with ``tags`` and ``keys`` (stored as TAGS and KEYS) beside it.
+        """An append from a property map, with ``tags`` and ``keys`` (stored as TAGS and KEYS, the keys
+        space-separated when given as several) beside it.
         Names and values are the caller's to check: the CommitLog refuses separators in them."""
         props = dict(properties or {})
         if tags:
             props[PROPERTY_TAGS] = tags
-        if keys := KEY_SEPARATOR.join(keys):
+        if keys := keys if isinstance(keys, str) else KEY_SEPARATOR.join(keys):
             props[PROPERTY_KEYS] = keys
         return cls(topic, queue_id, body, properties_to_string(props), flag, sys_flag, born_timestamp, born_host,
                    reconsume_times)

@@ -66,7 +66,7 @@ def transaction_type(sys_flag: int) -> int:
 
 
 # --- properties ----------------------------------------------------------------------------
-def properties_to_string(properties: dict[str, str]) -> str:
+def properties_to_string(properties: Mapping[str, str]) -> str:
     """RocketMQ's messageProperties2String: every pair is ``name 0x01 value 0x02``."""
     return "".join(f"{k}\x01{v}\x02" for k, v in properties.items() if v is not None)
 

@@ -1,9 +1,10 @@
 """The CommitLog service as other services call it: ``CommitLogClient`` (threads) and
 ``AsyncCommitLogClient`` (grpc.aio).
 
-Plain values in and out (offsets, byte ranges, ``Offsets``), with two exceptions that stay protobuf
-because they are columnar and copying them would cost the hot path: appends answer the
-``AppendColumns`` (or ``AppendBatchResponse``) of the service, as it sent them.
+Plain values in and out (offsets, byte ranges, ``Offsets``; appends as ``Append`` values, encoded here
+and nowhere else: ``encode_appends`` makes the bytes the async client's stream carries), with two
+exceptions that stay protobuf because they are columnar and copying them would cost the hot path: appends
+answer the ``AppendColumns`` (or ``AppendBatchResponse``) of the service, as it sent them.
 
 Deadlines and retries are decided here, once (``rocketstore.rpc.rpc_client``): reads, offsets and stats
 are retried on UNAVAILABLE within their deadline; appends, flushes and deletions are never retried
@@ -27,8 +28,14 @@ from rocketstore.rpc.rpc_client import AsyncStream, Caller, Stream, translate
 from rocketstore.v1 import commitlog_pb2 as pb
 from rocketstore.v1 import commitlog_pb2_grpc as pb_grpc
 
-__all__ = ["APPEND_TIMEOUT", "READ_TIMEOUT", "SERVICE", "STATS_TIMEOUT", "AsyncCommitLogClient", "CommitLogClient",
-           "CommitLogStats", "DeletedFiles", "Offsets", "RawRead", "TailChunk"]
+from .appends import Append, encode_appends, to_message
+
+__all__ = ["APPEND_TIMEOUT", "READ_TIMEOUT", "SERVICE", "STATS_TIMEOUT", "Append", "AppendColumns",
+           "AsyncCommitLogClient", "CommitLogClient", "CommitLogStats", "DeletedFiles", "Offsets", "RawRead",
+           "TailChunk", "encode_appends"]
+
+AppendColumns = pb.AppendColumns
+"""The columnar answer of an append (element i of each column belongs to message i)."""
 
 SERVICE = "commitlog"
 READ_TIMEOUT = 30.0
@@ -153,9 +160,11 @@ class CommitLogClient:
         self._calls = Caller(SERVICE, timeout, wait_for_ready=wait_for_ready)
 
     # --- appends (never retried: a failed append may have been stored) -----------------------
-    def append(self, messages: Sequence[pb.Message], *, columnar: bool = False,
+    def append(self, appends: Sequence[Append | pb.Message], *, columnar: bool = False,
                timeout: float | None = None) -> pb.AppendBatchResponse:
-        """AppendBatch: the service's response (one ``AppendResult`` per message, or ``columns``)."""
+        """AppendBatch of ``appends`` (or of wire messages as they are): the service's response (one
+        ``AppendResult`` per message, or ``columns``)."""
+        messages = [to_message(a) if isinstance(a, Append) else a for a in appends]
         request = pb.AppendBatchRequest(messages=messages, columnar=columnar)
         response: pb.AppendBatchResponse = self._calls.call(self._stub.AppendBatch, request, retry=False,
                                                             timeout=timeout)
@@ -322,7 +331,8 @@ class AsyncCommitLogClient:
         return len(self._all)
 
     async def append(self, payload: bytes) -> pb.AppendColumns:
-        """Append the serialized AppendBatchRequest ``payload`` (columnar); the columns of its answer.
+        """Append ``payload`` (the bytes ``encode_appends`` makes, or several of them joined); the columns of
+        its answer.
         Never retried: a failed append may have been stored."""
         stream = self._take()
         try:

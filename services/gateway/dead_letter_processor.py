@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import zlib
 
+from rocketstore.services.commitlog.client import Append
+
 from rocketstore.storage.codec import decode_message
 from rocketstore.storage.message import (
     PROPERTY_DELAY_TIME_LEVEL,
@@ -13,9 +15,7 @@ from rocketstore.storage.message import (
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_RETRY_TOPIC,
-    properties_to_string,
 )
-from rocketstore.v1 import commitlog_pb2 as cl_pb
 from rocketstore.v1 import gateway_pb2 as pb
 from rocketstore.v1 import index_pb2 as ix_pb
 
@@ -30,7 +30,6 @@ from .topics import DLQ_GROUP_TOPIC_PREFIX
 __all__ = ["DeadLetterProcessor"]
 
 _DEFAULT_LIST = 32
-_HOST_FLAGS = 0x30
 # What the broker added on the way to the DLQ, dropped when the message goes back to its topic.
 _DROPPED = (PROPERTY_RETRY_TOPIC, PROPERTY_MAX_RECONSUME_TIMES, PROPERTY_DELAY_TIME_LEVEL, PROPERTY_REAL_TOPIC,
             PROPERTY_REAL_QUEUE_ID)
@@ -83,9 +82,8 @@ class DeadLetterProcessor:
         uniq = msg.uniq_key or msg.msg_id
         queue_id = zlib.crc32(uniq.encode()) % config.write_queue_nums  # the same queue at every resend
         props = {k: v for k, v in msg.properties.items() if k not in _DROPPED}
-        out = cl_pb.Message(topic=original, queue_id=queue_id, flag=msg.flag, body=msg.body,
-                            properties_text=properties_to_string(props), sys_flag=msg.sys_flag & ~_HOST_FLAGS,
-                            born_timestamp=msg.born_timestamp, born_host=msg.born_host, reconsume_times=0)
+        out = Append.from_stored(msg, props)
+        out.topic, out.queue_id, out.reconsume_times, out.prepared_transaction_offset = original, queue_id, 0, 0
         offset = await store_one(ctx, self._batcher, out, msg.uniq_key or "")
         return pb.ResendDeadLetterResponse(topic=original, queue_id=queue_id, msg_id=uniq, commit_log_offset=offset)
 

@@ -26,13 +26,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from rocketstore.services.commitlog.client import Append
+
 from rocketstore.config.settings import BrokerRole
 from rocketstore.errors import BrokerError
 from rocketstore.log import get_logger
 from rocketstore.storage.codec import MAX_TOPIC_LENGTH, decode_message
-from rocketstore.storage.message import PROPERTY_RETRY_TOPIC, MessageExt, properties_to_string
+from rocketstore.storage.message import PROPERTY_RETRY_TOPIC, MessageExt
 from rocketstore.subscription import Subscription
-from rocketstore.v1 import commitlog_pb2 as cl_pb
 from rocketstore.v1 import gateway_pb2 as pb
 from rocketstore.v1 import index_pb2 as ix_pb
 
@@ -72,7 +73,6 @@ CATCH_UP_TIMEOUT = 30.0
 REVIVE_TICK = 0.05  # seconds between looks at the checkpoints due
 _PUT_OK = 0
 _STORED = (0, 1, 2, 3)  # PUT_OK, or stored while a flush or slave wait failed
-_HOST_FLAGS = 0x30
 PROPERTY_FIRST_POP_TIME = "1ST_POP_TIME"
 QueueKey = tuple[str, str, int]
 
@@ -176,11 +176,10 @@ class PopProcessor:
                   acks=acks, open=len(self.table))
 
     # --- storing records -----------------------------------------------------------------------
-    async def _append(self, messages: list[cl_pb.Message], timeout: float = SEND_TIMEOUT) -> tuple[list[int], bool]:
+    async def _append(self, messages: list[Append], timeout: float = SEND_TIMEOUT) -> tuple[list[int], bool]:
         """Store the records in one append; their queue offsets, and whether the store confirmed them durable
         (PUT_OK). Raises when they were not stored."""
-        payload = cl_pb.AppendBatchRequest(columnar=True, messages=messages).SerializeToString()
-        encoded = EncodedSend(payload, [""] * len(messages), sum(len(m.body) for m in messages))
+        encoded = EncodedSend.of(messages)
         # Until it is answered, the revive position may not pass where this append can land (at or after the
         # end now: the CommitLog answers appends in order).
         token = object()
@@ -200,7 +199,7 @@ class PopProcessor:
         return offsets, all(s == _PUT_OK for s in statuses)
 
     async def _store_ack(self, ck: Checkpoint, indexes: list[int], kind: str,
-                         more: Sequence[cl_pb.Message] = ()) -> bool:
+                         more: Sequence[Append] = ()) -> bool:
         """Settle ``indexes`` of ``ck`` with an ACK record (after ``more`` records, in the same append)."""
         ack = Ack(ck.group, ck.topic, ck.queue_id, ck.start_offset, ck.pop_time,
                   tuple(ck.offsets[i] for i in indexes), kind)
@@ -380,7 +379,7 @@ class PopProcessor:
         self._ctx.offsets.commit(group, topic, queue_id, next_offset)
         return out, durable, (topic, queue_id, next_offset)
 
-    async def _add_checkpoint(self, ck: Checkpoint, more: Sequence[cl_pb.Message] = ()) -> bool:
+    async def _add_checkpoint(self, ck: Checkpoint, more: Sequence[Append] = ()) -> bool:
         offsets, durable = await self._append([ck_message(self.revive_topic, ck), *more])
         ck.revive_offset = offsets[0]
         self.table.add(ck)
@@ -669,10 +668,10 @@ def _expire(future: asyncio.Future[QueueKey | None]) -> None:
         future.set_result(None)
 
 
-def _retry_copy(m: MessageExt, retry: str, real_topic: str, pop_time: int, attempts: int) -> cl_pb.Message:
+def _retry_copy(m: MessageExt, retry: str, real_topic: str, pop_time: int, attempts: int) -> Append:
     props = dict(m.properties)
     props.setdefault(PROPERTY_RETRY_TOPIC, real_topic)
     props.setdefault(PROPERTY_FIRST_POP_TIME, str(pop_time))
-    return cl_pb.Message(topic=retry, queue_id=0, flag=m.flag, body=m.body, properties_text=properties_to_string(props),
-                         sys_flag=m.sys_flag & ~_HOST_FLAGS, born_timestamp=m.born_timestamp, born_host=m.born_host,
-                         reconsume_times=attempts)
+    out = Append.from_stored(m, props)
+    out.topic, out.queue_id, out.reconsume_times, out.prepared_transaction_offset = retry, 0, attempts, 0
+    return out

@@ -17,8 +17,9 @@ import json
 import time
 from typing import Any
 
+from rocketstore.services.commitlog.client import Append
+
 from rocketstore.storage.message import properties_to_string
-from rocketstore.v1 import commitlog_pb2 as cl_pb
 
 __all__ = ["ACK_ACKED", "ACK_CHANGED", "ACK_DEAD", "ACK_REVIVED", "ACK_TAG", "CK_TAG", "REVIVE_GROUP", "Ack",
            "Checkpoint", "ack_message", "ck_message", "decode_record", "pop_retry_topic", "revive_topic"]
@@ -121,19 +122,19 @@ class Ack:
                    start_offset=int(data["so"]), pop_time=int(data["pt"]), offsets=offsets, kind=kind)
 
 
-def _record(topic: str, tag: str, uniq: str, body: dict[str, Any]) -> cl_pb.Message:
+def _record(topic: str, tag: str, uniq: str, body: dict[str, Any]) -> Append:
     props = properties_to_string({"TAGS": tag, "UNIQ_KEY": uniq, "WAIT": "true"})
-    return cl_pb.Message(topic=topic, queue_id=0, body=json.dumps(body, separators=(",", ":")).encode(),
-                         properties_text=props, born_timestamp=int(time.time() * 1000))
+    return Append(topic, 0, json.dumps(body, separators=(",", ":")).encode(), props,
+                  born_timestamp=int(time.time() * 1000))
 
 
-def ck_message(topic: str, ck: Checkpoint) -> cl_pb.Message:
+def ck_message(topic: str, ck: Checkpoint) -> Append:
     # PopMessageProcessor.genCkUniqueId: topic@queueId@startOffset@cid@popTime@brokerName@ck
     uniq = f"{ck.topic}@{ck.queue_id}@{ck.start_offset}@{ck.group}@{ck.pop_time}@{ck.broker_name}@{CK_TAG}"
     return _record(topic, CK_TAG, uniq, ck.to_json())
 
 
-def ack_message(topic: str, ack: Ack) -> cl_pb.Message:
+def ack_message(topic: str, ack: Ack) -> Append:
     uniq = f"{ack.topic}@{ack.queue_id}@{ack.offsets[0]}@{ack.group}@{ack.pop_time}@{ack.kind}@{ACK_TAG}"
     return _record(topic, ACK_TAG, uniq, ack.to_json())
 

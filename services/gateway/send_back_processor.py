@@ -14,19 +14,19 @@ from __future__ import annotations
 
 import asyncio
 
+from rocketstore.services.commitlog.client import Append
+from rocketstore.services.commitlog.rewrites import to_delay
+
 from rocketstore.storage.codec import decode_message
 from rocketstore.storage.message import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_MAX_RECONSUME_TIMES,
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_RETRY_TOPIC,
-    properties_to_string,
 )
-from rocketstore.v1 import commitlog_pb2 as cl_pb
 from rocketstore.v1 import gateway_pb2 as pb
 
 from .context import GatewayContext
-from .delay import schedule_properties
 from .errors import GatewayError, check_group
 from .send_processor import SEND_TIMEOUT, _check_stored
 from .sender import EncodedSend, SendBatcher
@@ -34,7 +34,6 @@ from .topics import (
     DLQ_GROUP_TOPIC_PREFIX,
     PERM_READ,
     PERM_WRITE,
-    RMQ_SYS_SCHEDULE_TOPIC,
     TopicError,
     retry_topic,
 )
@@ -43,7 +42,6 @@ __all__ = ["DEFAULT_MAX_RECONSUME_TIMES", "SendBackProcessor", "store_one"]
 
 DEFAULT_MAX_RECONSUME_TIMES = 16  # SubscriptionGroupConfig.retryMaxTimes
 RETRY_BASE_LEVEL = 3  # a retry waits at level 3 + reconsume times (10 s, 30 s, 1 m, ... by default)
-_HOST_FLAGS = 0x30
 
 
 class SendBackProcessor:
@@ -84,15 +82,11 @@ class SendBackProcessor:
             topic = retry_topic(group)
             level = min(level or RETRY_BASE_LEVEL + msg.reconsume_times, self._ctx.settings.max_delay_level)
         await self._topic(topic, dlq=to_dlq)
-        text = properties_to_string(props)
-        store_topic, store_queue = topic, 0
+        out = Append.from_stored(msg, props)
+        out.topic, out.queue_id, out.reconsume_times = topic, 0, msg.reconsume_times + 1
+        out.prepared_transaction_offset = 0
         if level:
-            text += schedule_properties(topic, 0, level)
-            store_topic, store_queue = RMQ_SYS_SCHEDULE_TOPIC, level - 1
-        out = cl_pb.Message(topic=store_topic, queue_id=store_queue, flag=msg.flag, body=msg.body,
-                            properties_text=text, sys_flag=msg.sys_flag & ~_HOST_FLAGS,
-                            born_timestamp=msg.born_timestamp, born_host=msg.born_host,
-                            reconsume_times=msg.reconsume_times + 1)
+            out = to_delay(out, level)
         offset = await store_one(self._ctx, self._batcher, out, msg.uniq_key or "")
         return pb.ConsumerSendBackResponse(topic=topic, reconsume_times=msg.reconsume_times + 1, delay_level=level,
                                            msg_id=msg.uniq_key or msg.msg_id, commit_log_offset=offset)
@@ -111,11 +105,10 @@ class SendBackProcessor:
             raise GatewayError("PERMISSION_DENIED", f"topic {topic!r} is not writable (perm {config.perm})")
 
 
-async def store_one(ctx: GatewayContext, batcher: SendBatcher, out: cl_pb.Message, uniq_key: str) -> int:
+async def store_one(ctx: GatewayContext, batcher: SendBatcher, out: Append, uniq_key: str) -> int:
     """Append one message the broker itself builds; its CommitLog offset. Raises the send path's
     refusals."""
-    payload = cl_pb.AppendBatchRequest(columnar=True, messages=[out]).SerializeToString()
-    appended = await batcher.send(EncodedSend(payload, [uniq_key], len(out.body)), SEND_TIMEOUT)
+    appended = await batcher.send(EncodedSend.of([out], [uniq_key]), SEND_TIMEOUT)
     columns, i = appended.columns, appended.start
     if any(columns.statuses[i:i + 1]):
         _check_stored(columns.statuses[i:i + 1], columns.reasons[i:i + 1])

@@ -1,6 +1,6 @@
-"""Sending (RocketMQ's SendMessageProcessor): a send checked, routed to its queue, encoded once, carried
-to the CommitLog with the sends that arrived at the same time (``SendBatcher``), and answered with
-one result per message or with columns."""
+"""Sending (RocketMQ's SendMessageProcessor): a send checked, routed to its queue, rewritten when delayed or
+timed, encoded once, carried to the CommitLog with the sends that arrived at the same time
+(``SendBatcher``), and answered with one result per message or with columns."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from rocketstore.v1 import gateway_pb2 as pb
 from .context import SendContext
 from .delay import delay_level_of, to_schedule_topic
 from .errors import GatewayError, check_group
-from .sender import AppendedColumns, EncodedSend, SendBatcher, TagsCache, encode_send
+from .sender import AppendedColumns, EncodedSend, SendBatcher, TagsCache, check_send
 from .timer import timer_times, to_timer_topic
 
 __all__ = ["SEND_TIMEOUT", "PreparedSend", "SendMessageProcessor"]
@@ -78,16 +78,16 @@ class SendMessageProcessor:
         topic = request.topic
         queue_id = await self._send_queue(topic, request)
         settings = self._ctx.settings
-        encoded = encode_send(request.messages, topic, queue_id, settings.max_message_size, self._uniq,
-                              self._tags, peer_host, file_size=settings.mapped_file_size_commit_log)
+        checked = check_send(request.messages, topic, queue_id, settings.max_message_size, self._uniq,
+                             self._tags, peer_host, file_size=settings.mapped_file_size_commit_log)
         timers = timer_times(request.messages, settings)  # refuses a timer beside a delay level
         # max_delay_level parses messageDelayLevel: asked only of a send that carries a level.
         delayed = any(m.delay_time_level for m in request.messages)
         if delayed and (level := delay_level_of(request.messages, settings.max_delay_level)):
-            encoded = to_schedule_topic(encoded, level)  # answered with the real topic and queue, as RocketMQ
+            to_schedule_topic(checked, level)  # answered with the real topic and queue, as RocketMQ
         elif timers:
-            encoded = to_timer_topic(encoded, timers, snap_timer_precision(self._ctx.settings.timer_precision_ms))
-        return PreparedSend(encoded, topic, queue_id, request.columnar_results, request.producer_group)
+            to_timer_topic(checked, timers, snap_timer_precision(self._ctx.settings.timer_precision_ms))
+        return PreparedSend(checked.encode(), topic, queue_id, request.columnar_results, request.producer_group)
 
     def answer(self, prepared: PreparedSend, appended: AppendedColumns, response: pb.SendResponse) -> None:
         """Fill ``response`` with the results of a stored send; a message the store refused raises its

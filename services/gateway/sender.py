@@ -1,11 +1,11 @@
-"""Sending: client messages checked and turned into CommitLog messages, and concurrent sends
-gathered into batched appends.
+"""Sending: client messages checked and turned into CommitLog appends, and concurrent sends gathered
+into batched appends.
 
-A send's messages are checked and encoded once, by the request that carries them, into the bytes of an
-``AppendBatchRequest`` (``encode_send``). Protobuf concatenates repeated fields when messages are
-concatenated, so ``SendBatcher`` (the gateway's half of group commit) carries concurrent sends to the
-CommitLog service in one append by joining their bytes, and answers each send with its slice of the
-columnar results.
+A send's messages are checked into ``Append`` values (``check_send``), which the broker's rewrites (delay,
+timer, transaction half) change in place of the send, and then encoded once, by the request that carries
+them, into the bytes of an append (``CheckedSend.encode``). The bytes of appends joined are one append, so
+``SendBatcher`` (the gateway's half of group commit) carries concurrent sends to the CommitLog service in
+one append by joining their bytes, and answers each send with its slice of the columnar results.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+
+from rocketstore.services.commitlog.client import Append, AppendColumns, encode_appends
 
 from rocketstore.log import get_logger
 from rocketstore.storage.codec import MAX_PROPERTIES_LENGTH
@@ -28,13 +30,12 @@ from rocketstore.storage.message import (
     parse_host,
 )
 from rocketstore.storage.message_id import UniqKeyGenerator
-from rocketstore.v1 import commitlog_pb2 as cl_pb
 from rocketstore.v1 import gateway_pb2 as pb
 
 from .errors import GatewayError
 
-__all__ = ["APPENDS_IN_FLIGHT", "RESERVED_PROPERTIES", "AppendedColumns", "EncodedSend", "SendBatcher", "TagsCache",
-           "encode_send"]
+__all__ = ["APPENDS_IN_FLIGHT", "RESERVED_PROPERTIES", "AppendedColumns", "CheckedSend", "EncodedSend", "SendBatcher",
+           "TagsCache", "check_send", "encode_send"]
 
 _log = get_logger("rocketstore.gateway")
 
@@ -73,11 +74,30 @@ class TagsCache:
 
 @dataclass(slots=True)
 class EncodedSend:
-    """One send's messages as AppendBatchRequest bytes, with the UNIQ_KEY of each message."""
+    """One send's messages as the bytes of an append, with the UNIQ_KEY of each message."""
 
     payload: bytes
     uniq_keys: list[str]
     body_bytes: int
+
+    @classmethod
+    def of(cls, appends: Sequence[Append], uniq_keys: list[str] | None = None) -> EncodedSend:
+        """Records the broker builds itself (UNIQ_KEYs "" unless given)."""
+        return cls(encode_appends(appends), [""] * len(appends) if uniq_keys is None else uniq_keys,
+                   sum(len(a.body) for a in appends))
+
+
+@dataclass(slots=True)
+class CheckedSend:
+    """One send's messages checked and made appends, with the UNIQ_KEY of each: what a rewrite changes
+    before the send is encoded."""
+
+    appends: list[Append]
+    uniq_keys: list[str]
+    body_bytes: int
+
+    def encode(self) -> EncodedSend:
+        return EncodedSend(encode_appends(self.appends), self.uniq_keys, self.body_bytes)
 
 
 def _separators(text: str) -> bool:
@@ -130,24 +150,21 @@ def _check_properties_size(text: str, index: int) -> None:
                                             "are allowed")
 
 
-def encode_send(messages: Sequence[pb.OutgoingMessage], topic: str, queue_id: int, max_message_size: int,
-                uniq_keys: UniqKeyGenerator, tags: TagsCache, peer_host: str,
-                now_ms: int = 0, file_size: int = 0) -> EncodedSend:
-    """Check each client message (RocketMQ's Validators.checkMessage) and encode what the CommitLog
+def check_send(messages: Sequence[pb.OutgoingMessage], topic: str, queue_id: int, max_message_size: int,
+               uniq_keys: UniqKeyGenerator, tags: TagsCache, peer_host: str,
+               now_ms: int = 0, file_size: int = 0) -> CheckedSend:
+    """Check each client message (RocketMQ's Validators.checkMessage) and make what the CommitLog
     stores, properties already in their stored form; a refusal names the message by its index and the field.
     ``file_size`` (mapedFileSizeCommitLog; 0: unchecked) refuses a record no CommitLog file could hold.
 
     Every message is checked for everything the CommitLog would refuse it for before any is sent, so a
     send is stored whole or not at all: a refusal here leaves nothing appended."""
-    request = cl_pb.AppendBatchRequest(columnar=True)
-    add = request.messages.add
     try:
         parse_host(peer_host)
     except ValueError:
         peer_host = _PEER_FALLBACK
-    # Fields every message of the send shares are copied from one template (cheaper than setting each).
-    template = cl_pb.Message(topic=topic, queue_id=queue_id, born_host=peer_host,
-                             born_timestamp=now_ms or int(time.time() * 1000))
+    born = now_ms or int(time.time() * 1000)
+    appends: list[Append] = []
     keys_out: list[str] = []
     size = 0
     for index, m in enumerate(messages):
@@ -176,20 +193,18 @@ def encode_send(messages: Sequence[pb.OutgoingMessage], topic: str, queue_id: in
         if born_host := m.born_host:
             _check_born_host(born_host, index)
         keys_out.append(uniq)
-        out = add()
-        out.CopyFrom(template)
-        out.body = body
-        out.properties_text = text
-        if m.flag:
-            out.flag = m.flag
-        if m.compressed:
-            out.sys_flag = COMPRESSED_FLAG
-        if m.born_timestamp:
-            out.born_timestamp = m.born_timestamp
-        if born_host:
-            out.born_host = born_host
+        appends.append(Append(topic, queue_id, body, text, m.flag, COMPRESSED_FLAG if m.compressed else 0,
+                              m.born_timestamp or born, born_host or peer_host))
         size += len(body)
-    return EncodedSend(request.SerializeToString(), keys_out, size)
+    return CheckedSend(appends, keys_out, size)
+
+
+def encode_send(messages: Sequence[pb.OutgoingMessage], topic: str, queue_id: int, max_message_size: int,
+                uniq_keys: UniqKeyGenerator, tags: TagsCache, peer_host: str,
+                now_ms: int = 0, file_size: int = 0) -> EncodedSend:
+    """``check_send``, encoded (a send no rewrite changes)."""
+    return check_send(messages, topic, queue_id, max_message_size, uniq_keys, tags, peer_host, now_ms,
+                      file_size).encode()
 
 
 # The most a record adds to its body and properties text: the fixed fields with two IPv6 hosts, a topic of
@@ -210,7 +225,7 @@ def _check_fits_a_file(body_size: int, text: str, topic: str, index: int, file_s
 class AppendedColumns:
     """The columnar results of one append, and where one send's messages start in them."""
 
-    columns: cl_pb.AppendColumns
+    columns: AppendColumns
     start: int
 
 
@@ -233,9 +248,9 @@ class SendBatcher:
     carrier is a task of its own, so a client that cancels its send never cancels an append that also
     carries the messages of others.
 
-    ``append`` takes the bytes of an AppendBatchRequest and returns the AppendColumns of its answer."""
+    ``append`` takes the bytes of an append (``encode_appends``) and returns the AppendColumns of its answer."""
 
-    def __init__(self, append: Callable[[bytes], Awaitable[cl_pb.AppendColumns]],
+    def __init__(self, append: Callable[[bytes], Awaitable[AppendColumns]],
                  max_in_flight: int = APPENDS_IN_FLIGHT) -> None:
         self._append = append
         self._max_in_flight = max_in_flight
@@ -297,7 +312,7 @@ class SendBatcher:
             self._in_flight -= 1
 
     async def _carry(self, batch: list[_Pending], count: int) -> None:
-        # Concatenated AppendBatchRequests are one AppendBatchRequest holding every message, in order.
+        # Appends' bytes joined are one append holding every message, in order (``encode_appends``).
         payload = batch[0].send.payload if len(batch) == 1 else b"".join(p.send.payload for p in batch)
         try:
             columns = await self._append(payload)

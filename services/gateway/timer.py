@@ -1,35 +1,28 @@
-"""RocketMQ 5's timed delivery on the send path (``HookUtils.transformTimerMessage``): a message with a
-delivery time in the future is stored under ``rmq_sys_wheel_timer``, queue 0, with TIMER_OUT_MS (its slot
-time), REAL_TOPIC and REAL_QID, and the TIMER_* property it was sent with; the schedule service's timer
-wheel puts it back in its real topic when due. A time already past is stored in its own topic at once
-(the TIMER_* property kept), as RocketMQ does."""
+"""RocketMQ 5's timed delivery on the send path: the send's times checked. The rewrite
+(``rewrites.to_timer``, ``HookUtils.transformTimerMessage``) stores a message with a delivery time in the
+future under ``rmq_sys_wheel_timer``, queue 0, with TIMER_OUT_MS (its slot time), REAL_TOPIC and REAL_QID,
+and the TIMER_* property it was sent with; the schedule service's timer wheel puts it back in its real
+topic when due. A time already past is stored in its own topic at once (the TIMER_* property kept), as
+RocketMQ does."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
 
+from rocketstore.services.commitlog.rewrites import PROPERTY_TIMER_OUT_MS, TIMER_TOPIC, slot_time, to_timer
+
 from rocketstore.config.settings import Settings
-from rocketstore.storage.codec import MAX_PROPERTIES_LENGTH
-from rocketstore.storage.message import PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC
-from rocketstore.v1 import commitlog_pb2 as cl_pb
+from rocketstore.errors import InvalidArgument
 from rocketstore.v1 import gateway_pb2 as pb
 
 from .errors import GatewayError
-from .sender import EncodedSend
+from .sender import CheckedSend
 
-__all__ = ["TIMER_TOPIC", "slot_time", "timer_times", "to_timer_topic"]
+__all__ = ["PROPERTY_TIMER_OUT_MS", "TIMER_TOPIC", "slot_time", "timer_times", "to_timer_topic"]
 
-TIMER_TOPIC = "rmq_sys_wheel_timer"
-PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"
 _FIELDS = (("timer_delay_sec", "TIMER_DELAY_SEC"), ("timer_delay_ms", "TIMER_DELAY_MS"),
            ("timer_deliver_ms", "TIMER_DELIVER_MS"))
-
-
-def slot_time(deliver_ms: int, precision: int) -> int:
-    """TIMER_OUT_MS: the slot below the requested time (RocketMQ's rounding), so the requested time lies
-    in the slot's width; the schedule service puts the message at that time, at the latest at the slot's end."""
-    return deliver_ms - precision if deliver_ms % precision == 0 else deliver_ms // precision * precision
 
 
 def timer_times(messages: Sequence[pb.OutgoingMessage], settings: Settings,
@@ -68,21 +61,13 @@ def timer_times(messages: Sequence[pb.OutgoingMessage], settings: Settings,
     return out
 
 
-def to_timer_topic(encoded: EncodedSend, timers: list[tuple[str, str, int]], precision: int,
-                   now_ms: int | None = None) -> EncodedSend:
-    """The encoded send with each message's TIMER_* property added; a message due in the future moved
-    to rmq_sys_wheel_timer, queue 0, with TIMER_OUT_MS, REAL_TOPIC and REAL_QID."""
+def to_timer_topic(send: CheckedSend, timers: list[tuple[str, str, int]], precision: int,
+                   now_ms: int | None = None) -> None:
+    """Each message of ``send`` with its TIMER_* property added; one due in the future moved to
+    rmq_sys_wheel_timer, queue 0, with TIMER_OUT_MS, REAL_TOPIC and REAL_QID."""
     now = int(time.time() * 1000) if now_ms is None else now_ms
-    request = cl_pb.AppendBatchRequest.FromString(encoded.payload)
-    for i, (m, (name, value, deliver)) in enumerate(zip(request.messages, timers, strict=True)):
-        text = m.properties_text + f"{name}\x01{value}\x02"
-        if deliver > now:
-            text += (f"{PROPERTY_TIMER_OUT_MS}\x01{slot_time(deliver, precision)}\x02{PROPERTY_REAL_TOPIC}\x01"
-                     f"{m.topic}\x02{PROPERTY_REAL_QUEUE_ID}\x01{m.queue_id}\x02")
-            m.topic, m.queue_id = TIMER_TOPIC, 0
-        if len(text.encode()) > MAX_PROPERTIES_LENGTH:
-            raise GatewayError("INVALID_ARGUMENT", f"messages[{i}]: with the timer's properties the message has "
-                                                   f"{len(text.encode())} bytes of properties; at most "
-                                                   f"{MAX_PROPERTIES_LENGTH} are allowed")
-        m.properties_text = text
-    return EncodedSend(request.SerializeToString(), encoded.uniq_keys, encoded.body_bytes)
+    for i, (a, (name, value, deliver)) in enumerate(zip(send.appends, timers, strict=True)):
+        try:
+            send.appends[i] = to_timer(a, name, value, deliver, precision, now)
+        except InvalidArgument as e:
+            raise GatewayError("INVALID_ARGUMENT", f"messages[{i}]: {e.message}") from None

@@ -22,8 +22,13 @@ import asyncio
 import time
 import weakref
 from collections.abc import Callable, Coroutine
+from dataclasses import replace
 from typing import Any
 
+from rocketstore.services.commitlog.client import Append
+from rocketstore.services.commitlog.rewrites import CHECK_IMMUNITY, CHECK_TIMES, commit_of, to_half
+
+from rocketstore.errors import InvalidArgument
 from rocketstore.log import get_logger
 from rocketstore.storage.codec import decode_message
 from rocketstore.storage.message import (
@@ -31,23 +36,19 @@ from rocketstore.storage.message import (
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_TAGS,
-    PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     TRANSACTION_COMMIT_TYPE,
-    MessageExt,
-    properties_to_string,
     string_to_properties,
     transaction_type,
 )
 from rocketstore.storage.message_id import UniqKeyGenerator
-from rocketstore.v1 import commitlog_pb2 as cl_pb
 from rocketstore.v1 import gateway_pb2 as pb
 
 from .context import GatewayContext
 from .errors import GatewayError, check_group
 from .load_once import LoadOnce
 from .send_processor import SEND_TIMEOUT, _send_results
-from .sender import AppendedColumns, EncodedSend, SendBatcher, TagsCache, encode_send
+from .sender import AppendedColumns, EncodedSend, SendBatcher, TagsCache, check_send
 from .topics import RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC
 from .transaction_table import HalfMessage, TransactionTable, load_progress, save_progress
 
@@ -57,20 +58,12 @@ _log = get_logger("rocketstore.gateway.transaction")
 
 HALF_QUEUE_ID = 0
 REMOVE_TAG = "d"  # TransactionalMessageUtil.REMOVETAG
-CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
-CHECK_IMMUNITY = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 CATCH_UP_TIMEOUT = 30.0  # seconds the load waits for the index to hold what the CommitLog holds
 _OP_PROPERTIES = f"{PROPERTY_TAGS}\x01{REMOVE_TAG}\x02"
 _RESOLUTIONS: dict[int, str] = {pb.TRANSACTION_COMMIT: "commit", pb.TRANSACTION_ROLLBACK: "rollback"}
 
 
-def _to_message(m: MessageExt) -> cl_pb.Message:
-    return cl_pb.Message(topic=m.topic, queue_id=m.queue_id, flag=m.flag, body=m.body,
-                         properties_text=properties_to_string(m.properties), born_timestamp=m.born_timestamp,
-                         born_host=m.born_host, reconsume_times=m.reconsume_times)
-
-
-def _half_of(message: cl_pb.Message, commit_log_offset: int, queue_offset: int, store_timestamp: int,
+def _half_of(message: Append, commit_log_offset: int, queue_offset: int, store_timestamp: int,
              loaded: bool = False) -> HalfMessage | None:
     props = string_to_properties(message.properties_text)
     txid = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
@@ -88,25 +81,9 @@ def _half_of(message: cl_pb.Message, commit_log_offset: int, queue_offset: int, 
                        store_timestamp)
 
 
-def op_message(half_queue_offset: int) -> cl_pb.Message:
-    return cl_pb.Message(topic=RMQ_SYS_TRANS_OP_HALF_TOPIC, queue_id=HALF_QUEUE_ID,
-                         body=str(half_queue_offset).encode(), properties_text=_OP_PROPERTIES,
-                         born_timestamp=int(time.time() * 1000))
-
-
-def commit_message(half: HalfMessage) -> cl_pb.Message:
-    """The real message of a committed half message (EndTransactionProcessor.endMessageTransaction)."""
-    props = string_to_properties(half.message.properties_text)
-    for name in (PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID, PROPERTY_TRANSACTION_PREPARED, CHECK_TIMES):
-        props.pop(name, None)
-    out = cl_pb.Message()
-    out.CopyFrom(half.message)
-    out.topic = half.real_topic
-    out.queue_id = half.real_queue_id
-    out.properties_text = properties_to_string(props)
-    out.sys_flag = (half.message.sys_flag & ~0xC) | TRANSACTION_COMMIT_TYPE
-    out.prepared_transaction_offset = half.commit_log_offset
-    return out
+def op_message(half_queue_offset: int) -> Append:
+    return Append(RMQ_SYS_TRANS_OP_HALF_TOPIC, HALF_QUEUE_ID, str(half_queue_offset).encode(), _OP_PROPERTIES,
+                  born_timestamp=int(time.time() * 1000))
 
 
 class TransactionProcessor:
@@ -131,7 +108,7 @@ class TransactionProcessor:
         await self._index_caught_up()
         start = load_progress(self.config_dir)
         async for m in self._read(RMQ_SYS_TRANS_HALF_TOPIC, start):
-            half = _half_of(_to_message(m), m.commitlog_offset, m.queue_offset, m.store_timestamp, loaded=True)
+            half = _half_of(Append.from_stored(m), m.commitlog_offset, m.queue_offset, m.store_timestamp, loaded=True)
             if half is not None:
                 self.table.add(half)
         async for m in self._read(RMQ_SYS_TRANS_OP_HALF_TOPIC, 0):
@@ -185,20 +162,17 @@ class TransactionProcessor:
         if immunity is not None and not (immunity.isdigit() and len(immunity) < 10):
             raise GatewayError("INVALID_ARGUMENT", f"messages[0]: {CHECK_IMMUNITY} must be a whole number of "
                                                    f"seconds, not {immunity!r}")
-        encoded = encode_send([outgoing], RMQ_SYS_TRANS_HALF_TOPIC, HALF_QUEUE_ID,
-                              self._ctx.settings.max_message_size, self._uniq, self._tags, peer_host)
-        append = cl_pb.AppendBatchRequest.FromString(encoded.payload)
-        message = append.messages[0]
-        message.properties_text += (f"{PROPERTY_REAL_TOPIC}\x01{topic}\x02{PROPERTY_REAL_QUEUE_ID}\x01{queue_id}\x02"
-                                    f"{PROPERTY_TRANSACTION_PREPARED}\x01true\x02"
-                                    f"{PROPERTY_PRODUCER_GROUP}\x01{request.producer_group}\x02")
-        if immunity is not None:
-            message.properties_text += f"{CHECK_IMMUNITY}\x01{immunity}\x02"
-        appended = await self._append([message], encoded.uniq_keys)
+        checked = check_send([outgoing], topic, queue_id, self._ctx.settings.max_message_size, self._uniq,
+                             self._tags, peer_host)
+        try:
+            message = to_half(checked.appends[0], request.producer_group, immunity)
+        except InvalidArgument as e:
+            raise GatewayError("INVALID_ARGUMENT", f"messages[0]: {e.message}") from None
+        appended = await self._append([message], checked.uniq_keys)
         response = pb.SendResponse()
         # The result names the real topic and queue; its offsets are the half message's (the ones
         # EndTransaction takes).
-        _send_results(response, appended, encoded.uniq_keys, topic, queue_id)
+        _send_results(response, appended, checked.uniq_keys, topic, queue_id)
         r = response.results[0]
         half = _half_of(message, r.commit_log_offset, r.queue_offset, r.store_timestamp)
         if half is not None:
@@ -207,10 +181,8 @@ class TransactionProcessor:
             return _as_columns(response, appended)
         return response
 
-    async def _append(self, messages: list[cl_pb.Message], keys: list[str] | None = None) -> AppendedColumns:
-        payload = cl_pb.AppendBatchRequest(columnar=True, messages=messages).SerializeToString()
-        encoded = EncodedSend(payload, keys or [""] * len(messages), sum(len(m.body) for m in messages))
-        appended = await self._batcher.send(encoded, SEND_TIMEOUT)
+    async def _append(self, messages: list[Append], keys: list[str] | None = None) -> AppendedColumns:
+        appended = await self._batcher.send(EncodedSend.of(messages, keys), SEND_TIMEOUT)
         statuses = appended.columns.statuses[appended.start:appended.start + len(messages)]
         for i, status in enumerate(statuses):
             if status not in (0, 1, 2, 3):  # stored (PUT_OK or a durability wait that failed) or refused
@@ -258,7 +230,7 @@ class TransactionProcessor:
         if resolution == pb.TRANSACTION_COMMIT:
             existing = await self._existing_commit(half) if half.loaded else None
             if existing is None:
-                commit = commit_message(half)
+                commit = commit_of(half.message, half.commit_log_offset)
                 appended = await self._append([commit, *ops])
                 columns, i = appended.columns, appended.start
                 response.msg_id = half.transaction_id
@@ -298,9 +270,7 @@ class TransactionProcessor:
         """Re-store ``half`` with TRANSACTION_CHECK_TIMES + 1 (putBackHalfMsgQueue); the new copy."""
         props = string_to_properties(half.message.properties_text)
         props[CHECK_TIMES] = str(half.check_times + 1)
-        message = cl_pb.Message()
-        message.CopyFrom(half.message)
-        message.properties_text = properties_to_string(props)
+        message = half.message.with_properties(props)
         appended = await self._append([message])
         columns, i = appended.columns, appended.start
         copy = _half_of(message, columns.wrote_offsets[i], columns.queue_offsets[i], columns.store_timestamp,
@@ -316,9 +286,7 @@ class TransactionProcessor:
             # As resolveDiscardMsg: the topic is made on first use (one queue, read and write).
             await asyncio.to_thread(self._ctx.topics.create_topic_in_send_message_back_method,
                                     RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC, 1, 6)
-        moved = cl_pb.Message()
-        moved.CopyFrom(half.message)
-        moved.topic, moved.queue_id = RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC, 0
+        moved = replace(half.message, topic=RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC, queue_id=0)
         await self._append([moved, *[op_message(o) for o in half.copies]])
         self.table.resolve(half.transaction_id, "discarded")
 

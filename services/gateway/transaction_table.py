@@ -14,7 +14,7 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from rocketstore.v1 import commitlog_pb2 as cl_pb
+from rocketstore.services.commitlog.client import Append
 
 __all__ = ["HalfMessage", "TransactionTable", "load_progress", "save_progress"]
 
@@ -29,7 +29,7 @@ class HalfMessage:
     producer_group: str
     real_topic: str
     real_queue_id: int
-    message: cl_pb.Message  # the half message as stored (topic, properties, body)
+    message: Append  # the half message as stored (topic, properties, body)
     first_store_timestamp: int  # when the first copy was stored: the age checks go by
     commit_log_offset: int  # the latest copy
     queue_offset: int

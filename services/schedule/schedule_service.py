@@ -4,7 +4,7 @@ A message sent with delay level L waits in SCHEDULE_TOPIC_XXXX, queue L - 1 (the
 Every message of one level has the same delay, so each queue is in due order: the service asks the index
 once per look for every level's max offset, reads a level's queue that holds more than it delivered from
 its offset through the index client, delivers every message whose time has come
-(rebuilt with REAL_TOPIC / REAL_QID, DELAY cleared, WAIT=false, as ``messageTimeup``) in one append
+(``rewrites.delivery_of``: REAL_TOPIC / REAL_QID, DELAY cleared, WAIT=false, as ``messageTimeup``) in one append
 through the CommitLog client, and stops at the first one not yet due, whose time it remembers so the
 queue is not read again before then (at most ``POLL_INTERVAL`` later, as RocketMQ's 100 ms).
 
@@ -19,56 +19,25 @@ import threading
 import time
 from dataclasses import dataclass
 
-from rocketstore.services.commitlog.client import CommitLogClient
+from rocketstore.services.commitlog.client import Append, CommitLogClient
+from rocketstore.services.commitlog.rewrites import SCHEDULE_TOPIC, delivery_of
 from rocketstore.services.index.client import IndexClient
 
 from rocketstore.errors import BrokerError
 from rocketstore.log import get_logger
 from rocketstore.storage.codec import decode_message
-from rocketstore.storage.message import (
-    PROPERTY_DELAY_TIME_LEVEL,
-    PROPERTY_REAL_QUEUE_ID,
-    PROPERTY_REAL_TOPIC,
-    PROPERTY_WAIT_STORE_MSG_OK,
-    MessageExt,
-    properties_to_string,
-)
 from rocketstore.storage.statuses import PutMessageStatus
-from rocketstore.v1 import commitlog_pb2 as cl_pb
 from rocketstore.v1 import index_pb2 as index_pb
 
 from .delay_offsets import DelayOffsetTable
 
-__all__ = ["POLL_INTERVAL", "SCHEDULE_TOPIC", "ScheduleMessageService", "delivery_message"]
+__all__ = ["POLL_INTERVAL", "SCHEDULE_TOPIC", "ScheduleMessageService"]
 
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"  # never delivered from the schedule topic (RocketMQ drops it)
 POLL_INTERVAL = 0.1  # seconds between looks at a level whose head is unknown or due (DELAY_FOR_A_WHILE)
 RETRY_AFTER_ERROR = 1.0  # seconds before a level is tried again after a failed read or append
 BATCH = 32  # messages read per call (the index's maxTransferCountOnMessageInMemory by default)
-_HOST_FLAGS = 0x30  # the IPv6 host bits: the store sets them from the hosts themselves
 
 _log = get_logger("rocketstore.schedule")
-
-
-def delivery_message(msg: MessageExt) -> cl_pb.Message | None:
-    """The message to put when ``msg`` is due (None when it cannot be delivered: no real topic, or
-    a transaction half message, which RocketMQ drops)."""
-    props = dict(msg.properties)
-    real_topic = props.get(PROPERTY_REAL_TOPIC)
-    try:
-        real_queue = int(props.get(PROPERTY_REAL_QUEUE_ID, ""))
-    except ValueError:
-        return None
-    if not real_topic or real_topic == TRANS_HALF_TOPIC or real_queue < 0:
-        return None
-    props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
-    props[PROPERTY_WAIT_STORE_MSG_OK] = "false"
-    return cl_pb.Message(topic=real_topic, queue_id=real_queue, flag=msg.flag, body=msg.body,
-                         properties_text=properties_to_string(props), sys_flag=msg.sys_flag & ~_HOST_FLAGS,
-                         born_timestamp=msg.born_timestamp, born_host=msg.born_host,
-                         reconsume_times=msg.reconsume_times,
-                         prepared_transaction_offset=msg.prepared_transaction_offset)
 
 
 @dataclass(slots=True)
@@ -160,7 +129,7 @@ class ScheduleMessageService:
                 state.head_due_ms = 0
                 return POLL_INTERVAL
             now = _now_ms()
-            out: list[cl_pb.Message] = []
+            out: list[Append] = []
             next_offset, head_due, pos = offset, 0, 0
             for queue_offset, size in zip(r.queue_offsets, r.sizes, strict=True):
                 msg = decode_message(r.records, pos)
@@ -171,7 +140,7 @@ class ScheduleMessageService:
                 if due > now:
                     head_due = due
                     break
-                m = delivery_message(msg)
+                m = delivery_of(msg)
                 if m is None:
                     _log.warning("scheduled message dropped: no deliverable real topic", level=level,
                                  queue_offset=queue_offset, commit_log_offset=msg.commitlog_offset)
@@ -191,7 +160,7 @@ class ScheduleMessageService:
                 return POLL_INTERVAL
         return POLL_INTERVAL
 
-    def _append(self, messages: list[cl_pb.Message], level: int, offset: int) -> None:
+    def _append(self, messages: list[Append], level: int, offset: int) -> None:
         response = self._commitlog.append(messages, columnar=True)
         statuses: list[int] = list(response.columns.statuses)  # the proto enum's numbers: PutMessageStatus's
         failed = [s for s in statuses if s not in (PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT,

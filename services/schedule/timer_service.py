@@ -52,7 +52,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from rocketstore.services.commitlog.client import CommitLogClient
+from rocketstore.services.commitlog.client import Append, CommitLogClient
+from rocketstore.services.commitlog.rewrites import TIMER_TOPIC, delivery_of
 from rocketstore.services.index.client import IndexClient
 
 from rocketstore.errors import BrokerError
@@ -65,15 +66,12 @@ from rocketstore.storage.message import (
     string_to_properties,
 )
 from rocketstore.storage.statuses import PutMessageStatus
-from rocketstore.v1 import commitlog_pb2 as cl_pb
 
 from . import rocketmq_timer
-from .schedule_service import delivery_message
 from .timer_wheel import MAGIC_DELETE, WHEEL_DIR, TimerCheckpoint, TimerUnit, TimerWheel
 
 __all__ = ["BATCH", "IMPORTED_DIR", "ROCKETMQ_CHECK_INTERVAL", "TIMER_TOPIC", "TimerMessageService"]
 
-TIMER_TOPIC = "rmq_sys_wheel_timer"
 PROPERTY_TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"
 PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
 PROPERTY_TIMER_DELAY_MS = "TIMER_DELAY_MS"
@@ -408,7 +406,7 @@ class TimerMessageService:
                 continue
             record = next(records)
             decoded = decode_message(record) if record is not None else None
-            m = delivery_message(decoded) if decoded is not None else None
+            m = delivery_of(decoded) if decoded is not None else None
             if m is None or decoded is None:
                 _log.warning("timed message not deliverable (expired or no real topic)",
                              commit_log_offset=u.commitlog_offset, queue_offset=u.queue_offset)
@@ -437,7 +435,7 @@ class TimerMessageService:
         self._deletes = (slot_ms, size, frozenset(found))
         return self._deletes[2]
 
-    def _not_recalled(self, due: list[tuple[int, MessageExt]]) -> list[cl_pb.Message]:
+    def _not_recalled(self, due: list[tuple[int, MessageExt]]) -> list[Append]:
         """The messages to put of those found due at enqueue: not the ones a marker later in the timer queue
         cancels (read by their tag from the first due message to the queue's end, continued read after read
         while catching up)."""
@@ -459,19 +457,19 @@ class TimerMessageService:
             if self._late_markers and _delete_key(msg) in self._late_markers:
                 self.recalled += 1
                 continue
-            m = delivery_message(msg)
+            m = delivery_of(msg)
             if m is not None:
                 out.append(m)
         return out
 
-    def _append(self, messages: list[cl_pb.Message]) -> None:
+    def _append(self, messages: list[Append]) -> None:
         response = self._commitlog.append(messages, columnar=True)
         failed = [int(s) for s in response.columns.statuses if int(s) not in _STORED]
         if failed:  # the batch is tried again from the same checkpoint
             raise _PutFailed(f"put of timed messages failed: {PutMessageStatus(failed[0]).name}")
 
 
-_Prepared = tuple[cl_pb.Message | None, str, int]  # the message to put (None: none), its delete key, its due ms
+_Prepared = tuple[Append | None, str, int]  # the message to put (None: none), its delete key, its due ms
 
 
 @dataclass(slots=True)

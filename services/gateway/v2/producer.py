@@ -13,6 +13,8 @@ from __future__ import annotations
 import itertools
 import time
 
+from rocketstore.services.commitlog.rewrites import CHECK_IMMUNITY
+
 from rocketstore.config.settings import snap_timer_precision
 from rocketstore.errors import BrokerError
 from rocketstore.v1 import gateway_pb2 as v1
@@ -23,7 +25,6 @@ from ..context import SendContext
 from ..errors import OwnerNeeded
 from ..send_processor import SendMessageProcessor
 from ..timer import slot_time
-from ..transaction_processor import CHECK_IMMUNITY
 from .errors import V2Error, from_broker_error, status
 from .recall import RecallHandle
 from .route import queue_for_group

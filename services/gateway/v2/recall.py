@@ -23,6 +23,8 @@ import binascii
 import time
 from dataclasses import dataclass
 
+from rocketstore.services.commitlog.client import Append
+
 from rocketstore.errors import BrokerError
 from rocketstore.storage.codec import decode_message
 from rocketstore.storage.message import (
@@ -31,9 +33,7 @@ from rocketstore.storage.message import (
     PROPERTY_REAL_TOPIC,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
-    properties_to_string,
 )
-from rocketstore.v1 import commitlog_pb2 as cl_pb
 from rocketstore.v2 import definition_pb2 as d
 from rocketstore.v2 import service_pb2 as s
 
@@ -180,10 +180,8 @@ class RecallProcessor:
                  PROPERTY_TIMER_DELIVER_MS: str(handle.timestamp), "BORN_TIMESTAMP": str(now),
                  PROPERTY_PRODUCER_GROUP: handle.topic, PROPERTY_TIMER_OUT_MS: str(handle.timestamp - 1),
                  PROPERTY_REAL_TOPIC: handle.topic, PROPERTY_REAL_QUEUE_ID: "0"}
-        marker = cl_pb.Message(topic=TIMER_TOPIC, queue_id=0, body=b"0", properties_text=properties_to_string(props),
-                               born_timestamp=now)
-        payload = cl_pb.AppendBatchRequest(columnar=True, messages=[marker]).SerializeToString()
-        appended = await self._batcher.send(EncodedSend(payload, [handle.message_id], 1), SEND_TIMEOUT)
+        marker = Append.of(TIMER_TOPIC, 0, b"0", props, born_timestamp=now)
+        appended = await self._batcher.send(EncodedSend.of([marker], [handle.message_id]), SEND_TIMEOUT)
         code = appended.columns.statuses[appended.start]
         if code not in (0, 1, 2, 3):  # stored (PUT_OK or a durability wait that failed) or refused
             reason = appended.columns.reasons[appended.start] if appended.columns.reasons else ""

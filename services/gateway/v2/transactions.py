@@ -20,6 +20,7 @@ import hashlib
 
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
+from rocketstore.services.commitlog.rewrites import CHECK_IMMUNITY
 
 from rocketstore.errors import BrokerError
 from rocketstore.storage.message import PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, SYSTEM_PROPERTY_NAMES
@@ -29,7 +30,7 @@ from rocketstore.v2 import service_pb2 as s
 
 from ..producer_channels import QUEUED_CHECKS, ProducerChannel, ProducerChannels
 from ..topics import TopicConfigManager
-from ..transaction_processor import CHECK_IMMUNITY, TransactionProcessor
+from ..transaction_processor import TransactionProcessor
 from .errors import V2Error, status
 from .validation import check_topic
 

@@ -3,13 +3,17 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from rocketstore.services.gateway.pop_adoption import RocketMQPopAdoption
 from rocketstore.services.gateway.pop_checkpoints import CheckpointTable
 from rocketstore.services.gateway.pop_records import (
     ACK_ACKED,
     ACK_CHANGED,
     Ack,
     Checkpoint,
+    RocketMQCheckpoint,
     ack_message,
     ck_message,
     decode_record,
@@ -45,11 +49,73 @@ def test_ck_and_ack_records_read_back_as_written() -> None:
     assert isinstance(back, Checkpoint)
     assert (back.key, back.offsets, back.commitlog_offsets, back.attempts, back.next_offset, back.order,
             back.invisible_ms) == (ck.key, [5, 7, 9], [1, 2, 3], [1, 2, 3], 12, True, 500)
-    ack = Ack("G", "T", 0, 5, 1000, (7, 9), ACK_CHANGED)
-    assert decode_record(*_stored(ack_message("rmq_sys_REVIVE_LOG_C", ack))) == ack
+    ack = Ack("G", "T", 0, 5, 1000, (7, 9), ACK_CHANGED, "b")
+    assert decode_record(*_stored(ack_message("rmq_sys_REVIVE_LOG_C", ack, 1500))) == ack
     assert decode_record("ck", b"{not json") is None
     assert decode_record("ack", b'{"c": "G"}') is None
     assert decode_record("other", b"{}") is None
+
+
+# The bodies as Apache RocketMQ 5.3.3 writes them (fastjson: fields by name, nulls left out): PopCheckPoint, AckMsg
+# and BatchAckMsg (AckMsg's fields, ``ao`` left 0, and ``aol``).
+RMQ_CK = (b'{"bm":0,"bn":"broker-a","c":"g1","d":[0,1,3],"it":40000,"n":3,"pt":1764230000000,"q":1,"ro":0,'
+          b'"so":10,"t":"CPop"}')
+RMQ_ACK = b'{"ao":11,"bn":"broker-a","c":"g1","pt":1764230000000,"q":1,"so":10,"t":"CPop"}'
+RMQ_BACK = b'{"ao":0,"aol":[10,13],"bn":"broker-a","c":"g1","pt":1764230000000,"q":1,"so":10,"t":"CPop"}'
+
+
+def test_rocketmq_ck_ack_and_batch_ack_bodies_are_read() -> None:
+    ck = decode_record("ck", RMQ_CK)
+    assert isinstance(ck, RocketMQCheckpoint)
+    assert (ck.key, ck.offsets, ck.invisible_ms, ck.broker_name, ck.revive_time) == (
+        ("g1", "CPop", 1, 10, 1764230000000), [10, 11, 13], 40000, "broker-a", 1764230040000)
+    ack = decode_record("ack", RMQ_ACK)
+    assert isinstance(ack, Ack) and ack.rocketmq and ack.kind == ACK_ACKED
+    assert (ack.ck_key, ack.offsets, ack.broker_name) == (ck.key, (11,), "broker-a")
+    back = decode_record("bAck", RMQ_BACK)
+    assert isinstance(back, Ack) and back.rocketmq and back.offsets == (10, 13)
+    with_bits = decode_record("ck", RMQ_CK.replace(b'"bm":0', b'"bm":5'))  # bits 0 and 2: acknowledged
+    assert isinstance(with_bits, RocketMQCheckpoint) and with_bits.open_offsets == [11]
+    assert decode_record("ck", RMQ_CK.replace(b'"so":10,', b"")) is None  # damaged: skipped
+
+
+def test_rocketmq_acks_settle_their_checkpoints_as_its_revive_service_matches_them() -> None:
+    adoption = RocketMQPopAdoption()
+    first = decode_record("ck", RMQ_CK)
+    moved = decode_record("ck", RMQ_CK.replace(b'"pt":1764230000000', b'"pt":1764230005000')
+                          .replace(b'"d":[0,1,3]', b'"d":[0]').replace(b'"so":10', b'"so":13'))
+    assert isinstance(first, RocketMQCheckpoint) and isinstance(moved, RocketMQCheckpoint)
+    adoption.add(first, 1, 4)
+    adoption.add(decode_record("ck", RMQ_CK), 1, 9)  # the same CK again (delivered twice): the first counts
+    adoption.add(moved, 1, 6)  # ChangeInvisibleTime: a new CK for offset 13, then an ACK of the old one
+    for body in (RMQ_ACK, RMQ_ACK.replace(b'"ao":11', b'"ao":13'),
+                 RMQ_ACK.replace(b'"bn":"broker-a"', b'"bn":"broker-b"').replace(b'"ao":11', b'"ao":10')):
+        record = decode_record("ack", body)
+        assert isinstance(record, Ack)
+        adoption.add(record, 1, 7)
+    ours = decode_record(*_stored(ack_message("rmq_sys_REVIVE_LOG_C", Ack("g1", "CPop", 1, 10, 1764230000000,
+                                                                          (10,), ACK_ACKED), 0)))
+    assert isinstance(ours, Ack) and not ours.rocketmq
+    adoption.add(ours, 0, 8)  # rocketstore's own ACKs never settle RocketMQ's CKs
+    got = adoption.open_checkpoints()
+    assert [(ck.start_offset, ck.open_offsets, ck.revive_offset) for ck in got] == [(10, [10], 4), (13, [13], 6)]
+
+
+def test_acks_of_several_offsets_are_written_as_rocketmq_batch_acks() -> None:
+    """What Apache RocketMQ reads of rocketstore's records: a batch ACK (``bAck``, whose ``aol`` it applies) for
+    several offsets, the broker name it matches ACKs to CKs by, TIMER_DELIVER_MS (its revive service's clock)."""
+    several = ack_message("rmq_sys_REVIVE_LOG_C", Ack("G", "T", 0, 5, 1000, (5, 6), ACK_ACKED, "b"), 1500)
+    one = ack_message("rmq_sys_REVIVE_LOG_C", Ack("G", "T", 0, 5, 1000, (7,), ACK_ACKED, "b"), 1500)
+    (tag_several, body), (tag_one, _) = _stored(several), _stored(one)
+    assert (tag_several, tag_one) == ("bAck", "ack")
+    assert json.loads(body)["aol"] == [5, 6] and json.loads(body)["bn"] == "b"
+    assert string_to_properties(several.properties_text)["TIMER_DELIVER_MS"] == "1500"
+    ck = _ck(5, 3)
+    assert string_to_properties(ck_message("rmq_sys_REVIVE_LOG_C", ck).properties_text)["TIMER_DELIVER_MS"] == \
+        str(ck.revive_time - 1000)
+    # An ACK rocketstore wrote before: tag ``ack`` with ``aol``, no broker name; still read whole.
+    old = b'{"ao":5,"aol":[5,6],"so":5,"c":"G","t":"T","q":0,"pt":1000,"k":"a"}'
+    assert decode_record("ack", old) == Ack("G", "T", 0, 5, 1000, (5, 6), ACK_ACKED)
 
 
 def test_the_revive_position_is_the_first_checkpoint_still_open() -> None:

@@ -19,11 +19,18 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["unusable_rocketmq_files"]
+__all__ = ["TIMER_WHEEL_FILE", "rocketmq_timer_wheel", "unusable_rocketmq_files"]
+
+TIMER_WHEEL_FILE = "timerwheel"  # RocketMQ's timer wheel: present until rocketstore imported it
 
 _ROCKSDB_MARKERS = ("CURRENT", "IDENTITY", "LOCK", "LOG")
 _ROCKSDB_CONFIG_DIRS = ("topics", "subscriptionGroups", "consumerOffsets", "rdb")
 _EXTENSION_DIRS = ("batchconsumequeue", "consumequeue_ext")
+
+
+def rocketmq_timer_wheel(root: str) -> str:
+    """Where Apache RocketMQ keeps its timer wheel in the store ``root`` (a file there is not yet imported)."""
+    return os.path.join(root, TIMER_WHEEL_FILE)
 
 
 def unusable_rocketmq_files(root: str) -> list[tuple[str, str]]:

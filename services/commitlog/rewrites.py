@@ -36,13 +36,15 @@ from rocketstore.storage.message import (
 
 from .appends import Append
 
-__all__ = ["CHECK_IMMUNITY", "CHECK_TIMES", "PROPERTY_TIMER_OUT_MS", "SCHEDULE_TOPIC", "TIMER_TOPIC",
-           "TRANS_HALF_TOPIC", "commit_of", "delivery_of", "slot_time", "to_delay", "to_half", "to_real_topic",
-           "to_timer"]
+__all__ = ["CHECK_IMMUNITY", "CHECK_TIMES", "PROPERTY_TIMER_OUT_MS", "REVIVE_TOPIC_PREFIX", "SCHEDULE_TOPIC",
+           "TIMER_TOPIC", "TRANS_HALF_TOPIC", "commit_of", "delivery_of", "slot_time", "to_delay", "to_half",
+           "to_real_topic", "to_timer"]
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 TIMER_TOPIC = "rmq_sys_wheel_timer"
 TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+# PopAckConstants.REVIVE_TOPIC: pop checkpoints go to ``<prefix><cluster>`` (RocketMQ's through its timer wheel).
+REVIVE_TOPIC_PREFIX = "rmq_sys_REVIVE_LOG_"
 PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"
 CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
 CHECK_IMMUNITY = "CHECK_IMMUNITY_TIME_IN_SECONDS"

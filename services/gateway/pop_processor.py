@@ -8,8 +8,9 @@ or in ``%DLQ%<group>`` once the group's attempts (retryMaxTimes + 1) are used up
 settles them, in one append, so a crash leaves both or neither.
 
 At start the open checkpoints are read back from the revive topic (from the revive group's committed offset,
-the first checkpoint that was still open), so after a kill -9 of any process nothing acknowledged comes back
-and nothing open is lost. Ordered (FIFO) pops read from the group's committed offset, give a queue's next
+the record before the first checkpoint that was still open), so after a kill -9 of any process nothing
+acknowledged comes back and nothing open is lost; Apache RocketMQ's open checkpoints, in a store it wrote, are
+adopted then (``pop_adoption.py``). Ordered (FIFO) pops read from the group's committed offset, give a queue's next
 messages only once its last ones are settled or their invisible time is over, and keep a message's
 attempts across redeliveries.
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import os
 import random
 import time
 from collections.abc import Sequence
@@ -33,6 +35,7 @@ from rocketstore.errors import BrokerError
 from rocketstore.log import get_logger
 from rocketstore.storage.codec import MAX_TOPIC_LENGTH, decode_message
 from rocketstore.storage.message import PROPERTY_RETRY_TOPIC, MessageExt
+from rocketstore.storage.rocketmq_layout import rocketmq_timer_wheel
 from rocketstore.subscription import Subscription
 from rocketstore.v1 import gateway_pb2 as pb
 from rocketstore.v1 import index_pb2 as ix_pb
@@ -40,6 +43,7 @@ from rocketstore.v1 import index_pb2 as ix_pb
 from .context import GatewayContext
 from .errors import GatewayError
 from .load_once import LoadOnce
+from .pop_adoption import RocketMQPopAdoption, adopt
 from .pop_checkpoints import SUPERSEDED, CheckpointTable
 from .pop_polling import PopLongPolling, Ticket
 from .pop_records import (
@@ -50,6 +54,7 @@ from .pop_records import (
     REVIVE_GROUP,
     Ack,
     Checkpoint,
+    RocketMQCheckpoint,
     ack_message,
     ck_message,
     decode_record,
@@ -71,6 +76,7 @@ MAX_POP_MESSAGES = 32  # ProxyUtils.MAX_MSG_NUMS_FOR_POP_REQUEST
 POP_FROM_RETRY_PROBABILITY = 20  # BrokerConfig.popFromRetryProbability (%)
 CATCH_UP_TIMEOUT = 30.0
 REVIVE_TICK = 0.05  # seconds between looks at the checkpoints due
+ADOPT_BATCH = 256  # Apache RocketMQ's checkpoints stored again as rocketstore's per append
 _PUT_OK = 0
 _STORED = (0, 1, 2, 3)  # PUT_OK, or stored while a flush or slave wait failed
 PROPERTY_FIRST_POP_TIME = "1ST_POP_TIME"
@@ -137,9 +143,11 @@ class PopProcessor:
 
     async def _load(self) -> None:
         ctx = self._ctx
-        if ctx.settings.broker_role is not BrokerRole.SLAVE:  # a slave's topics are its master's
+        master = ctx.settings.broker_role is not BrokerRole.SLAVE
+        if master:  # a slave's topics are its master's
             await asyncio.to_thread(ctx.topics.create_topic_in_send_message_back_method, self.revive_topic, 1,
                                     PERM_READ | PERM_WRITE)
+        await self._rocketmq_timers_imported()
         target = (await ctx.commitlog.offsets()).max_offset
         deadline = time.monotonic() + CATCH_UP_TIMEOUT
         while (await ctx.index.position()).position < target:  # what was stored before a crash is read whole
@@ -147,26 +155,45 @@ class PopProcessor:
                 raise GatewayError("UNAVAILABLE", "the index has not caught up with the CommitLog yet; the "
                                                   "checkpoints of pop consumption cannot be read, try again")
             await asyncio.sleep(0.05)
+        # The revive group's offset is the last record finished (RocketMQ's PopReviveService reads on after it);
+        # rocketstore reads its own queue from that record on: an old store of its own kept the first one open.
         start = max(ctx.offsets.query(REVIVE_GROUP, self.revive_topic, 0), 0)
         self.table.seen(start - 1)
+        config = ctx.topics.get(self.revive_topic)
+        queues = max(config.read_queue_nums if config is not None else 1, 1)  # RocketMQ's: reviveQueueNum
+        rocketmq = RocketMQPopAdoption()
+        ends: dict[int, int] = {}
         cks = acks = 0
-        async for batch in ctx.index.read_queue(self.revive_topic, 0, start, 0):
-            records, pos = batch.records, 0
-            while pos < len(records):
-                m = decode_message(records, pos)
-                pos += m.store_size
-                record = decode_record(m.properties.get("TAGS"), m.body)
-                self.table.seen(m.queue_offset)
-                if isinstance(record, Checkpoint):
-                    cks += 1
-                    record.revive_offset = m.queue_offset
-                    self.table.add(record)
-                    if not record.order and ctx.offsets.query(record.group, record.topic, record.queue_id) < \
-                            record.next_offset:
-                        ctx.offsets.commit(record.group, record.topic, record.queue_id, record.next_offset)
-                elif isinstance(record, Ack):
-                    acks += 1
-                    self.table.apply(record)
+        for queue_id in range(queues):
+            committed = ctx.offsets.query(REVIVE_GROUP, self.revive_topic, queue_id)
+            async for batch in ctx.index.read_queue(self.revive_topic, queue_id,
+                                                    start if queue_id == 0 else committed + 1, 0):
+                records, pos = batch.records, 0
+                ends[queue_id] = batch.next_offset
+                while pos < len(records):
+                    m = decode_message(records, pos)
+                    pos += m.store_size
+                    record = decode_record(m.properties.get("TAGS"), m.body)
+                    if queue_id == 0:
+                        self.table.seen(m.queue_offset)
+                    if isinstance(record, RocketMQCheckpoint):
+                        if m.queue_offset > committed:  # at the offset: RocketMQ finished it
+                            rocketmq.add(record, queue_id, m.queue_offset)
+                    elif isinstance(record, Ack):
+                        rocketmq.add(record, queue_id, m.queue_offset)
+                        if queue_id == 0:
+                            acks += 1
+                            self.table.apply(record)
+                    elif isinstance(record, Checkpoint) and queue_id == 0:
+                        cks += 1
+                        record.revive_offset = m.queue_offset
+                        self._loaded_checkpoint(record)
+                    else:
+                        _log.warning("revive record skipped: neither a checkpoint nor an acknowledgement",
+                                     revive_topic=self.revive_topic, revive_queue=queue_id, offset=m.queue_offset,
+                                     tag=m.properties.get("TAGS"), msg_id=m.properties.get("UNIQ_KEY"))
+        if len(rocketmq) and master:
+            await self._adopt(rocketmq, ends)
         for ck in self.table.open_checkpoints():
             heapq.heappush(self._due, (ck.revive_time, ck.key))
         for queue in self.table.order_queues():
@@ -174,6 +201,52 @@ class PopProcessor:
         self._revive_committed = start
         _log.info("pop checkpoints loaded", revive_topic=self.revive_topic, from_offset=start, checkpoints=cks,
                   acks=acks, open=len(self.table))
+
+    def _loaded_checkpoint(self, ck: Checkpoint) -> None:
+        """A checkpoint read back at start: in the table, and the group's offset past its batch (RocketMQ commits
+        it once the CK is stored)."""
+        self.table.add(ck)
+        ctx = self._ctx
+        if not ck.order and ctx.offsets.query(ck.group, ck.topic, ck.queue_id) < ck.next_offset:
+            ctx.offsets.commit(ck.group, ck.topic, ck.queue_id, ck.next_offset)
+
+    async def _rocketmq_timers_imported(self) -> None:
+        """RocketMQ's CKs and ACKs still in its timer wheel reach the revive topic through the schedule service's
+        import of the wheel (``timerwheel``, moved aside once imported). In cluster mode that import runs beside
+        this process: the revive topic is read once it is done."""
+        wheel = rocketmq_timer_wheel(self._ctx.settings.store_path_root_dir)
+        deadline = time.monotonic() + CATCH_UP_TIMEOUT
+        while os.path.isfile(wheel):
+            if time.monotonic() > deadline:
+                raise GatewayError("UNAVAILABLE", f"RocketMQ's timer wheel {wheel} is not imported yet (the schedule "
+                                                  "service imports it at its start); pop consumption waits for it")
+            await asyncio.sleep(0.1)
+
+    async def _adopt(self, rocketmq: RocketMQPopAdoption, ends: dict[int, int]) -> None:
+        """Apache RocketMQ's open checkpoints made rocketstore's own (see ``pop_adoption.py``): stored in the revive
+        queue, in the table, revived at their time. RocketMQ's revive offsets then name the end of each queue."""
+        ctx = self._ctx
+        found = rocketmq.open_checkpoints()
+        adopted: list[Checkpoint] = []
+        for rmq_ck in found:
+            if self.table.get(rmq_ck.key) is not None:
+                continue  # adopted at an earlier start, which stopped before RocketMQ's offsets moved
+            ck = await adopt(ctx.index, rmq_ck)
+            if ck is not None:
+                adopted.append(ck)
+        for i in range(0, len(adopted), ADOPT_BATCH):
+            batch = adopted[i:i + ADOPT_BATCH]
+            offsets, _ = await self._append([ck_message(self.revive_topic, ck) for ck in batch])
+            for ck, offset in zip(batch, offsets, strict=True):
+                ck.revive_offset = offset
+                self.table.seen(offset)
+                self._loaded_checkpoint(ck)
+        for queue_id, end in ends.items():
+            if queue_id and end > ctx.offsets.query(REVIVE_GROUP, self.revive_topic, queue_id) + 1:
+                ctx.offsets.commit(REVIVE_GROUP, self.revive_topic, queue_id, end - 1)
+        _log.warning("Apache RocketMQ's pop checkpoints adopted", revive_topic=self.revive_topic,
+                     checkpoints=len(adopted), messages=sum(len(ck.offsets) for ck in adopted),
+                     open_found=len(found), records=len(rocketmq))
 
     # --- storing records -----------------------------------------------------------------------
     async def _append(self, messages: list[Append], timeout: float = SEND_TIMEOUT) -> tuple[list[int], bool]:
@@ -202,10 +275,10 @@ class PopProcessor:
                          more: Sequence[Append] = ()) -> bool:
         """Settle ``indexes`` of ``ck`` with an ACK record (after ``more`` records, in the same append)."""
         ack = Ack(ck.group, ck.topic, ck.queue_id, ck.start_offset, ck.pop_time,
-                  tuple(ck.offsets[i] for i in indexes), kind)
+                  tuple(ck.offsets[i] for i in indexes), kind, ck.broker_name)
         self.table.settle(ck, indexes, kind)  # at once: a revive running meanwhile leaves them alone
         try:
-            offsets, durable = await self._append([*more, ack_message(self.revive_topic, ack)])
+            offsets, durable = await self._append([*more, ack_message(self.revive_topic, ack, ck.revive_time)])
         except BaseException:
             self.table.unsettle(ck, indexes)
             raise
@@ -481,9 +554,9 @@ class PopProcessor:
                 indexes.append(index)
         records = []
         for ck, indexes in by_ck.values():
-            records.append(ack_message(self.revive_topic, Ack(ck.group, ck.topic, ck.queue_id, ck.start_offset,
-                                                              ck.pop_time, tuple(ck.offsets[i] for i in indexes),
-                                                              ACK_ACKED)))
+            ack = Ack(ck.group, ck.topic, ck.queue_id, ck.start_offset, ck.pop_time,
+                      tuple(ck.offsets[i] for i in indexes), ACK_ACKED, ck.broker_name)
+            records.append(ack_message(self.revive_topic, ack, ck.revive_time))
             self.table.settle(ck, indexes, ACK_ACKED)  # at once: a revive running meanwhile leaves them alone
         try:
             offsets, durable = await self._append(records, timeout)
@@ -506,11 +579,12 @@ class PopProcessor:
                          pop_time=self._next_pop_time(), invisible_ms=invisible_ms, offsets=[ck.offsets[index]],
                          commitlog_offsets=[ck.commitlog_offsets[index]], attempts=[ck.attempts[index]],
                          next_offset=ck.next_offset, order=ck.order, broker_name=ck.broker_name)
-        ack = Ack(ck.group, ck.topic, ck.queue_id, ck.start_offset, ck.pop_time, (ck.offsets[index],), ACK_CHANGED)
+        ack = Ack(ck.group, ck.topic, ck.queue_id, ck.start_offset, ck.pop_time, (ck.offsets[index],), ACK_CHANGED,
+                  ck.broker_name)
         self.table.settle(ck, [index], ACK_CHANGED)
         try:
             offsets, durable = await self._append([ck_message(self.revive_topic, new),
-                                                   ack_message(self.revive_topic, ack)], timeout)
+                                                   ack_message(self.revive_topic, ack, ck.revive_time)], timeout)
         except BaseException:
             self.table.unsettle(ck, [index])
             raise
@@ -569,9 +643,12 @@ class PopProcessor:
             await asyncio.sleep(REVIVE_TICK)
 
     def _commit_revive_position(self) -> None:
+        """The revive group's offset: the record before the first checkpoint still open, RocketMQ's meaning (its
+        PopReviveService reads on after it), so Apache RocketMQ opening the store revives that checkpoint too."""
         position = min([self.table.revive_position(), *self._in_flight.values()])
         if position != self._revive_committed:
-            self._ctx.offsets.commit(REVIVE_GROUP, self.revive_topic, 0, position)
+            if position > 0:
+                self._ctx.offsets.commit(REVIVE_GROUP, self.revive_topic, 0, position - 1)
             self._revive_committed = position
 
     async def _revive_due(self) -> None:

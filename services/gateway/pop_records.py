@@ -8,7 +8,14 @@ short JSON names). Beyond RocketMQ's fields it carries what a restart needs with
 CommitLog offsets (``co``), the queue's next pop offset after the batch (``no``), the delivery attempt of each
 message (``at``) and whether the pop was ordered (``o``, FIFO). An ACK (tag ``ack``) names the checkpoint
 (queue, first offset, pop time) and the offsets it settles (``aol``), with why (``k``): acknowledged, moved
-by ChangeInvisibleDuration, sent to the dead-letter queue, or revived (stored again for redelivery)."""
+by ChangeInvisibleDuration, sent to the dead-letter queue, or revived (stored again for redelivery); an ACK of
+several offsets is tagged ``bAck`` (RocketMQ's BatchAckMsg, whose ``aol`` RocketMQ reads; its AckMsg reads
+``ao`` alone). Both carry the broker name (``bn``, part of the key RocketMQ matches an ACK to its CK by) and
+TIMER_DELIVER_MS as RocketMQ's do (a CK's revive time less 1 s, an ACK's revive time), which RocketMQ's
+PopReviveService needs to see time pass: so Apache RocketMQ opening the store revives what was open.
+
+RocketMQ's own CKs (``RocketMQCheckpoint``: no ``co``/``at``/``no``) and ACKs (no ``k``) are read too: the
+gateway adopts them at start (``pop_adoption.py``)."""
 
 from __future__ import annotations
 
@@ -18,21 +25,25 @@ import time
 from typing import Any
 
 from rocketstore.services.commitlog.client import Append
+from rocketstore.services.commitlog.rewrites import REVIVE_TOPIC_PREFIX
 
 from rocketstore.storage.message import properties_to_string
 
-__all__ = ["ACK_ACKED", "ACK_CHANGED", "ACK_DEAD", "ACK_REVIVED", "ACK_TAG", "CK_TAG", "REVIVE_GROUP", "Ack",
-           "Checkpoint", "ack_message", "ck_message", "decode_record", "pop_retry_topic", "revive_topic"]
+__all__ = ["ACK_ACKED", "ACK_CHANGED", "ACK_DEAD", "ACK_REVIVED", "ACK_TAG", "BATCH_ACK_TAG", "CK_TAG", "REVIVE_GROUP",
+           "Ack", "Checkpoint", "RocketMQCheckpoint", "ack_message", "ck_message", "decode_record", "pop_retry_topic",
+           "revive_topic"]
 
 REVIVE_GROUP = "CID_RMQ_SYS_REVIVE_GROUP"  # PopAckConstants.REVIVE_GROUP: its offset is the revive position
 CK_TAG = "ck"
 ACK_TAG = "ack"
+BATCH_ACK_TAG = "bAck"
+PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
 ACK_ACKED, ACK_CHANGED, ACK_DEAD, ACK_REVIVED = "a", "c", "d", "r"
 _KINDS = frozenset((ACK_ACKED, ACK_CHANGED, ACK_DEAD, ACK_REVIVED))
 
 
 def revive_topic(cluster: str) -> str:
-    return f"rmq_sys_REVIVE_LOG_{cluster}"
+    return f"{REVIVE_TOPIC_PREFIX}{cluster}"
 
 
 def pop_retry_topic(group: str, topic: str) -> str:
@@ -94,6 +105,50 @@ class Checkpoint:
         return ck
 
 
+@dataclasses.dataclass
+class RocketMQCheckpoint:
+    """A checkpoint Apache RocketMQ wrote (its PopCheckPoint: no CommitLog offsets, attempts or next offset),
+    read to be adopted at start. ``acked`` holds the indexes its bit map (``bm``) marks acknowledged."""
+
+    group: str
+    topic: str
+    queue_id: int
+    start_offset: int
+    pop_time: int
+    invisible_ms: int
+    offsets: list[int]
+    broker_name: str
+    acked: set[int]
+    revive_queue: int = 0
+    revive_offset: int = -1
+
+    @property
+    def key(self) -> tuple[str, str, int, int, int]:
+        return self.group, self.topic, self.queue_id, self.start_offset, self.pop_time
+
+    @property
+    def revive_time(self) -> int:
+        return self.pop_time + self.invisible_ms
+
+    @property
+    def open_offsets(self) -> list[int]:
+        return [o for i, o in enumerate(self.offsets) if i not in self.acked]
+
+    def settle(self, offsets: tuple[int, ...]) -> None:
+        for offset in offsets:
+            if offset in self.offsets:
+                self.acked.add(self.offsets.index(offset))
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RocketMQCheckpoint:
+        start = int(data["so"])
+        offsets = [start + int(x) for x in data["d"]]
+        bits = int(data.get("bm", 0))
+        return cls(group=str(data["c"]), topic=str(data["t"]), queue_id=int(data["q"]), start_offset=start,
+                   pop_time=int(data["pt"]), invisible_ms=int(data["it"]), offsets=offsets,
+                   broker_name=str(data.get("bn") or ""), acked={i for i in range(len(offsets)) if bits >> i & 1})
+
+
 @dataclasses.dataclass(frozen=True)
 class Ack:
     group: str
@@ -103,6 +158,8 @@ class Ack:
     pop_time: int
     offsets: tuple[int, ...]
     kind: str
+    broker_name: str = ""
+    rocketmq: bool = False  # written by Apache RocketMQ (no ``k``): it acknowledges
 
     @property
     def ck_key(self) -> tuple[str, str, int, int, int]:
@@ -110,7 +167,7 @@ class Ack:
 
     def to_json(self) -> dict[str, Any]:
         return {"ao": self.offsets[0], "aol": list(self.offsets), "so": self.start_offset, "c": self.group,
-                "t": self.topic, "q": self.queue_id, "pt": self.pop_time, "k": self.kind}
+                "t": self.topic, "q": self.queue_id, "pt": self.pop_time, "bn": self.broker_name, "k": self.kind}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Ack:
@@ -119,11 +176,15 @@ class Ack:
             raise ValueError(f"unknown ack kind {kind!r}")
         offsets = tuple(int(x) for x in data.get("aol") or [data["ao"]])
         return cls(group=str(data["c"]), topic=str(data["t"]), queue_id=int(data["q"]),
-                   start_offset=int(data["so"]), pop_time=int(data["pt"]), offsets=offsets, kind=kind)
+                   start_offset=int(data["so"]), pop_time=int(data["pt"]), offsets=offsets, kind=kind,
+                   broker_name=str(data.get("bn") or ""), rocketmq="k" not in data)
 
 
-def _record(topic: str, tag: str, uniq: str, body: dict[str, Any]) -> Append:
-    props = properties_to_string({"TAGS": tag, "UNIQ_KEY": uniq, "WAIT": "true"})
+def _record(topic: str, tag: str, uniq: str, body: dict[str, Any], deliver_ms: int) -> Append:
+    # TIMER_DELIVER_MS as RocketMQ sets it; stored here in the revive queue at once (the pop path never goes
+    # through the timer), it only tells RocketMQ's PopReviveService how far time has gone.
+    props = properties_to_string({"TAGS": tag, "UNIQ_KEY": uniq, "WAIT": "true",
+                                  PROPERTY_TIMER_DELIVER_MS: str(deliver_ms)})
     return Append(topic, 0, json.dumps(body, separators=(",", ":")).encode(), props,
                   born_timestamp=int(time.time() * 1000))
 
@@ -131,24 +192,28 @@ def _record(topic: str, tag: str, uniq: str, body: dict[str, Any]) -> Append:
 def ck_message(topic: str, ck: Checkpoint) -> Append:
     # PopMessageProcessor.genCkUniqueId: topic@queueId@startOffset@cid@popTime@brokerName@ck
     uniq = f"{ck.topic}@{ck.queue_id}@{ck.start_offset}@{ck.group}@{ck.pop_time}@{ck.broker_name}@{CK_TAG}"
-    return _record(topic, CK_TAG, uniq, ck.to_json())
+    return _record(topic, CK_TAG, uniq, ck.to_json(), ck.revive_time - 1000)
 
 
-def ack_message(topic: str, ack: Ack) -> Append:
-    uniq = f"{ack.topic}@{ack.queue_id}@{ack.offsets[0]}@{ack.group}@{ack.pop_time}@{ack.kind}@{ACK_TAG}"
-    return _record(topic, ACK_TAG, uniq, ack.to_json())
+def ack_message(topic: str, ack: Ack, revive_time: int) -> Append:
+    """The ACK record of ``ack`` (tag ``bAck`` when it names several offsets); ``revive_time``: its checkpoint's."""
+    tag = BATCH_ACK_TAG if len(ack.offsets) > 1 else ACK_TAG
+    uniq = f"{ack.topic}@{ack.queue_id}@{ack.offsets[0]}@{ack.group}@{ack.pop_time}@{ack.kind}@{tag}"
+    return _record(topic, tag, uniq, ack.to_json(), revive_time)
 
 
-def decode_record(tag: str | None, body: bytes) -> Checkpoint | Ack | None:
-    """The CK or ACK a revive-topic record holds; None for anything else (a record damaged or of another kind
-    is skipped, never fatal)."""
+def decode_record(tag: str | None, body: bytes) -> Checkpoint | RocketMQCheckpoint | Ack | None:
+    """The CK or ACK a revive-topic record holds (a CK without rocketstore's fields is RocketMQ's); None for
+    anything else (a record damaged or of another kind is skipped, never fatal)."""
     try:
         data = json.loads(body)
         if not isinstance(data, dict):
             return None
         if tag == CK_TAG:
+            if "co" not in data and "at" not in data and "no" not in data:
+                return RocketMQCheckpoint.from_json(data)
             return Checkpoint.from_json(data)
-        if tag == ACK_TAG:
+        if tag in (ACK_TAG, BATCH_ACK_TAG):
             return Ack.from_json(data)
     except (ValueError, KeyError, TypeError):
         return None

@@ -29,11 +29,13 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from rocketstore.storage.rocketmq_layout import TIMER_WHEEL_FILE
+
 __all__ = ["BLANK_MAGIC_CODE", "CHECK_FILE", "LOG_DIR", "LOG_UNIT", "MAGIC_DELETE", "METRICS_FILE", "SLOT",
            "SLOTS", "WHEEL_FILE", "RocketMQTimerCheckpoint", "RocketMQTimerUnit", "pending_units",
            "read_checkpoint", "write_checkpoint"]
 
-WHEEL_FILE = "timerwheel"
+WHEEL_FILE = TIMER_WHEEL_FILE
 LOG_DIR = "timerlog"
 CHECK_FILE = os.path.join("config", "timercheck")
 METRICS_FILE = os.path.join("config", "timermetrics")

@@ -53,7 +53,7 @@ import time
 from dataclasses import dataclass, field
 
 from rocketstore.services.commitlog.client import Append, CommitLogClient
-from rocketstore.services.commitlog.rewrites import TIMER_TOPIC, delivery_of
+from rocketstore.services.commitlog.rewrites import REVIVE_TOPIC_PREFIX, TIMER_TOPIC, delivery_of
 from rocketstore.services.index.client import IndexClient
 
 from rocketstore.errors import BrokerError
@@ -133,9 +133,12 @@ class TimerMessageService:
 
     def import_rocketmq_timers(self) -> int:
         """Carry the pending timers of a store Apache RocketMQ wrote (its ``timerwheel`` file) into the wheel;
-        answers how many units came. RocketMQ's wheel is then the truth: its checkpoint becomes ours, our own
-        slot files (left from before RocketMQ ran on the store) and RocketMQ's timer files are moved to
-        ``IMPORTED_DIR``. A crash before that move imports again at the next start (appends are idempotent).
+        answers how many units came. Its pop checkpoints and acknowledgements (timers of the revive topic) are
+        delivered at once instead, so the gateway adopts them at its start (``gateway/pop_adoption.py``).
+        RocketMQ's wheel is then the truth: its checkpoint becomes ours, our own slot files (left from before
+        RocketMQ ran on the store) and RocketMQ's timer files are moved to ``IMPORTED_DIR``. A crash before that
+        move imports again at the next start (appends to the wheel are idempotent; the pop records delivered
+        again are told apart by the gateway).
         ValueError, naming the file, when RocketMQ's files cannot be read."""
         root, p = self.root_dir, self.precision
         if not os.path.isfile(os.path.join(root, rocketmq_timer.WHEEL_FILE)):
@@ -147,18 +150,29 @@ class TimerMessageService:
         for i in range(0, len(units), BATCH):
             records += self._commitlog.read_records([(u.commitlog_offset, u.size) for u in units[i:i + BATCH]])
         moved: list[tuple[int, TimerUnit]] = []
+        now: list[Append] = []  # RocketMQ's pop checkpoints and acknowledgements: delivered at once
         for u, record in zip(units, records, strict=True):
             if record is None or check_record(record, 0, len(record), None, False) <= 0:
                 _log.warning("RocketMQ timer unit names no record in the CommitLog; dropped",
                              commitlog_offset=u.commitlog_offset, size=u.size)
                 continue
             info = read_record_info(record, 0)
+            props = string_to_properties(info.properties_text)
+            magic = MAGIC_DELETE if u.magic & rocketmq_timer.MAGIC_DELETE else 0
+            if self._deliver and not magic and props.get(PROPERTY_REAL_TOPIC, "").startswith(REVIVE_TOPIC_PREFIX):
+                delivery = delivery_of(decode_message(record))
+                if delivery is not None:
+                    now.append(delivery)
+                continue
             try:
-                slot = int(string_to_properties(info.properties_text).get("TIMER_OUT_MS", "")) // p * p
+                slot = int(props.get("TIMER_OUT_MS", "")) // p * p
             except ValueError:
                 slot = u.slot_ms // p * p
-            magic = MAGIC_DELETE if u.magic & rocketmq_timer.MAGIC_DELETE else 0
             moved.append((max(slot, since), TimerUnit(info.queue_offset, u.commitlog_offset, u.size, magic)))
+        # Before the wheel files move aside (the gateway reads the revive topic once they have): a crash in
+        # between delivers them again at the next start, and the gateway takes a CK's first copy.
+        for i in range(0, len(now), BATCH):
+            self._append(now[i:i + BATCH])
         moved.sort(key=lambda su: su[1].queue_offset)  # a slot's units are kept in queue-offset order
         aside = os.path.join(root, IMPORTED_DIR)
         os.makedirs(aside, exist_ok=True)
@@ -176,7 +190,8 @@ class TimerMessageService:
             if os.path.lexists(os.path.join(root, name)):
                 _move_aside(os.path.join(root, name), aside)
         _log.warning("RocketMQ's timer store imported into the timer wheel; its files moved aside",
-                     pending=len(moved), next_timer_queue_offset=c.last_timer_queue_offset,
+                     pending=len(moved), pop_records_delivered=len(now),
+                     next_timer_queue_offset=c.last_timer_queue_offset,
                      read_from_ms=since, moved_to=aside)
         return len(moved)
 

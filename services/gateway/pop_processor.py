@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rocketstore.services.commitlog.client import Append
+from rocketstore.services.commitlog.rewrites import REVIVE_TOPIC_PREFIX
 
 from rocketstore.config.settings import BrokerRole
 from rocketstore.errors import BrokerError
@@ -159,38 +160,36 @@ class PopProcessor:
         # rocketstore reads its own queue from that record on: an old store of its own kept the first one open.
         start = max(ctx.offsets.query(REVIVE_GROUP, self.revive_topic, 0), 0)
         self.table.seen(start - 1)
-        config = ctx.topics.get(self.revive_topic)
-        queues = max(config.read_queue_nums if config is not None else 1, 1)  # RocketMQ's: reviveQueueNum
         rocketmq = RocketMQPopAdoption()
-        ends: dict[int, int] = {}
+        ends: dict[tuple[str, int], int] = {}
         cks = acks = 0
-        for queue_id in range(queues):
-            committed = ctx.offsets.query(REVIVE_GROUP, self.revive_topic, queue_id)
-            async for batch in ctx.index.read_queue(self.revive_topic, queue_id,
-                                                    start if queue_id == 0 else committed + 1, 0):
+        for topic, queue_id in self._revive_queues():
+            ours = topic == self.revive_topic and queue_id == 0
+            committed = ctx.offsets.query(REVIVE_GROUP, topic, queue_id)
+            async for batch in ctx.index.read_queue(topic, queue_id, start if ours else committed + 1, 0):
                 records, pos = batch.records, 0
-                ends[queue_id] = batch.next_offset
+                ends[topic, queue_id] = batch.next_offset
                 while pos < len(records):
                     m = decode_message(records, pos)
                     pos += m.store_size
                     record = decode_record(m.properties.get("TAGS"), m.body)
-                    if queue_id == 0:
+                    if ours:
                         self.table.seen(m.queue_offset)
                     if isinstance(record, RocketMQCheckpoint):
                         if m.queue_offset > committed:  # at the offset: RocketMQ finished it
                             rocketmq.add(record, queue_id, m.queue_offset)
                     elif isinstance(record, Ack):
                         rocketmq.add(record, queue_id, m.queue_offset)
-                        if queue_id == 0:
+                        if ours:
                             acks += 1
                             self.table.apply(record)
-                    elif isinstance(record, Checkpoint) and queue_id == 0:
+                    elif isinstance(record, Checkpoint) and ours:
                         cks += 1
                         record.revive_offset = m.queue_offset
                         self._loaded_checkpoint(record)
                     else:
                         _log.warning("revive record skipped: neither a checkpoint nor an acknowledgement",
-                                     revive_topic=self.revive_topic, revive_queue=queue_id, offset=m.queue_offset,
+                                     revive_topic=topic, revive_queue=queue_id, offset=m.queue_offset,
                                      tag=m.properties.get("TAGS"), msg_id=m.properties.get("UNIQ_KEY"))
         if len(rocketmq) and master:
             await self._adopt(rocketmq, ends)
@@ -201,6 +200,14 @@ class PopProcessor:
         self._revive_committed = start
         _log.info("pop checkpoints loaded", revive_topic=self.revive_topic, from_offset=start, checkpoints=cks,
                   acks=acks, open=len(self.table))
+
+    def _revive_queues(self) -> list[tuple[str, int]]:
+        """Every queue of every revive topic: rocketstore's own (its queue 0 first), and Apache RocketMQ's in a
+        store it wrote (``reviveQueueNum`` queues; under another cluster name when it ran with another)."""
+        topics = [t for t in self._ctx.topics.list() if t.topic_name.startswith(REVIVE_TOPIC_PREFIX)]
+        topics.sort(key=lambda t: t.topic_name != self.revive_topic)
+        out = [(t.topic_name, q) for t in topics for q in range(max(t.read_queue_nums, 1))]
+        return out if out else [(self.revive_topic, 0)]
 
     def _loaded_checkpoint(self, ck: Checkpoint) -> None:
         """A checkpoint read back at start: in the table, and the group's offset past its batch (RocketMQ commits
@@ -222,7 +229,7 @@ class PopProcessor:
                                                   "service imports it at its start); pop consumption waits for it")
             await asyncio.sleep(0.1)
 
-    async def _adopt(self, rocketmq: RocketMQPopAdoption, ends: dict[int, int]) -> None:
+    async def _adopt(self, rocketmq: RocketMQPopAdoption, ends: dict[tuple[str, int], int]) -> None:
         """Apache RocketMQ's open checkpoints made rocketstore's own (see ``pop_adoption.py``): stored in the revive
         queue, in the table, revived at their time. RocketMQ's revive offsets then name the end of each queue."""
         ctx = self._ctx
@@ -241,9 +248,10 @@ class PopProcessor:
                 ck.revive_offset = offset
                 self.table.seen(offset)
                 self._loaded_checkpoint(ck)
-        for queue_id, end in ends.items():
-            if queue_id and end > ctx.offsets.query(REVIVE_GROUP, self.revive_topic, queue_id) + 1:
-                ctx.offsets.commit(REVIVE_GROUP, self.revive_topic, queue_id, end - 1)
+        for (topic, queue_id), end in ends.items():
+            if (topic, queue_id) != (self.revive_topic, 0) and end > ctx.offsets.query(REVIVE_GROUP, topic,
+                                                                                      queue_id) + 1:
+                ctx.offsets.commit(REVIVE_GROUP, topic, queue_id, end - 1)
         _log.warning("Apache RocketMQ's pop checkpoints adopted", revive_topic=self.revive_topic,
                      checkpoints=len(adopted), messages=sum(len(ck.offsets) for ck in adopted),
                      open_found=len(found), records=len(rocketmq))

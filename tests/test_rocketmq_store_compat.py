@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rocketstore.services.gateway.pop_records import Ack, Checkpoint, RocketMQCheckpoint, decode_record
 
 from rocketstore.client import Admin, PullConsumer
 from rocketstore.client.messages import ReceivedMessage
@@ -35,6 +36,9 @@ from rmq5_venv import run_client  # noqa: E402
 
 PEER_DIR = Path(os.environ.get("ROCKETSTORE_PEER_DIR", "/tmp/rocketstore-peer"))
 TIMER_LATER_S = 45  # a timer RocketMQ still holds when it stops: rocketstore delivers it
+# Messages a v2 group received from RocketMQ and did not acknowledge: invisible past RocketMQ's stop (their
+# checkpoints still timers in its wheel), received again from rocketstore once this is over.
+POP_INVISIBLE_S = 40
 # rocketstore's delay levels for the RocketMQ store: level 18 (2 h in RocketMQ) is 2 s here, so the messages
 # RocketMQ still held at that level come due at once (a deliver time beyond one level is corrected to now).
 DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2s"
@@ -177,6 +181,7 @@ def test_rocketmq_store_is_served_by_rocketstore(build: peer_bench.Build, store:
         rmq.create_topic("CFifo", 2, "FIFO")
         rmq.create_topic("CTimer", 1, "DELAY")
         rmq.create_topic("CTx", 1, "TRANSACTION")
+        rmq.create_topic("CPop", 2)
         normal = _remoting_send(build, rmq, "CNormal", 20, "rn")
         level1 = _remoting_send(build, rmq, "CNormal", 2, "d1", level=1)  # RocketMQ delivers these
         level18 = _remoting_send(build, rmq, "CNormal", 2, "d18", level=18)  # still held when it stops
@@ -191,6 +196,15 @@ def test_rocketmq_store_is_served_by_rocketstore(build: peer_bench.Build, store:
         _java(build, "LitePull", rmq.namesrv, "CNormal", "v1group", "8")
         _retrying("consume.py", {"endpoint": rmq.endpoint, "group": "v2group", "topic": "CFifo", "steps": [
             {"op": "receive", "max": 2, "invisible": 30, "until": 2}, {"op": "ack"}]})
+        # Pop consumption in flight: six received, three acknowledged, one given a new invisible time (a new
+        # checkpoint and an acknowledgement of the old one), two left as they are.
+        _retrying("produce.py", {"endpoint": rmq.endpoint, "topic": "CPop", "messages": [
+            {"body": f"p{i}", "tag": "P", "keys": [f"p{i}"]} for i in range(6)]})
+        popped = _retrying("consume.py", {"endpoint": rmq.endpoint, "group": "popgroup", "topic": "CPop", "steps": [
+            {"op": "receive", "max": 16, "invisible": POP_INVISIBLE_S, "until": 6, "timeout": 30},
+            {"op": "ack", "bodies": ["p0", "p1", "p2"]}, {"op": "change", "body": "p3", "invisible": POP_INVISIBLE_S}]})
+        assert sorted(m["body"] for m in popped[0]) == [f"p{i}" for i in range(6)]
+        popped_at = time.time()
         time.sleep(max(0.0, timers[0]["at"] + 2 - time.time()))  # RocketMQ delivers t-soon and level 1
     finally:
         rmq.stop()
@@ -240,6 +254,27 @@ def test_rocketmq_store_is_served_by_rocketstore(build: peer_bench.Build, store:
         timed = _wait_for("the timer RocketMQ held", lambda: (
             ms if len(ms := _all_messages(up.endpoint, "CTimer")) == 2 else None), TIMER_LATER_S + 30)
         assert timed[1].msg_id == later["message_id"] and timed[1].store_timestamp >= later["at"] * 1000 - 1000
+        # Pop: RocketMQ's checkpoints (some still timers in its wheel when it stopped) are rocketstore's now.
+        revive = [(m.queue_offset, decode_record(m.properties.get("TAGS"), m.body))
+                  for m in _all_messages(up.endpoint, "rmq_sys_REVIVE_LOG_PeerCluster")]
+        theirs = [r for _, r in revive if isinstance(r, RocketMQCheckpoint) and r.group == "popgroup"]
+        assert theirs and all(r.broker_name == "peer-broker-a" for r in theirs)
+        assert any(isinstance(r, Ack) and r.rocketmq and r.group == "popgroup" for _, r in revive)
+        ours = [r for r in (decode_record(m.properties.get("TAGS"), m.body)
+                            for m in _all_messages(up.endpoint, "rmq_sys_REVIVE_LOG_DefaultCluster"))
+                if isinstance(r, Checkpoint) and r.group == "popgroup"]
+        assert {ck.key for ck in ours} <= {ck.key for ck in theirs} and sum(len(ck.offsets) for ck in ours) == 3
+        # The unacknowledged messages are received again once their invisible time is over; the acknowledged
+        # ones never.
+        wait = max(10.0, popped_at + POP_INVISIBLE_S + 30 - time.time())
+        again, after = run_client("consume.py", {"endpoint": up.endpoint, "group": "popgroup", "topic": "CPop",
+                                                 "steps": [{"op": "receive", "max": 16, "invisible": 30, "until": 3,
+                                                            "timeout": wait},
+                                                           {"op": "receive", "max": 16, "invisible": 30,
+                                                            "until": 1, "timeout": 3}]}, timeout=wait + 60)
+        assert sorted(m["body"] for m in again) == ["p3", "p4", "p5"] and after == []
+        assert {m["id"] for m in again} == {m["id"] for m in popped[0] if m["body"] in ("p3", "p4", "p5")}
+        assert [m["attempt"] for m in again] == [2, 2, 2]
     finally:
         up.stop()
     assert not (store / "timerwheel").exists() and (store / "rocketmq-timer-imported" / "timerwheel").is_file()

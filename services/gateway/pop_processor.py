@@ -163,7 +163,7 @@ class PopProcessor:
         rocketmq = RocketMQPopAdoption()
         ends: dict[tuple[str, int], int] = {}
         cks = acks = 0
-        for topic, queue_id in self._revive_queues():
+        for topic, queue_id in await self._revive_queues():
             ours = topic == self.revive_topic and queue_id == 0
             committed = ctx.offsets.query(REVIVE_GROUP, topic, queue_id)
             async for batch in ctx.index.read_queue(topic, queue_id, start if ours else committed + 1, 0):
@@ -201,13 +201,18 @@ class PopProcessor:
         _log.info("pop checkpoints loaded", revive_topic=self.revive_topic, from_offset=start, checkpoints=cks,
                   acks=acks, open=len(self.table))
 
-    def _revive_queues(self) -> list[tuple[str, int]]:
-        """Every queue of every revive topic: rocketstore's own (its queue 0 first), and Apache RocketMQ's in a
-        store it wrote (``reviveQueueNum`` queues; under another cluster name when it ran with another)."""
-        topics = [t for t in self._ctx.topics.list() if t.topic_name.startswith(REVIVE_TOPIC_PREFIX)]
-        topics.sort(key=lambda t: t.topic_name != self.revive_topic)
-        out = [(t.topic_name, q) for t in topics for q in range(max(t.read_queue_nums, 1))]
-        return out if out else [(self.revive_topic, 0)]
+    async def _revive_queues(self) -> list[tuple[str, int]]:
+        """The revive queues to read at start: rocketstore's own queue 0, then every queue of a revive topic that
+        holds records past the revive group's offset: Apache RocketMQ's in a store it wrote (``reviveQueueNum``
+        queues, under another cluster name when it ran with another)."""
+        out = [(self.revive_topic, 0)]
+        names = sorted(t.topic_name for t in self._ctx.topics.list() if t.topic_name.startswith(REVIVE_TOPIC_PREFIX))
+        for name in names:
+            for q in await self._ctx.index.queue_offsets(name):
+                if (q.topic, q.queue_id) != out[0] and \
+                        q.max_offset > self._ctx.offsets.query(REVIVE_GROUP, q.topic, q.queue_id) + 1:
+                    out.append((q.topic, q.queue_id))
+        return out
 
     def _loaded_checkpoint(self, ck: Checkpoint) -> None:
         """A checkpoint read back at start: in the table, and the group's offset past its batch (RocketMQ commits

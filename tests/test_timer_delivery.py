@@ -121,6 +121,7 @@ class _RecordingCommitLog:
     def __init__(self) -> None:
         self.records: dict[int, bytes] = {}
         self.appended: list[list[str]] = []
+        self.messages: list[object] = []
 
     def read_records(self, ranges: list[tuple[int, int]]) -> list[bytes | None]:
         return [self.records.get(offset) for offset, _ in ranges]
@@ -129,6 +130,7 @@ class _RecordingCommitLog:
         from types import SimpleNamespace
 
         self.appended.append([m.body.decode() for m in messages])  # type: ignore[attr-defined]
+        self.messages += messages
         return SimpleNamespace(columns=SimpleNamespace(statuses=[0] * len(messages)))
 
 
@@ -303,3 +305,44 @@ def test_rocketmq_timercheck_is_written_while_running(tmp_path: object, monkeypa
         service.check.last_read_time_ms, 7)
     time.sleep(0.5)
     assert service.hand_over() is False  # nothing moved
+
+
+@pytest.mark.parametrize("master", [True, False])
+def test_rocketmq_pop_records_in_its_wheel_are_delivered_at_import(tmp_path: object, master: bool) -> None:
+    """Apache RocketMQ's pop checkpoints and acknowledgements are timer messages of its revive topic: imported
+    from its wheel, a master delivers them at once (the gateway adopts them at its start) and keeps the other
+    timers; a slave, which stores nothing, keeps them all in the wheel."""
+    from rocketstore.services.schedule import rocketmq_timer as rt
+    from rocketstore.services.schedule import timer_service
+
+    from rocketstore.storage.codec import encode_message
+    from rocketstore.storage.message import Message
+
+    root, now = str(tmp_path), int(time.time() * 1000) // 1000 * 1000
+    commitlog = _RecordingCommitLog()
+    wheel, log = bytearray(rt.SLOTS * rt.SLOT.size), bytearray(4096)
+    due = now + 30_000
+    for i, (body, real_topic, tag) in enumerate([(b'{"so":1}', "rmq_sys_REVIVE_LOG_PeerCluster", "ck"),
+                                                 (b"later", "Later", "T")]):
+        props = {"REAL_TOPIC": real_topic, "REAL_QID": "3", "TIMER_OUT_MS": str(due), "TAGS": tag}
+        record = encode_message(Message(topic=TIMER_TOPIC, body=body, queue_id=0, properties=props), i,
+                                1000 * (i + 1), now)
+        commitlog.records[1000 * (i + 1)] = record
+        rt.LOG_UNIT.pack_into(log, 52 * i, rt.LOG_UNIT.size, 52 * (i - 1), 1, now, 0, 1000 * (i + 1), len(record),
+                              0, 0)
+    rt.SLOT.pack_into(wheel, (due // 1000 % rt.SLOTS) * rt.SLOT.size, due // 1000, 0, 52, 2, 0)
+    (tmp_path / "timerwheel").write_bytes(wheel)  # type: ignore[operator]
+    (tmp_path / "timerlog").mkdir()  # type: ignore[operator]
+    (tmp_path / "timerlog" / "00000000000000000000").write_bytes(log)  # type: ignore[operator]
+    rt.write_checkpoint(root, now, 2)
+    service = timer_service.TimerMessageService(commitlog, _EmptyIndex(), root, 1000,  # type: ignore[arg-type]
+                                                deliver=master)
+    kept = service.import_rocketmq_timers()
+    if master:
+        assert kept == 1 and commitlog.appended == [['{"so":1}']]
+        [ck] = commitlog.messages
+        assert (ck.topic, ck.queue_id) == ("rmq_sys_REVIVE_LOG_PeerCluster", 3)  # type: ignore[attr-defined]
+    else:
+        assert kept == 2 and commitlog.appended == []
+    assert [u.commitlog_offset for u in service.wheel.read(due, 0, 8)][-1] == 2000
+    assert not (tmp_path / "timerwheel").exists()  # type: ignore[operator]

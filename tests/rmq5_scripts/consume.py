@@ -6,7 +6,7 @@ stdin: {"endpoint": "127.0.0.1:8081", "group": "G", "topic": "T", "expression": 
   {"op": "receive", "max": 32, "invisible": 2, "until": 3, "timeout": 10}: receive until ``until`` messages
       came (one receive when absent) or ``timeout`` seconds passed; its result is the list of messages;
   {"op": "ack", "bodies": ["a", ...]}: acknowledge the latest received message of each body (every body
-      received so far without "bodies");
+      received so far without "bodies"; with "count": n instead, the first n bodies in sorted order, answered);
   {"op": "change", "body": "a", "invisible": 5}: change that message's invisible duration;
 stdout: one JSON line, one result per step. With "tls": true the client connects over TLS (its tls_enable),
 trusting the roots grpc reads from GRPC_DEFAULT_SSL_ROOTS_FILE_PATH; with "report_errors": true a failed startup or
@@ -48,9 +48,10 @@ def run(step):
                 break
         return got
     if step["op"] == "ack":
-        for body in step.get("bodies", list(latest)):
+        bodies = sorted(latest)[:step["count"]] if "count" in step else step.get("bodies", list(latest))
+        for body in bodies:
             consumer.ack(latest[body])
-        return None
+        return bodies if "count" in step else None
     if step["op"] == "change":
         m = latest[step["body"]]
         before = m.receipt_handle

@@ -191,8 +191,13 @@ class PopProcessor:
                         _log.warning("revive record skipped: neither a checkpoint nor an acknowledgement",
                                      revive_topic=topic, revive_queue=queue_id, offset=m.queue_offset,
                                      tag=m.properties.get("TAGS"), msg_id=m.properties.get("UNIQ_KEY"))
-        if len(rocketmq) and master:
-            await self._adopt(rocketmq, ends)
+        if master:
+            if len(rocketmq):
+                await self._adopt(rocketmq)
+            for (topic, queue_id), end in ends.items():  # RocketMQ's queues: nothing left to read there
+                if (topic, queue_id) != (self.revive_topic, 0) and \
+                        end > ctx.offsets.query(REVIVE_GROUP, topic, queue_id) + 1:
+                    ctx.offsets.commit(REVIVE_GROUP, topic, queue_id, end - 1)
         for ck in self.table.open_checkpoints():
             heapq.heappush(self._due, (ck.revive_time, ck.key))
         for queue in self.table.order_queues():
@@ -234,9 +239,9 @@ class PopProcessor:
                                                   "service imports it at its start); pop consumption waits for it")
             await asyncio.sleep(0.1)
 
-    async def _adopt(self, rocketmq: RocketMQPopAdoption, ends: dict[tuple[str, int], int]) -> None:
+    async def _adopt(self, rocketmq: RocketMQPopAdoption) -> None:
         """Apache RocketMQ's open checkpoints made rocketstore's own (see ``pop_adoption.py``): stored in the revive
-        queue, in the table, revived at their time. RocketMQ's revive offsets then name the end of each queue."""
+        queue, in the table, revived at their time."""
         ctx = self._ctx
         found = rocketmq.open_checkpoints()
         adopted: list[Checkpoint] = []
@@ -253,10 +258,6 @@ class PopProcessor:
                 ck.revive_offset = offset
                 self.table.seen(offset)
                 self._loaded_checkpoint(ck)
-        for (topic, queue_id), end in ends.items():
-            if (topic, queue_id) != (self.revive_topic, 0) and end > ctx.offsets.query(REVIVE_GROUP, topic,
-                                                                                      queue_id) + 1:
-                ctx.offsets.commit(REVIVE_GROUP, topic, queue_id, end - 1)
         _log.warning("Apache RocketMQ's pop checkpoints adopted", revive_topic=self.revive_topic,
                      checkpoints=len(adopted), messages=sum(len(ck.offsets) for ck in adopted),
                      open_found=len(found), records=len(rocketmq))

@@ -10,6 +10,7 @@ The other way, rocketstore stops cleanly (or is killed with -9, for its timers) 
 
 from __future__ import annotations
 
+import mmap
 import os
 import shutil
 import signal
@@ -26,6 +27,8 @@ from rocketstore.services.gateway.pop_records import Ack, Checkpoint, RocketMQCh
 from rocketstore.client import Admin, PullConsumer
 from rocketstore.client.messages import ReceivedMessage
 from rocketstore.config.config_file import parse_json
+from rocketstore.storage.codec import check_record, decode_message
+from rocketstore.storage.message import MessageExt
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
@@ -156,6 +159,18 @@ def _all_messages(endpoint: str, topic: str) -> list[ReceivedMessage]:
     return out
 
 
+def _stored_records(store: Path) -> list[MessageExt]:
+    """Every record of the store's CommitLog, read from its files."""
+    out: list[MessageExt] = []
+    for path in sorted((store / "commitlog").iterdir()):
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            pos = 0
+            while (size := check_record(data, pos, len(data), None, False)) > 0:
+                out.append(decode_message(data, pos))
+                pos += size
+    return out
+
+
 def _wait_for(what: str, check: Any, timeout: float) -> Any:
     deadline = time.monotonic() + timeout
     while True:
@@ -254,18 +269,9 @@ def test_rocketmq_store_is_served_by_rocketstore(build: peer_bench.Build, store:
         timed = _wait_for("the timer RocketMQ held", lambda: (
             ms if len(ms := _all_messages(up.endpoint, "CTimer")) == 2 else None), TIMER_LATER_S + 30)
         assert timed[1].msg_id == later["message_id"] and timed[1].store_timestamp >= later["at"] * 1000 - 1000
-        # Pop: RocketMQ's checkpoints (some still timers in its wheel when it stopped) are rocketstore's now.
-        revive = [(m.queue_offset, decode_record(m.properties.get("TAGS"), m.body))
-                  for m in _all_messages(up.endpoint, "rmq_sys_REVIVE_LOG_PeerCluster")]
-        theirs = [r for _, r in revive if isinstance(r, RocketMQCheckpoint) and r.group == "popgroup"]
-        assert theirs and all(r.broker_name == "peer-broker-a" for r in theirs)
-        assert any(isinstance(r, Ack) and r.rocketmq and r.group == "popgroup" for _, r in revive)
-        ours = [r for r in (decode_record(m.properties.get("TAGS"), m.body)
-                            for m in _all_messages(up.endpoint, "rmq_sys_REVIVE_LOG_DefaultCluster"))
-                if isinstance(r, Checkpoint) and r.group == "popgroup"]
-        assert {ck.key for ck in ours} <= {ck.key for ck in theirs} and sum(len(ck.offsets) for ck in ours) == 3
-        # The unacknowledged messages are received again once their invisible time is over; the acknowledged
-        # ones never.
+        # Pop: the messages received and not acknowledged are received again once their invisible time is
+        # over (RocketMQ's checkpoints, some still timers in its wheel when it stopped, adopted); the
+        # acknowledged ones never.
         wait = max(10.0, popped_at + POP_INVISIBLE_S + 30 - time.time())
         again, after = run_client("consume.py", {"endpoint": up.endpoint, "group": "popgroup", "topic": "CPop",
                                                  "steps": [{"op": "receive", "max": 16, "invisible": 30, "until": 3,
@@ -277,6 +283,17 @@ def test_rocketmq_store_is_served_by_rocketstore(build: peer_bench.Build, store:
         assert [m["attempt"] for m in again] == [2, 2, 2]
     finally:
         up.stop()
+    # RocketMQ's records as it wrote them (delivered to its revive topic, or still timers at its stop), and
+    # rocketstore's checkpoints made of the open ones, in rocketstore's revive topic.
+    rmq_records = [decode_record(m.properties.get("TAGS"), m.body) for m in _stored_records(store)
+                   if m.properties.get("REAL_TOPIC", m.topic) == "rmq_sys_REVIVE_LOG_PeerCluster"]
+    theirs = [r for r in rmq_records if isinstance(r, RocketMQCheckpoint) and r.group == "popgroup"]
+    assert theirs and all(r.broker_name == "peer-broker-a" and r.topic == "CPop" for r in theirs)
+    assert any(isinstance(r, Ack) and r.rocketmq and r.group == "popgroup" for r in rmq_records)
+    adopted = [r for r in (decode_record(m.properties.get("TAGS"), m.body) for m in _stored_records(store)
+                           if m.topic == "rmq_sys_REVIVE_LOG_DefaultCluster")
+               if isinstance(r, Checkpoint) and r.group == "popgroup" and r.pop_time < popped_at * 1000]
+    assert {ck.key for ck in adopted} <= {ck.key for ck in theirs} and sum(len(ck.offsets) for ck in adopted) == 3
     assert not (store / "timerwheel").exists() and (store / "rocketmq-timer-imported" / "timerwheel").is_file()
     assert (store / "config" / "timercheck").stat().st_size == 4096
 

@@ -299,8 +299,9 @@ def test_rocketmq_store_is_served_by_rocketstore(build: peer_bench.Build, store:
 
 
 def test_rocketstore_store_is_served_by_rocketmq(build: peer_bench.Build, store: Path) -> None:
-    # RocketMQ's name for the cluster: it reads the revive topic of its own (rmq_sys_REVIVE_LOG_<cluster>).
-    up = _Up(store, "--set", "brokerClusterName=PeerCluster")
+    # RocketMQ's names: it reads the revive topic of its cluster (rmq_sys_REVIVE_LOG_<cluster>) and the messages
+    # of a checkpoint from the broker it names.
+    up = _Up(store, "--set", "brokerClusterName=PeerCluster", "--set", "brokerName=peer-broker-a")
     try:
         with Admin(up.endpoint) as admin:
             admin.create_topic("Ours", read_queue_nums=2, write_queue_nums=2)

@@ -188,7 +188,7 @@ class PopProcessor:
                         record.revive_offset = m.queue_offset
                         self._loaded_checkpoint(record)
                     else:
-                        _log.warning("revive record skipped: neither a checkpoint nor an acknowledgement",
+                        _log.warning("revive record skipped: not a checkpoint or acknowledgement to take over",
                                      revive_topic=topic, revive_queue=queue_id, offset=m.queue_offset,
                                      tag=m.properties.get("TAGS"), msg_id=m.properties.get("UNIQ_KEY"))
         if master:

@@ -311,6 +311,9 @@ def test_rocketstore_store_is_served_by_rocketmq(build: peer_bench.Build, store:
         timers = run_client("delay.py", {"endpoint": up.endpoint, "topic": "OursTimer", "messages": [
             {"body": "t-soon", "delay_s": 1}, {"body": "t-later", "delay_s": TIMER_LATER_S}]})
         _wait_for("the first timer", lambda: _all_messages(up.endpoint, "OursTimer"), 30)
+        # Another group's checkpoint, settled, before: the revive offset rocketstore leaves is past it.
+        run_client("consume.py", {"endpoint": up.endpoint, "group": "ours-early", "topic": "Ours", "steps": [
+            {"op": "receive", "max": 2, "invisible": 30, "until": 2}, {"op": "ack"}]})
         # Six received, four acknowledged: RocketMQ revives the other two (rocketstore's open checkpoint).
         steps = [{"op": "receive", "max": 6, "invisible": POP_INVISIBLE_S // 2, "until": 6}, {"op": "ack", "count": 4}]
         first, acked = run_client("consume.py", {"endpoint": up.endpoint, "group": "ours-v2", "topic": "Ours",

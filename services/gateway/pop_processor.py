@@ -202,7 +202,9 @@ class PopProcessor:
             heapq.heappush(self._due, (ck.revive_time, ck.key))
         for queue in self.table.order_queues():
             self._commit_order(queue)
-        self._revive_committed = start
+        # Committed again at the first tick even when unmoved: a store an earlier version stopped holds the first
+        # open checkpoint's own offset, which RocketMQ would read past.
+        self._revive_committed = -1
         _log.info("pop checkpoints loaded", revive_topic=self.revive_topic, from_offset=start, checkpoints=cks,
                   acks=acks, open=len(self.table))
 

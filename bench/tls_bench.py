@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -173,9 +174,21 @@ def _thread_cpu(tid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def pump_cost(round_trips: int) -> None:
-    import socket
+def _round_trips(client: socket.socket, relay: threading.Thread | None, count: int) -> tuple[float, float]:
+    """``count`` round trips of a 1,200-byte request and a 100-byte answer through a relay: the CPU seconds
+    of the relay's thread and the wall seconds they took."""
+    assert relay is not None and relay.native_id is not None
+    request = b"P" * 1199 + b"."
+    cpu0, t0 = _thread_cpu(relay.native_id), time.perf_counter()
+    for _ in range(count):
+        client.sendall(request)
+        got = 0
+        while got < 100:
+            got += len(client.recv(100 - got))
+    return _thread_cpu(relay.native_id) - cpu0, time.perf_counter() - t0
 
+
+def pump_cost(round_trips: int) -> None:
     backend = socket.create_server(("127.0.0.1", 0))
 
     def answer() -> None:
@@ -195,16 +208,7 @@ def pump_cost(round_trips: int) -> None:
         try:
             with socket.create_connection(("127.0.0.1", demux.port)) as client:
                 client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                request = b"P" * 1199 + b"."
-                thread = demux._thread
-                assert thread is not None and thread.native_id is not None
-                cpu0, t0 = _thread_cpu(thread.native_id), time.perf_counter()
-                for _ in range(round_trips):
-                    client.sendall(request)
-                    got = 0
-                    while got < 100:
-                        got += len(client.recv(100 - got))
-                cpu, elapsed = _thread_cpu(thread.native_id) - cpu0, time.perf_counter() - t0
+                cpu, elapsed = _round_trips(client, demux._thread, round_trips)
         finally:
             demux.close()
             _speedups.compiled = saved
@@ -216,7 +220,6 @@ def pump_cost(round_trips: int) -> None:
 def terminator_cost(round_trips: int) -> None:
     """The TLS terminator's thread (tls.server.need.client.auth=optional) relaying a TLS client's round trips
     to the same echo backend, alone on its port (enforcing): its CPU per round trip, decryption included."""
-    import socket
     import ssl
 
     from rocketstore.rpc.tls import ClientAuth, ServerTls, TlsMode, self_signed
@@ -244,16 +247,7 @@ def terminator_cost(round_trips: int) -> None:
             raw = socket.create_connection(("127.0.0.1", terminator.port))
             raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             with client_context.wrap_socket(raw, server_hostname="localhost") as client:
-                request = b"P" * 1199 + b"."
-                thread = terminator._thread
-                assert thread is not None and thread.native_id is not None
-                cpu0, t0 = _thread_cpu(thread.native_id), time.perf_counter()
-                for _ in range(round_trips):
-                    client.sendall(request)
-                    got = 0
-                    while got < 100:
-                        got += len(client.recv(100 - got))
-                cpu, elapsed = _thread_cpu(thread.native_id) - cpu0, time.perf_counter() - t0
+                cpu, elapsed = _round_trips(client, terminator._thread, round_trips)
         finally:
             terminator.close()
     print(f"TLS terminator {round_trips} round trips: {cpu / round_trips * 1e6:5.1f} µs of its CPU each, "

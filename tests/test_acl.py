@@ -58,7 +58,8 @@ def _entry(resource: str, *actions: Action, decision: Decision = Decision.ALLOW,
     return PolicyEntry(Resource.parse(resource), actions, ips, decision)
 
 
-def _json_lines(text: str) -> list[dict[str, Any]]:
+def json_log_lines(text: str) -> list[dict[str, Any]]:
+    """The JSON lines of a service's log (other lines, e.g. a native library's, skipped)."""
     out = []
     for line in text.splitlines():
         try:
@@ -228,7 +229,7 @@ def test_every_kind_of_bad_signature_is_refused(secured: Broker) -> None:
     # Each refusal is logged by the broker with its reason, once a minute per client and reason (not per call).
     _refused(lambda: stub.GetTopicStats(pb.GetTopicStatsRequest(topic="Payments"), metadata=signed_metadata(ALICE),
                                         timeout=10))
-    refusals = [line for line in _json_lines(secured.gateway.log_text()) if line.get("event") == "call refused"]
+    refusals = [line for line in json_log_lines(secured.gateway.log_text()) if line.get("event") == "call refused"]
     for _, why in cases:
         assert any(why in line["reason"] and line["status"] == "UNAUTHENTICATED" for line in refusals), why
     payments = [line for line in refusals if "on Topic:Payments" in line["reason"]]

@@ -8,7 +8,6 @@ for the module (the credentials' test, a broker of its own)."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -20,7 +19,7 @@ from typing import Any
 import pytest
 from conftest import DEFAULT_BROKER_SETTINGS, RPC_TIMEOUT, Broker
 from java_client import JavaClient
-from test_acl import ALICE, AUTH, ROOT
+from test_acl import ALICE, AUTH, ROOT, json_log_lines
 from test_push_consumer_retry import cli, dead_count
 from test_tls import TlsOnlyBroker
 
@@ -90,16 +89,6 @@ def _stored(broker: Broker, topic: str) -> list[list[pb.ReceivedMessage]]:
             got += r.messages
         queues.append(got)
     return queues
-
-
-def _json_lines(text: str) -> list[dict[str, Any]]:
-    out = []
-    for line in text.splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue
-    return out
 
 
 def _wait_for(what: Callable[[], bool], say: str, timeout: float = WAIT) -> None:
@@ -392,7 +381,7 @@ def test_credentials_over_tls_are_allowed_and_denied_per_rule(
         causes = java_client.refused(op, **alice, **args)
         assert causes[0].startswith("IllegalStateException"), causes
         _wait_for(lambda why=why: any(line.get("event") == "call refused" and why in line.get("reason", "")
-                                      for line in _json_lines(secured_tls_only.log_text())),
+                                      for line in json_log_lines(secured_tls_only.log_text())),
                   f"the broker to log {why!r}")
         if java_client.writes_log:
             _wait_for(lambda why=why, seen=seen: why in client_log.read_text(errors="replace")[seen:],

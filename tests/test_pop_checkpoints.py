@@ -158,6 +158,25 @@ def test_an_ordered_queue_blocks_commits_and_supersedes() -> None:
     assert len(table) == 0
 
 
+def test_an_ordered_queue_is_not_blocked_for_a_retry_of_the_receive_that_blocked_it() -> None:
+    table = CheckpointTable()
+    queue = ("G", "T", 0)
+    first = _ck(0, 2, pop_time=1000, invisible=500, order=True)
+    first.attempt_id = "try-1"
+    back = decode_record(*_stored(ck_message("rmq_sys_REVIVE_LOG_C", first)))
+    assert isinstance(back, Checkpoint) and back.attempt_id == "try-1"  # kept across a restart
+    table.add(first)
+    state = table.order_state(queue, now_ms=1200)
+    assert state is not None and state.blocked_until == 1500
+    assert not state.blocks("try-1")  # the same receive tried again (its answer was lost)
+    assert state.blocks("try-2") and state.blocks("")  # any other receive waits
+    again = _ck(0, 2, pop_time=1200, invisible=500, order=True)
+    again.attempt_id = "try-2"
+    table.add(again)  # another receive's checkpoint blocks it now: try-1 waits too
+    state = table.order_state(queue, now_ms=1300)
+    assert state is not None and state.blocks("try-1") and not state.blocks("try-2")
+
+
 def test_receipt_handles_round_trip_and_refuse_what_is_not_one() -> None:
     handle = ReceiptHandle(3, 1_700_000_000_000, 30_000, 0, True, "broker-a", 2, 7, 12_345)
     assert ReceiptHandle.decode(handle.encode()) == handle

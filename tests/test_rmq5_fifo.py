@@ -229,3 +229,38 @@ def test_an_auto_renewed_receive_keeps_its_messages_until_acknowledged_with_the_
     assert bye.status.code == d.OK
     again = receive(1, wait_s=2.5)
     assert [(m.body, m.system_properties.delivery_attempt) for m in again] == [(b"released", 2)]
+
+
+def test_a_fifo_receive_tried_again_with_its_attempt_id_gets_its_messages_again_at_once(broker: Broker) -> None:
+    """A receive whose answer was lost is tried again with the same attempt_id (the Java client's FIFO consumer
+    does): the queue its first try blocked gives the same messages again at once, at the same delivery attempt,
+    while a receive with another attempt id still waits for them (ConsumerOrderInfoManager.checkBlock)."""
+    assert broker.gateway is not None
+    _setup(broker, "Attempts", "attempters", retry_max_times=16, queues=1)
+    for body in (b"a0", b"a1", b"a2"):
+        _stub(broker).Send(pb.SendRequest(topic="Attempts", messages=[pb.OutgoingMessage(body=body)]))
+    v2 = s_grpc.MessagingServiceStub(grpc.insecure_channel(broker.gateway.endpoint))
+
+    def receive(attempt_id: str, wait_s: int = 1) -> list[d.Message]:
+        request = s.ReceiveMessageRequest(
+            group=d.Resource(name="attempters"), message_queue=d.MessageQueue(topic=d.Resource(name="Attempts")),
+            filter_expression=d.FilterExpression(type=d.TAG, expression="*"), batch_size=2,
+            invisible_duration=Duration(seconds=60), long_polling_timeout=Duration(seconds=wait_s),
+            attempt_id=attempt_id)
+        return [r.message for r in v2.ReceiveMessage(request, metadata=METADATA, timeout=wait_s + 10)
+                if r.HasField("message")]
+
+    deadline, first = time.monotonic() + 10, []
+    while not first and time.monotonic() < deadline:
+        first = receive("try-1")
+    assert [(m.body, m.system_properties.delivery_attempt) for m in first] == [(b"a0", 1), (b"a1", 1)]
+    assert receive("try-2") == []  # blocked for 60 s by try-1's messages
+    again = receive("try-1")
+    assert [(m.body, m.system_properties.delivery_attempt) for m in again] == [(b"a0", 1), (b"a1", 1)]
+    ack = v2.AckMessage(s.AckMessageRequest(
+        group=d.Resource(name="attempters"), topic=d.Resource(name="Attempts"),
+        entries=[s.AckMessageEntry(message_id=m.system_properties.message_id,
+                                   receipt_handle=m.system_properties.receipt_handle) for m in again]),
+        metadata=METADATA)
+    assert ack.status.code == d.OK, ack
+    assert [m.body for m in receive("try-3", wait_s=3)] == [b"a2"]  # settled: the queue goes on

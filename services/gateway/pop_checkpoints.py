@@ -30,6 +30,13 @@ class OrderState:
     blocked_until: int  # ms: the queue gives nothing before this (0: not blocked)
     done: frozenset[int]  # offsets at or after ``committed`` already done: skipped by the next pop
     attempts: dict[int, int]  # offset -> the attempt it was last delivered with (live entries)
+    blocking_attempts: frozenset[str] = frozenset()  # the attempt ids of the receives whose messages block it
+
+    def blocks(self, attempt_id: str) -> bool:
+        """Whether a receive with ``attempt_id`` must wait: the queue is blocked, unless only by messages
+        that receive's own earlier try hid (ConsumerOrderInfoManager.checkBlock: a retry of the same attempt
+        is given its messages again, so a receive whose answer was lost does not wait out their invisible time)."""
+        return bool(self.blocked_until) and not (attempt_id and self.blocking_attempts == {attempt_id})
 
 
 class CheckpointTable:
@@ -127,16 +134,18 @@ class CheckpointTable:
             return None
         live: dict[int, int] = {}
         blocked = 0
+        blocking: set[str] = set()
         for ck in cks:
             for i in ck.open_indexes:
                 live[ck.offsets[i]] = ck.attempts[i]
                 if ck.revive_time > now_ms:
                     blocked = max(blocked, ck.revive_time)
+                    blocking.add(ck.attempt_id)
         end = max(ck.next_offset for ck in cks)
         committed = min(live, default=end)
         done = frozenset(o for ck in cks for i, o in enumerate(ck.offsets)
                          if ck.settled.get(i) in _DONE and o >= committed)
-        return OrderState(committed, blocked, done, live)
+        return OrderState(committed, blocked, done, live, frozenset(blocking))
 
     def order_committed(self, queue: QueueKey, now_ms: int) -> int:
         """The ordered queue's committed offset as its checkpoints say; -1 when they say nothing."""

@@ -315,9 +315,10 @@ class PopProcessor:
 
     # --- receive -------------------------------------------------------------------------------
     async def pop(self, group: str, topic: str, read_queue_nums: int, subscription: Subscription, batch: int,
-                  invisible_ms: int, fifo: bool, timeout: float) -> tuple[list[Popped], bool]:
+                  invisible_ms: int, fifo: bool, timeout: float, attempt_id: str = "") -> tuple[list[Popped], bool]:
         """Up to ``batch`` messages hidden for ``invisible_ms``, waiting up to ``timeout`` seconds for the
-        first; also whether every checkpoint was confirmed durable."""
+        first; also whether every checkpoint was confirmed durable. ``attempt_id``: the receive's (v2), which a
+        retry of it repeats; an ordered queue blocked only by that receive's messages gives them again."""
         await self.ready()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
@@ -327,7 +328,7 @@ class PopProcessor:
             try:
                 await asyncio.sleep(0)  # a receive woken at once (a queue moved meanwhile) still lets others run
                 popped, durable, unblock_ms = await self._pop_once(
-                    group, topic, read_queue_nums, subscription, batch, invisible_ms, fifo, ticket)
+                    group, topic, read_queue_nums, subscription, batch, invisible_ms, fifo, ticket, attempt_id)
                 remaining = deadline - loop.time()
                 if popped or remaining <= 0:
                     return popped, durable
@@ -356,7 +357,7 @@ class PopProcessor:
         return lock
 
     async def _pop_once(self, group: str, topic: str, read_queue_nums: int, subscription: Subscription,
-                        batch: int, invisible_ms: int, fifo: bool, ticket: Ticket
+                        batch: int, invisible_ms: int, fifo: bool, ticket: Ticket, attempt_id: str = ""
                         ) -> tuple[list[Popped], bool, int]:
         """One pass over the queues; each queue that gave nothing is waited on through ``ticket``."""
         first = random.randrange(max(read_queue_nums, 1))
@@ -386,7 +387,8 @@ class PopProcessor:
                 async with lock:
                     try:
                         got, ok, position, blocked = await self._pop_source(key, subscription, batch - len(out),
-                                                                            invisible_ms, fifo, source != topic)
+                                                                            invisible_ms, fifo, source != topic,
+                                                                            attempt_id)
                     except BrokerError:
                         if not out:
                             raise
@@ -403,9 +405,10 @@ class PopProcessor:
         return out, durable, unblock
 
     async def _pop_source(self, key: QueueKey, subscription: Subscription, n: int, invisible_ms: int, fifo: bool,
-                          retry: bool) -> tuple[list[Popped], bool, tuple[str, int, int] | None, int]:
+                          retry: bool, attempt_id: str = ""
+                          ) -> tuple[list[Popped], bool, tuple[str, int, int] | None, int]:
         if fifo:
-            return await self._pop_ordered(key, subscription, n, invisible_ms)
+            return await self._pop_ordered(key, subscription, n, invisible_ms, attempt_id)
         got, ok, position = await self._pop_queue(key, subscription, n, invisible_ms, retry)
         return got, ok, position, 0
 
@@ -476,14 +479,16 @@ class PopProcessor:
         heapq.heappush(self._due, (ck.revive_time, ck.key))
         return durable
 
-    async def _pop_ordered(self, key: QueueKey, subscription: Subscription, n: int, invisible_ms: int
-                           ) -> tuple[list[Popped], bool, tuple[str, int, int] | None, int]:
+    async def _pop_ordered(self, key: QueueKey, subscription: Subscription, n: int, invisible_ms: int,
+                           attempt_id: str = "") -> tuple[list[Popped], bool, tuple[str, int, int] | None, int]:
         """ConsumerOrderInfoManager's rules: nothing while a message of the queue's last batch is still
-        invisible; then from the first message not yet settled, skipping those settled after it."""
+        invisible (unless it is the same receive tried again: same ``attempt_id``); then from the first message
+        not yet settled, skipping those settled after it."""
         group, topic, queue_id = key
         state = self.table.order_state(key, _now_ms())
-        if state is not None and state.blocked_until:
+        if state is not None and state.blocks(attempt_id):
             return [], True, None, state.blocked_until
+        same_attempt = state is not None and bool(state.blocked_until)  # a retry: its messages' attempts stay
         if state is not None:
             offset = state.committed
         else:
@@ -502,13 +507,14 @@ class PopProcessor:
                 await self._forget_below(key, next_offset)  # deleted from the store: nothing left to deliver
             return [], True, (topic, queue_id, next_offset), 0
         limit = self.max_attempts(group)
-        attempts = [(state.attempts[m.queue_offset] + 1) if state is not None and m.queue_offset in state.attempts
+        attempts = [(state.attempts[m.queue_offset] + (0 if same_attempt else 1))
+                    if state is not None and m.queue_offset in state.attempts
                     else m.reconsume_times + 1 for m in found]
         ck = Checkpoint(group=group, topic=topic, queue_id=queue_id, start_offset=found[0].queue_offset,
                         pop_time=self._next_pop_time(), invisible_ms=invisible_ms,
                         offsets=[m.queue_offset for m in found], commitlog_offsets=[m.commitlog_offset for m in found],
                         attempts=attempts, next_offset=next_offset, order=True,
-                        broker_name=self._ctx.settings.broker_name)
+                        broker_name=self._ctx.settings.broker_name, attempt_id=attempt_id)
         durable = await self._add_checkpoint(ck)
         dead = [i for i, a in enumerate(attempts) if a > limit]
         if dead:  # attempts used up: the proxy forwards such a message to the DLQ instead of delivering it

@@ -6,11 +6,11 @@ A checkpoint (CK, tag ``ck``) is written when a receive hides messages: the queu
 the pop time and invisible time, and each message's offset (``d``, as differences from the first, RocketMQ's
 short JSON names). Beyond RocketMQ's fields it carries what a restart needs without reading the messages: their
 CommitLog offsets (``co``), the queue's next pop offset after the batch (``no``), the delivery attempt of each
-message (``at``) and whether the pop was ordered (``o``, FIFO). An ACK (tag ``ack``) names the checkpoint
-(queue, first offset, pop time) and the offsets it settles (``aol``), with why (``k``): acknowledged, moved
-by ChangeInvisibleDuration, sent to the dead-letter queue, or revived (stored again for redelivery); an ACK of
-several offsets is tagged ``bAck`` (RocketMQ's BatchAckMsg, whose ``aol`` RocketMQ reads; its AckMsg reads
-``ao`` alone). Both carry the broker name (``bn``, part of the key RocketMQ matches an ACK to its CK by) and
+message (``at``), whether the pop was ordered (``o``, FIFO) and the receive's attempt id (``ai``, when
+given). An ACK (tag ``ack``) names the checkpoint (queue, first offset, pop time) and the offsets it settles
+(``aol``), with why (``k``): acknowledged, moved by ChangeInvisibleDuration, sent to the dead-letter queue, or
+revived (stored again for redelivery); an ACK of several offsets is tagged ``bAck`` (RocketMQ's BatchAckMsg,
+whose ``aol`` RocketMQ reads; its AckMsg reads ``ao`` alone). Both carry the broker name (``bn``) and
 TIMER_DELIVER_MS as RocketMQ's do (a CK's revive time less 1 s, an ACK's revive time), which RocketMQ's
 PopReviveService needs to see time pass: so Apache RocketMQ opening the store revives what was open.
 
@@ -67,6 +67,7 @@ class Checkpoint:
     broker_name: str = ""
     settled: dict[int, str] = dataclasses.field(default_factory=dict)  # index -> ACK kind
     revive_offset: int = -1  # this CK's offset in the revive queue
+    attempt_id: str = ""  # the receive's attempt id (ordered pops: a retry of that receive is not blocked)
 
     @property
     def key(self) -> tuple[str, str, int, int, int]:
@@ -90,7 +91,8 @@ class Checkpoint:
         return {"so": self.start_offset, "pt": self.pop_time, "it": self.invisible_ms, "bm": 0,
                 "n": len(self.offsets), "q": self.queue_id, "t": self.topic, "c": self.group, "ro": -1,
                 "d": [o - self.start_offset for o in self.offsets], "bn": self.broker_name, "rp": "0",
-                "co": self.commitlog_offsets, "at": self.attempts, "no": self.next_offset, "o": self.order}
+                "co": self.commitlog_offsets, "at": self.attempts, "no": self.next_offset, "o": self.order,
+                **({"ai": self.attempt_id} if self.attempt_id else {})}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Checkpoint:
@@ -99,7 +101,8 @@ class Checkpoint:
         ck = cls(group=str(data["c"]), topic=str(data["t"]), queue_id=int(data["q"]), start_offset=start,
                  pop_time=int(data["pt"]), invisible_ms=int(data["it"]), offsets=offsets,
                  commitlog_offsets=[int(x) for x in data["co"]], attempts=[int(x) for x in data["at"]],
-                 next_offset=int(data["no"]), order=bool(data.get("o", False)), broker_name=str(data.get("bn", "")))
+                 next_offset=int(data["no"]), order=bool(data.get("o", False)), broker_name=str(data.get("bn", "")),
+                 attempt_id=str(data.get("ai", "")))
         if not len(ck.offsets) == len(ck.commitlog_offsets) == len(ck.attempts):
             raise ValueError("checkpoint lists of different lengths")
         return ck

@@ -4,7 +4,8 @@ virtualenv.
 stdin: {"endpoint": "127.0.0.1:8081", "group": "G", "topic": "T", "expression": "TagA||TagB", "await": 1,
 "steps": [...], "ak": "...", "sk": "...", "tls": false, "report_errors": false}, each step one of
   {"op": "receive", "max": 32, "invisible": 2, "until": 3, "timeout": 10}: receive until ``until`` messages
-      came (one receive when absent) or ``timeout`` seconds passed; its result is the list of messages;
+      came (one receive when absent) or ``timeout`` seconds passed; its result is the list of messages; with
+      "ack_each": true each message is acknowledged as it comes (so it is not received again meanwhile);
   {"op": "ack", "bodies": ["a", ...]}: acknowledge the latest received message of each body (every body
       received so far without "bodies"; with "count": n instead, the first n bodies in sorted order, answered);
   {"op": "change", "body": "a", "invisible": 5}: change that message's invisible duration;
@@ -44,6 +45,8 @@ def run(step):
                             "properties": dict(m.properties), "attempt": m.delivery_attempt,
                             "group": m.message_group, "corrupted": m.corrupted,
                             "handle": m.receipt_handle})
+                if step.get("ack_each"):
+                    consumer.ack(m)
             if "until" not in step or len(got) >= step["until"] or time.monotonic() > deadline:
                 break
         return got

@@ -242,7 +242,8 @@ class V2ConsumerProcessor:
         if time_remaining is not None:
             wait = max(0.0, min(wait, time_remaining - _DEADLINE_MARGIN_S))
         popped, durable = await self._pop.pop(request.group.name, request.message_queue.topic.name, queues,
-                                              subscription, batch, invisible, ordered, wait)
+                                              subscription, batch, invisible, ordered, wait,
+                                              request.attempt_id if request.HasField("attempt_id") else "")
         if not durable:
             # Hidden, but the checkpoint was not confirmed on disk: answered as a failure, the messages come
             # back after their invisible time.

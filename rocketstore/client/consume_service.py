@@ -160,6 +160,10 @@ class OrderlyConsumeService(ConsumeService):
     """A queue's messages consumed in order, one batch at a time, by one task per queue."""
 
     def submit(self, pq: ProcessQueue, messages: list[ReceivedMessage]) -> None:
+        self._start(pq)
+
+    def _start(self, pq: ProcessQueue) -> None:
+        """The queue's consume task, unless it runs already (one task a queue keeps its order)."""
         with pq.lock:
             if pq.orderly_task_running:
                 return
@@ -167,7 +171,8 @@ class OrderlyConsumeService(ConsumeService):
         try:
             self._executor.submit(self._consume, pq)
         except RuntimeError:  # the executor is shut down: we are stopping
-            pass
+            with pq.lock:
+                pq.orderly_task_running = False
 
     def _consume(self, pq: ProcessQueue) -> None:
         config = self._config
@@ -220,14 +225,5 @@ class OrderlyConsumeService(ConsumeService):
             self._resume(pq)
 
     def _resume(self, pq: ProcessQueue) -> None:
-        if pq.dropped:
-            return
-        with pq.lock:
-            if pq.orderly_task_running:
-                return
-            pq.orderly_task_running = True
-        try:
-            self._executor.submit(self._consume, pq)
-        except RuntimeError:
-            with pq.lock:
-                pq.orderly_task_running = False
+        if not pq.dropped:
+            self._start(pq)

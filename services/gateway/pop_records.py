@@ -51,8 +51,27 @@ def pop_retry_topic(group: str, topic: str) -> str:
     return f"%RETRY%{group}_{topic}"
 
 
+class _Hidden:
+    """What a checkpoint of either kind is known by (its key, which its ACKs name) and when it is revived."""
+
+    group: str
+    topic: str
+    queue_id: int
+    start_offset: int
+    pop_time: int  # ms
+    invisible_ms: int
+
+    @property
+    def key(self) -> tuple[str, str, int, int, int]:
+        return self.group, self.topic, self.queue_id, self.start_offset, self.pop_time
+
+    @property
+    def revive_time(self) -> int:
+        return self.pop_time + self.invisible_ms
+
+
 @dataclasses.dataclass
-class Checkpoint:
+class Checkpoint(_Hidden):
     group: str
     topic: str  # the topic read: the real one, or the group's pop retry topic
     queue_id: int
@@ -68,14 +87,6 @@ class Checkpoint:
     settled: dict[int, str] = dataclasses.field(default_factory=dict)  # index -> ACK kind
     revive_offset: int = -1  # this CK's offset in the revive queue
     attempt_id: str = ""  # the receive's attempt id (ordered pops: a retry of that receive is not blocked)
-
-    @property
-    def key(self) -> tuple[str, str, int, int, int]:
-        return self.group, self.topic, self.queue_id, self.start_offset, self.pop_time
-
-    @property
-    def revive_time(self) -> int:
-        return self.pop_time + self.invisible_ms
 
     @property
     def open_indexes(self) -> list[int]:
@@ -109,7 +120,7 @@ class Checkpoint:
 
 
 @dataclasses.dataclass
-class RocketMQCheckpoint:
+class RocketMQCheckpoint(_Hidden):
     """A checkpoint Apache RocketMQ wrote (its PopCheckPoint: no CommitLog offsets, attempts or next offset),
     read to be adopted at start. ``acked`` holds the indexes its bit map (``bm``) marks acknowledged."""
 
@@ -124,14 +135,6 @@ class RocketMQCheckpoint:
     acked: set[int]
     revive_queue: int = 0
     revive_offset: int = -1
-
-    @property
-    def key(self) -> tuple[str, str, int, int, int]:
-        return self.group, self.topic, self.queue_id, self.start_offset, self.pop_time
-
-    @property
-    def revive_time(self) -> int:
-        return self.pop_time + self.invisible_ms
 
     @property
     def open_offsets(self) -> list[int]:
